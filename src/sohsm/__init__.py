@@ -1,0 +1,34 @@
+"""sohsm: the self-organized hierarchical softmax and its baselines for PyTorch.
+
+The output layers ("heads") share one interface, modelled on
+:class:`torch.nn.AdaptiveLogSoftmaxWithLoss`::
+
+    head(hidden, target)  -> HeadOutput(output, loss)
+    head.log_prob(hidden) -> [B, N] exact, normalised log-probabilities
+    head.topk(hidden, k)  -> (values, indices), exact
+    head.predict(hidden)  -> indices
+"""
+__version__ = "0.1.0"
+
+from sohsm.heads import (  # noqa: E402
+    ClusterScores,
+    FullSoftmax,
+    Head,
+    HeadOutput,
+    SelfOrganizedSoftmax,
+    TwoLevelSoftmax,
+    build_head,
+    head_names,
+)
+
+__all__ = [
+    "ClusterScores",
+    "FullSoftmax",
+    "Head",
+    "HeadOutput",
+    "SelfOrganizedSoftmax",
+    "TwoLevelSoftmax",
+    "build_head",
+    "head_names",
+    "__version__",
+]

@@ -1,0 +1,4 @@
+"""`python -m sohsm` is the same as the `sohsm` command."""
+from sohsm.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The `sohsm` command line: one small module per subcommand, listed in `main.COMMANDS`."""

@@ -1,0 +1,59 @@
+"""Entry point of the `sohsm` command.
+
+Each subcommand lives in its own module `sohsm.cli.<name>` that defines
+``register(subparsers)``; the module adds its parser and sets ``func`` (a
+callable taking the parsed ``argparse.Namespace`` and returning an exit code).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from sohsm import __version__
+
+#: subcommand modules, in the order `sohsm --help` lists them
+COMMANDS = ("data", "lm", "clusters", "plot")
+
+
+class CommandError(Exception):
+    """A user error a subcommand reports as one line and a non-zero exit."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sohsm",
+        description="Self-organized hierarchical softmax: train, evaluate and inspect "
+        "large-vocabulary models.",
+    )
+    parser.add_argument("--version", action="version", version=f"sohsm {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"sohsm.cli.{name}")
+        except ModuleNotFoundError as error:
+            if error.name == f"sohsm.cli.{name}":
+                continue  # subcommand not built yet
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except CommandError as error:
+        print(f"sohsm {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

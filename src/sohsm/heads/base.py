@@ -1,0 +1,134 @@
+"""The interface every output layer implements, and the input checks they share."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+
+class HeadOutput(NamedTuple):
+    """What ``head(hidden, target)`` returns.
+
+    Attributes:
+        output: ``log P(target_i | hidden_i)`` for every row, shape ``[B]``.
+        loss: the mean negative log-likelihood of the batch (nats), a scalar.
+    """
+
+    output: Tensor
+    loss: Tensor
+
+
+class ClusterScores(NamedTuple):
+    """The two factors of a two-level head's log-probability, per row.
+
+    ``cluster + in_cluster == output`` of :class:`HeadOutput`; averaged over a
+    corpus they give the cluster and in-cluster perplexities (paper Eq. 5-6).
+
+    Attributes:
+        cluster: ``log P(C(target_i) | hidden_i)``, shape ``[B]``.
+        in_cluster: ``log P(target_i | hidden_i, C(target_i))``, shape ``[B]``.
+    """
+
+    cluster: Tensor
+    in_cluster: Tensor
+
+
+class Head(nn.Module):
+    """Base class of all output layers: hidden states in, log-probabilities out.
+
+    A head owns its output weights and computes its own loss; models produce
+    hidden states, never logits. Subclasses implement :meth:`forward` and
+    :meth:`log_prob`; :meth:`topk` and :meth:`predict` default to the top-k of
+    :meth:`log_prob` and are overridden where a head can do better.
+
+    Args:
+        in_features: size ``d`` of a hidden state.
+        n_classes: vocabulary size ``N``.
+
+    Shape:
+        - hidden: ``[B, d]``, or ``[*, d]`` which is flattened to ``[B, d]``
+        - target: ``[B]`` (or ``[*]``) of word ids in ``[0, N)``
+    """
+
+    def __init__(self, in_features: int, n_classes: int) -> None:
+        super().__init__()
+        if int(in_features) <= 0:
+            raise ValueError(f"in_features must be positive, got {in_features}")
+        if int(n_classes) < 2:
+            raise ValueError(f"n_classes must be at least 2, got {n_classes}")
+        self.in_features = int(in_features)
+        self.n_classes = int(n_classes)
+
+    # -- the interface -----------------------------------------------------------
+    def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:  # pragma: no cover
+        raise NotImplementedError
+
+    def log_prob(self, hidden: Tensor) -> Tensor:  # pragma: no cover
+        """Exact log-probabilities over the whole vocabulary, ``[B, N]``."""
+        raise NotImplementedError
+
+    def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """The ``k`` most probable words per row: ``(log-probs, word ids)``, each ``[B, k]``.
+
+        Same as ``log_prob(hidden).topk(k)``.
+        """
+        k = self._check_k(k)
+        return self.log_prob(hidden).topk(k, dim=1)
+
+    def predict(self, hidden: Tensor) -> Tensor:
+        """The most probable word per row, ``[B]``; same as ``log_prob(hidden).argmax(1)``."""
+        return self.topk(hidden, 1)[1][:, 0]
+
+    def score_parts(self, hidden: Tensor, target: Tensor) -> ClusterScores | None:
+        """Cluster and in-cluster log-probabilities of the targets; ``None`` for heads without clusters."""
+        return None
+
+    def attach(self, optimizer: torch.optim.Optimizer):
+        """Let the head act after every ``optimizer.step()`` (re-clustering, for instance).
+
+        Heads that need nothing return ``None``; others return the hook handle.
+        Call it once after building the optimizer; harmless for every head.
+        """
+        return None
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, n_classes={self.n_classes}"
+
+    # -- shared input checks -----------------------------------------------------
+    def _flatten_hidden(self, hidden: Tensor) -> Tensor:
+        if not isinstance(hidden, Tensor):
+            raise ValueError(f"hidden must be a tensor, got {type(hidden).__name__}")
+        if hidden.dim() < 1 or hidden.size(-1) != self.in_features:
+            raise ValueError(
+                f"hidden must have shape [*, {self.in_features}] (last dimension = "
+                f"in_features), got {tuple(hidden.shape)}"
+            )
+        if not hidden.is_floating_point():
+            raise ValueError(f"hidden must be a floating-point tensor, got {hidden.dtype}")
+        return hidden.reshape(-1, self.in_features)
+
+    def _check_inputs(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+        """Flatten ``hidden`` to ``[B, d]`` and ``target`` to ``[B]`` and validate both."""
+        hidden = self._flatten_hidden(hidden)
+        if not isinstance(target, Tensor):
+            raise ValueError(f"target must be a tensor, got {type(target).__name__}")
+        if target.dtype != torch.long:
+            raise ValueError(f"target must be a long tensor, got {target.dtype}")
+        target = target.reshape(-1)
+        if target.size(0) != hidden.size(0):
+            raise ValueError(
+                f"hidden and target must have the same number of rows, got "
+                f"{hidden.size(0)} hidden rows and {target.size(0)} targets"
+            )
+        if target.numel() and bool(((target < 0) | (target >= self.n_classes)).any()):
+            raise ValueError(
+                f"target values must be in [0, {self.n_classes}), got min "
+                f"{int(target.min())} and max {int(target.max())}"
+            )
+        return hidden, target
+
+    def _check_k(self, k: int) -> int:
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.n_classes:
+            raise ValueError(f"k must be an integer in [1, {self.n_classes}], got {k!r}")
+        return k
