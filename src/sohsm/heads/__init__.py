@@ -1,10 +1,19 @@
-"""Output layers. Every head implements :class:`Head`; this file imports each one so the registry is complete."""
+"""Output layers. Every head implements :class:`Head`; importing each file here fills the registry."""
 from sohsm.heads.base import ClusterScores, Head, HeadOutput
 from sohsm.heads.registry import build_head, head_names, register_head
+from sohsm.heads.full import FullSoftmax
+from sohsm.heads.two_level import TopKResult, TwoLevelSoftmax
+from sohsm.heads.self_organized import SelfOrganizedSoftmax
 
-try:  # being written
-    from sohsm.heads.full import FullSoftmax
-    from sohsm.heads.two_level import TwoLevelSoftmax
-    from sohsm.heads.self_organized import SelfOrganizedSoftmax
-except ImportError:  # pragma: no cover
-    FullSoftmax = TwoLevelSoftmax = SelfOrganizedSoftmax = None
+__all__ = [
+    "ClusterScores",
+    "FullSoftmax",
+    "Head",
+    "HeadOutput",
+    "SelfOrganizedSoftmax",
+    "TopKResult",
+    "TwoLevelSoftmax",
+    "build_head",
+    "head_names",
+    "register_head",
+]

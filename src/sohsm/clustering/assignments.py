@@ -1,0 +1,206 @@
+"""Word clusterings for two-level softmaxes: random, frequency binning, and the
+greedy re-assignment of the self-organized softmax (Shen et al. 2017, Algorithm 1).
+
+An assignment is a ``[N]`` long tensor: ``assignment[w]`` is the cluster of word ``w``.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+
+def default_n_clusters(n_words: int) -> int:
+    """``ceil(sqrt(N))`` clusters, as in the paper."""
+    return math.ceil(math.sqrt(n_words))
+
+
+def default_max_cluster_size(n_words: int, gamma: float = 1.5) -> int:
+    """Largest size a cluster may reach under the rule ``|c| < gamma * sqrt(N)`` (checked before adding)."""
+    return math.ceil(gamma * math.sqrt(n_words))
+
+
+def check_assignment(assignment: Tensor, n_words: int, n_clusters: int) -> Tensor:
+    """Validate an assignment and return it as a CPU-independent long tensor of shape ``[N]``."""
+    if not isinstance(assignment, Tensor):
+        assignment = torch.as_tensor(assignment)
+    if assignment.dim() != 1 or assignment.numel() != n_words:
+        raise ValueError(
+            f"assignment must have shape [{n_words}] (one cluster per word), got {tuple(assignment.shape)}"
+        )
+    if assignment.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise ValueError(f"assignment must hold integer cluster ids, got {assignment.dtype}")
+    assignment = assignment.long()
+    if n_words and (int(assignment.min()) < 0 or int(assignment.max()) >= n_clusters):
+        raise ValueError(
+            f"assignment values must be in [0, {n_clusters}), got min {int(assignment.min())} "
+            f"and max {int(assignment.max())}"
+        )
+    return assignment
+
+
+def random_assignment(n_words: int, n_clusters: int, generator: torch.Generator | None = None) -> Tensor:
+    """A uniformly random, balanced assignment: cluster sizes differ by at most one."""
+    if n_clusters < 1 or n_clusters > n_words:
+        raise ValueError(f"n_clusters must be in [1, {n_words}], got {n_clusters}")
+    order = torch.randperm(n_words, generator=generator)
+    assignment = torch.empty(n_words, dtype=torch.long)
+    assignment[order] = torch.arange(n_words) % n_clusters
+    return assignment
+
+
+def frequency_binning(counts: Tensor, n_clusters: int) -> Tensor:
+    """Class-based softmax clusters of Mikolov et al. (2011).
+
+    Words sorted by descending frequency are cut into consecutive ranges, each
+    holding about ``1 / n_clusters`` of the token mass. A word heavier than one
+    share gets a cluster of its own; the running cluster index advances at most
+    one step per word, so no cluster is left empty while words remain.
+
+    Args:
+        counts: ``[N]`` training counts of the words.
+        n_clusters: number of clusters ``|C|``.
+    """
+    counts = torch.as_tensor(counts, dtype=torch.float64).reshape(-1)
+    n_words = counts.numel()
+    if n_clusters < 1 or n_clusters > n_words:
+        raise ValueError(f"n_clusters must be in [1, {n_words}], got {n_clusters}")
+    if bool((counts < 0).any()):
+        raise ValueError("counts must be non-negative")
+    total = float(counts.sum())
+    order = torch.sort(counts, descending=True, stable=True).indices
+    mass = (counts[order] / total).tolist() if total > 0 else [1.0 / n_words] * n_words
+    assignment = torch.empty(n_words, dtype=torch.long)
+    cluster, cumulative, cluster_of_rank = 0, 0.0, []
+    for rank, tf in enumerate(mass):
+        cumulative += tf
+        cluster_of_rank.append(cluster)
+        words_left = n_words - rank - 1
+        clusters_left = n_clusters - cluster - 1
+        # advance when this share is used up, or when every remaining cluster needs a word
+        if clusters_left > 0 and (cumulative > (cluster + 1) / n_clusters or words_left <= clusters_left):
+            cluster += 1
+    assignment[order] = torch.tensor(cluster_of_rank, dtype=torch.long)
+    return assignment
+
+
+class GreedyResult(NamedTuple):
+    """Result of Algorithm 1.
+
+    Attributes:
+        assignment: ``[N]`` cluster id of every word.
+        fallback_words: how many words no cluster could take under both
+            constraints and went to the lightest cluster with room (small N only).
+    """
+
+    assignment: Tensor
+    fallback_words: int
+
+
+def _check_greedy_args(q: Tensor, tf: Tensor, max_size: int, freq_budget: float) -> tuple[Tensor, Tensor]:
+    if q.dim() != 2:
+        raise ValueError(f"q must have shape [N, n_clusters], got {tuple(q.shape)}")
+    n_words, n_clusters = q.shape
+    tf = torch.as_tensor(tf).reshape(-1)
+    if tf.numel() != n_words:
+        raise ValueError(f"tf must have shape [{n_words}] like q's rows, got {tuple(tf.shape)}")
+    if max_size * n_clusters < n_words:
+        raise ValueError(
+            f"{n_clusters} clusters of at most {max_size} words cannot hold {n_words} words"
+        )
+    if not freq_budget > 0:
+        raise ValueError(f"freq_budget must be positive, got {freq_budget}")
+    return q.detach().float().cpu(), tf.detach().to(torch.float64).cpu()
+
+
+def greedy_assignment_reference(q: Tensor, tf: Tensor, max_size: int, freq_budget: float) -> GreedyResult:
+    """Algorithm 1 written as the paper prints it, one word and one cluster at a time.
+
+    Kept as the executable definition that :func:`greedy_assignment` is tested against.
+    """
+    q, tf = _check_greedy_args(q, tf, max_size, freq_budget)
+    n_words, n_clusters = q.shape
+    sizes = [0] * n_clusters
+    masses = [0.0] * n_clusters
+    assignment = [0] * n_words
+    fallback = 0
+    for w in torch.sort(tf, descending=True, stable=True).indices.tolist():
+        for c in torch.sort(q[w], descending=True, stable=True).indices.tolist():
+            if sizes[c] < max_size and masses[c] < freq_budget:
+                break
+        else:  # no cluster meets both constraints: the lightest one with room
+            fallback += 1
+            c = min((c for c in range(n_clusters) if sizes[c] < max_size), key=lambda c: (masses[c], c))
+        assignment[w] = c
+        sizes[c] += 1
+        masses[c] += float(tf[w])
+    return GreedyResult(torch.tensor(assignment, dtype=torch.long), fallback)
+
+
+def greedy_assignment(
+    q: Tensor, tf: Tensor, max_size: int, freq_budget: float, block_size: int = 1024
+) -> GreedyResult:
+    """Algorithm 1 of Shen et al. (2017): words in descending ``tf`` take their best open cluster.
+
+    A cluster is *open* while it holds fewer than ``max_size`` words and less than
+    ``freq_budget`` of the token mass. Every word ``w`` (most frequent first) goes
+    to the open cluster with the highest ``q[w, c]``; if none is open (possible when
+    ``n_clusters * freq_budget < 1``), it goes to the lightest cluster that still has
+    room ("fallback"). Ties go to the lower cluster id.
+
+    Same result as :func:`greedy_assignment_reference`, but vectorised: a block of
+    words takes its choices at once, and the block is only cut where one of its
+    words would find its chosen cluster closed by an earlier word of the block, so
+    the number of steps is about ``N / block_size + n_clusters``.
+
+    Args:
+        q: ``[N, n_clusters]`` cluster statistics (higher = better cluster for the word).
+        tf: ``[N]`` relative term frequencies (or raw counts, scaled alike with ``freq_budget``).
+        max_size: most words a cluster may hold.
+        freq_budget: ``f_b``, the token mass above which a cluster takes no more words.
+    """
+    q, tf = _check_greedy_args(q, tf, max_size, freq_budget)
+    n_words, n_clusters = q.shape
+    order = torch.sort(tf, descending=True, stable=True).indices
+    sizes = torch.zeros(n_clusters, dtype=torch.long)
+    masses = torch.zeros(n_clusters, dtype=torch.float64)
+    assignment = torch.empty(n_words, dtype=torch.long)
+    fallback = 0
+    minus_inf = torch.tensor(float("-inf"))
+    start = 0
+    while start < n_words:
+        words = order[start : start + block_size]
+        scores = q[words]  # [n, C]
+        word_tf = tf[words]
+        while words.numel():
+            closed = (sizes >= max_size) | (masses >= freq_budget)
+            if bool(closed.all()):
+                w = int(words[0])
+                room = torch.where(sizes < max_size, masses, torch.tensor(float("inf"), dtype=torch.float64))
+                c = int(room.argmin())
+                assignment[w] = c
+                sizes[c] += 1
+                masses[c] += tf[w]
+                fallback += 1
+                words, scores, word_tf = words[1:], scores[1:], word_tf[1:]
+                continue
+            choice = torch.where(closed, minus_inf, scores).argmax(dim=1)  # [n]
+            # size and mass each word's cluster would have when the word's turn comes
+            one_hot = torch.zeros(words.numel(), n_clusters, dtype=torch.float64)
+            one_hot.scatter_(1, choice[:, None], 1.0)
+            before_count = (one_hot.cumsum(0) - one_hot).gather(1, choice[:, None]).squeeze(1)
+            weighted = one_hot * word_tf[:, None]
+            before_mass = (weighted.cumsum(0) - weighted).gather(1, choice[:, None]).squeeze(1)
+            blocked = (sizes[choice] + before_count.long() >= max_size) | (
+                masses[choice] + before_mass >= freq_budget
+            )
+            cut = int(blocked.long().argmax()) if bool(blocked.any()) else words.numel()
+            taken = choice[:cut]
+            assignment[words[:cut]] = taken
+            sizes += torch.bincount(taken, minlength=n_clusters)
+            masses.index_add_(0, taken, word_tf[:cut])
+            words, scores, word_tf = words[cut:], scores[cut:], word_tf[cut:]
+        start += block_size
+    return GreedyResult(assignment, fallback)

@@ -1,0 +1,65 @@
+"""The full softmax: the reference every other head is compared with."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from sohsm.heads.base import Head, HeadOutput
+from sohsm.heads.registry import register_head
+
+
+class FullSoftmax(Head):
+    """``log P(w | h) = log_softmax(h U^T + b)_w`` over all ``N`` words.
+
+    Exactly ``nn.Linear`` followed by ``F.cross_entropy``, behind the head
+    interface. It materialises ``B x N`` logits (and their gradient), which is
+    what the two-level heads avoid.
+
+    Args:
+        in_features: size ``d`` of a hidden state.
+        n_classes: vocabulary size ``N``.
+        bias: add a learned bias per word. Default: ``False`` (as in the paper's equations).
+
+    Shape:
+        - hidden: ``[B, d]`` (``[*, d]`` is flattened)
+        - target: ``[B]``
+        - returns :class:`HeadOutput` with ``output`` ``[B]`` and scalar ``loss``
+    """
+
+    def __init__(self, in_features: int, n_classes: int, bias: bool = False) -> None:
+        super().__init__(in_features, n_classes)
+        self.weight = nn.Parameter(torch.empty(n_classes, in_features))
+        self.bias = nn.Parameter(torch.zeros(n_classes)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = self.in_features ** -0.5
+        nn.init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
+        hidden, target = self._check_inputs(hidden, target)
+        output = -F.cross_entropy(F.linear(hidden, self.weight, self.bias), target, reduction="none")
+        return HeadOutput(output, -output.mean())
+
+    def log_prob(self, hidden: Tensor) -> Tensor:
+        hidden = self._flatten_hidden(hidden)
+        return F.log_softmax(F.linear(hidden, self.weight, self.bias), dim=1)
+
+    def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """Same as ``log_prob(hidden).topk(k)``; the normaliser is computed once, after the top-k."""
+        k = self._check_k(k)
+        logits = F.linear(self._flatten_hidden(hidden), self.weight, self.bias)
+        values, indices = logits.topk(k, dim=1)
+        return values - logits.logsumexp(dim=1, keepdim=True), indices
+
+    def predict(self, hidden: Tensor) -> Tensor:
+        """Same as ``log_prob(hidden).argmax(1)``, without normalising."""
+        return F.linear(self._flatten_hidden(hidden), self.weight, self.bias).argmax(dim=1)
+
+
+@register_head("full")
+def _full(in_features: int, n_classes: int, counts=None, **options) -> FullSoftmax:
+    return FullSoftmax(in_features, n_classes, **options)

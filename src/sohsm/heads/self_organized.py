@@ -1,0 +1,240 @@
+"""The self-organized hierarchical softmax (Shen, Wang and Tian 2017).
+
+A two-level softmax whose clusters are re-learned during training: an EM in
+which the M-step is ordinary gradient descent with the clusters fixed, and the
+E-step (every ``update_every`` optimizer steps) re-assigns words to clusters
+with the greedy Algorithm 1 from running statistics of the model's own cluster
+predictions.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from torch import Tensor
+
+from sohsm.clustering import default_max_cluster_size, default_n_clusters, greedy_assignment
+from sohsm.heads.registry import register_head
+from sohsm.heads.two_level import TwoLevelSoftmax
+
+_LN2 = math.log(2.0)
+
+#: smoothing rules of the cluster statistics q (Eq. 10)
+SMOOTHING = ("epoch", "paper_literal")
+
+
+class SelfOrganizedSoftmax(TwoLevelSoftmax):
+    """Two-level softmax whose word clusters are learned from the model's predictions.
+
+    For every word ``w`` a row ``q[w]`` estimates ``E[log2 P(c | context) | next word = w]``
+    for every cluster ``c``; after each training batch the cluster log-probabilities
+    of the forward pass update the rows of the batch's target words (Eq. 9)::
+
+        q[w] <- lambda(w) * q[w] + (1 - lambda(w)) * log2 P(. | h)
+
+    Every ``update_every`` optimizer steps, Algorithm 1 re-assigns the words, most
+    frequent first, each to its best cluster by ``q`` that holds fewer than
+    ``gamma * sqrt(N)`` words and less than ``freq_budget`` of the token mass.
+    Words keep their vectors and optimizer state when they move
+    (:meth:`TwoLevelSoftmax.set_assignment`).
+
+    Paper: Shen, Wang and Tian (2017), "Self-organized Hierarchical Softmax",
+    https://arxiv.org/abs/1707.08588 (Eq. 1-10, Algorithm 1).
+
+    Args:
+        in_features: size ``d`` of a hidden state.
+        n_classes: vocabulary size ``N``.
+        counts: ``[N]`` training-corpus counts ``f_w``. They order the words in
+            Algorithm 1 and set the smoothing ``lambda``. If ``None``, the head counts
+            the targets it sees while training and uses those counts.
+        n_clusters: number of clusters. Default: ``ceil(sqrt(N))``.
+        gamma: a cluster takes a word only while ``|c| < gamma * sqrt(N)``. Default: 1.5.
+        freq_budget: ``f_b``; a cluster takes a word only while its token mass is
+            below it. Default: 0.1.
+        update_every: ``K``, optimizer steps between re-assignments; 0 disables them. Default: 1000.
+        init: starting clusters, ``"random"`` (the paper) or ``"frequency"``.
+        smoothing: ``"epoch"`` (default): ``1 - lambda(w) = 1 / f_w``, an exponential
+            average over about one epoch of the word's occurrences, which is what
+            the paper's text describes; ``"paper_literal"``: ``lambda(w) = 1 / f_w``
+            as Eq. 10 is printed (a word seen once never updates, a frequent word
+            keeps only its latest sample).
+        projection: the ReLU projections of Eq. 1. Default: ``True``.
+        seed: seed of the random initial clusters.
+
+    Example::
+
+        >>> head = SelfOrganizedSoftmax(512, 44000, counts=counts)
+        >>> optimizer = torch.optim.Adagrad(model.parameters(), lr=0.1)
+        >>> head.attach(optimizer)      # re-clusters every K optimizer steps
+        >>> loss = head(hidden, target).loss
+
+    .. note::
+        When no cluster meets both constraints (possible when
+        ``n_clusters * freq_budget < 1``, i.e. for small vocabularies), a word goes
+        to the lightest cluster that still has room; :attr:`history` counts such
+        words as ``fallback_words``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        n_classes: int,
+        counts: Tensor | None = None,
+        n_clusters: int | None = None,
+        gamma: float = 1.5,
+        freq_budget: float = 0.1,
+        update_every: int = 1000,
+        init: str = "random",
+        smoothing: str = "epoch",
+        projection: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if smoothing not in SMOOTHING:
+            raise ValueError(f"smoothing must be one of {SMOOTHING}, got {smoothing!r}")
+        if init not in ("random", "frequency"):
+            raise ValueError(f"init must be 'random' or 'frequency', got {init!r}")
+        if not gamma > 0:
+            raise ValueError(f"gamma must be positive, got {gamma}")
+        if not freq_budget > 0:
+            raise ValueError(f"freq_budget must be positive, got {freq_budget}")
+        if int(update_every) < 0:
+            raise ValueError(f"update_every must be >= 0, got {update_every}")
+        n_clusters = default_n_clusters(n_classes) if n_clusters is None else int(n_clusters)
+        max_size = default_max_cluster_size(n_classes, gamma)
+        if max_size * n_clusters < n_classes:
+            raise ValueError(
+                f"gamma={gamma} allows {max_size} words per cluster, too few for {n_classes} words "
+                f"in {n_clusters} clusters"
+            )
+        if counts is not None:
+            counts = self._check_counts(counts)
+            if counts.numel() != n_classes:
+                raise ValueError(f"counts must have shape [{n_classes}], got {tuple(counts.shape)}")
+        if init == "frequency" and counts is None:
+            raise ValueError("init='frequency' needs the word counts (counts=...)")
+        super().__init__(
+            in_features, n_classes, assignment=init, n_clusters=n_clusters, counts=counts,
+            projection=projection, seed=seed,
+        )
+        self.gamma = float(gamma)
+        self.freq_budget = float(freq_budget)
+        self.max_cluster_size = max_size
+        self.update_every = int(update_every)
+        self.smoothing = smoothing
+        self.counts_given = counts is not None
+        # integer counts: module.float()/.double() never round them
+        self.register_buffer(
+            "counts", counts.round().long() if counts is not None else torch.zeros(n_classes, dtype=torch.long)
+        )
+        # start from "no information": the uniform cluster distribution
+        self.register_buffer("q", torch.full((n_classes, self.n_clusters), -math.log2(self.n_clusters)))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+        #: one dict per re-assignment: step, change_rate, moved_tf_mass, empty_clusters, fallback_words
+        self.history: list[dict] = []
+        self._warned_unattached = False
+
+    # -- cluster statistics (Eq. 9-10) ---------------------------------------------
+    def _smoothing_factor(self, counts: Tensor) -> Tensor:
+        """``lambda(w)`` for the given counts (float64)."""
+        f = counts.to(torch.float64).clamp(min=1.0)
+        return 1.0 / f if self.smoothing == "paper_literal" else 1.0 - 1.0 / f
+
+    @torch.no_grad()
+    def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        if self.update_every and not self._optimizers and not self._warned_unattached:
+            warnings.warn(
+                "SelfOrganizedSoftmax is training without an attached optimizer, so its clusters "
+                "are not re-learned; call head.attach(optimizer) once, or head.reassign() yourself",
+                stacklevel=4,
+            )
+            self._warned_unattached = True
+        self.update_statistics(target, cluster_log_probs)
+
+    @torch.no_grad()
+    def update_statistics(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        """Fold one batch into ``q`` (Eq. 9), exactly as one update per token in batch order would.
+
+        A word seen ``n`` times in the batch keeps ``lambda^n`` of its old row; its
+        ``i``-th occurrence (of ``n``) enters with weight ``(1 - lambda) lambda^(n-1-i)``.
+
+        Args:
+            target: ``[B]`` word ids.
+            cluster_log_probs: ``[B, n_clusters]`` natural-log ``log P(c | h)`` of each row.
+        """
+        target = target.reshape(-1)
+        if not self.counts_given:
+            self.counts.index_add_(0, target, torch.ones_like(target, dtype=self.counts.dtype))
+        words, inverse, repeats = torch.unique(target, return_inverse=True, return_counts=True)
+        # rank of each token among the occurrences of its word, in batch order
+        by_word = torch.sort(inverse, stable=True).indices
+        first = repeats.cumsum(0) - repeats
+        rank = torch.empty_like(inverse)
+        rank[by_word] = torch.arange(target.numel(), device=target.device) - first[inverse[by_word]]
+        lam = self._smoothing_factor(self.counts[words])  # [U], float64
+        token_lam = lam[inverse]
+        weight = (1.0 - token_lam) * token_lam.pow((repeats[inverse] - 1 - rank).to(token_lam.dtype))
+        self.q[words] *= lam.pow(repeats.to(lam.dtype)).to(self.q.dtype)[:, None]
+        self.q.index_add_(0, target, (cluster_log_probs / _LN2).to(self.q.dtype) * weight.to(self.q.dtype)[:, None])
+
+    # -- re-assignment (Algorithm 1) ---------------------------------------------------
+    def attach(self, optimizer: torch.optim.Optimizer):
+        """Re-cluster automatically every ``update_every`` steps of ``optimizer``.
+
+        Registers a post-step hook on the optimizer; the optimizer's state for
+        :attr:`weight` then follows the words when they move. Call once after
+        building the optimizer (again after re-building it). Returns the hook handle.
+        """
+        if all(optimizer is not o for o in self._optimizers):
+            self._optimizers.append(optimizer)
+        return optimizer.register_step_post_hook(self._after_optimizer_step)
+
+    def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if not self.training:
+            return
+        self.steps += 1
+        if self.update_every and int(self.steps) % self.update_every == 0:
+            self.reassign(optimizer)
+
+    @torch.no_grad()
+    def reassign(self, optimizer: torch.optim.Optimizer | None = None) -> dict:
+        """Run Algorithm 1 now and move the words (the E-step); returns the record added to :attr:`history`.
+
+        The record holds ``step``, ``change_rate`` (share of words that moved),
+        ``moved_tf_mass`` (token mass of the words that moved), ``empty_clusters``
+        and ``fallback_words``.
+        """
+        counts = self.counts.to(torch.float64)
+        total = float(counts.sum())
+        tf = counts / total if total > 0 else torch.full_like(counts, 1.0 / self.n_classes)
+        result = greedy_assignment(self.q, tf, self.max_cluster_size, self.freq_budget)
+        moved = self.set_assignment(result.assignment, optimizer).cpu()
+        record = {
+            "step": int(self.steps),
+            "change_rate": float(moved.double().mean()),
+            "moved_tf_mass": float(tf.cpu()[moved].sum()),
+            "empty_clusters": int((self._layout.sizes_t == 0).sum()),
+            "fallback_words": int(result.fallback_words),
+        }
+        self.history.append(record)
+        return record
+
+    # -- persistence ---------------------------------------------------------------------
+    def get_extra_state(self) -> dict:
+        return {"history": list(self.history), "counts_given": self.counts_given}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.history = list(state.get("history", []))
+        self.counts_given = bool(state.get("counts_given", self.counts_given))
+
+    def extra_repr(self) -> str:
+        return (
+            super().extra_repr()
+            + f", gamma={self.gamma}, freq_budget={self.freq_budget}, update_every={self.update_every}, "
+            f"smoothing={self.smoothing!r}"
+        )
+
+
+@register_head("self_organized")
+def _self_organized(in_features: int, n_classes: int, counts=None, **options) -> SelfOrganizedSoftmax:
+    return SelfOrganizedSoftmax(in_features, n_classes, counts=counts, **options)

@@ -1,0 +1,477 @@
+"""Two-level (class-based) softmax with a word-to-cluster assignment.
+
+    [h_c; h_w] = ReLU([W_c h; W_w h])                         (optional projection, paper Eq. 1)
+    log P(w | h) = log softmax_c(h_c . U^C)[C(w)] + log softmax_{w' in C(w)}(h_w . U^V_w')[w]
+
+The per-cluster kernel lives here, once; the self-organized head adds cluster
+statistics and re-assignment on top of it.
+
+Storage layout. The word vectors ``U^V`` are stored *grouped by cluster*: rows
+``offsets[c] : offsets[c] + sizes[c]`` of :attr:`TwoLevelSoftmax.weight` are the
+words of cluster ``c`` in increasing word id. Each present cluster then costs one
+matrix product on a contiguous block forward and two backward, and its gradient
+is one contiguous block. When the assignment changes, :meth:`set_assignment`
+moves every word's row, its gradient and its optimizer state together.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
+from sohsm.heads.base import ClusterScores, Head, HeadOutput
+from sohsm.heads.registry import register_head
+
+
+class TopKResult(NamedTuple):
+    """Exact top-k words of a two-level head.
+
+    Attributes:
+        values: ``[B, k]`` log-probabilities, best first.
+        indices: ``[B, k]`` word ids.
+        clusters_visited: ``[B]`` clusters whose words were scored for each row.
+    """
+
+    values: Tensor
+    indices: Tensor
+    clusters_visited: Tensor
+
+
+class _Layout:
+    """Derived, non-persistent view of an assignment: where each word's row sits."""
+
+    def __init__(self, assignment: Tensor, n_clusters: int) -> None:
+        n_words = assignment.numel()
+        device = assignment.device
+        # words sorted by (cluster, word id): a stable sort keeps word-id order inside a cluster
+        self.word_of_slot = torch.sort(assignment, stable=True).indices
+        self.slot_of_word = torch.empty_like(self.word_of_slot)
+        self.slot_of_word[self.word_of_slot] = torch.arange(n_words, device=device)
+        sizes = torch.bincount(assignment, minlength=n_clusters)
+        offsets = torch.zeros(n_clusters + 1, dtype=torch.long, device=device)
+        offsets[1:] = sizes.cumsum(0)
+        self.sizes_t = sizes
+        self.offsets_t = offsets
+        self.sizes = sizes.tolist()
+        self.offsets = offsets.tolist()
+        self.max_size = max(self.sizes)
+        self.cluster_of_slot = assignment[self.word_of_slot]
+        #: position of each word inside its cluster's block
+        self.position_of_word = self.slot_of_word - offsets[assignment]
+
+
+class _GradientBuffer:
+    """A weight-sized gradient buffer that lives across steps.
+
+    A freshly allocated ``N x d`` gradient each step costs more than the
+    arithmetic of the head (page faults), so the head writes the blocks of the
+    clusters present in a batch into this buffer and hands it over as the
+    weight's ``.grad``. Blocks written by an earlier step and absent now are
+    zeroed; everything else is known to be zero already.
+    """
+
+    def __init__(self) -> None:
+        self.tensor: Tensor | None = None
+        self.dirty: set[int] | None = None  # clusters whose block may be non-zero; None = unknown
+
+    def invalidate(self) -> None:
+        self.dirty = None
+
+    def fresh(self, weight: Tensor, layout: _Layout, present: list[int]) -> Tensor:
+        """The buffer, zero outside the blocks of ``present`` (which the caller overwrites)."""
+        t = self.tensor
+        if t is None or t.shape != weight.shape or t.dtype != weight.dtype or t.device != weight.device:
+            self.tensor = t = torch.zeros_like(weight, memory_format=torch.contiguous_format)
+        elif self.dirty is None:
+            t.zero_()
+        else:
+            keep = set(present)
+            for c in self.dirty - keep:
+                t[layout.offsets[c] : layout.offsets[c + 1]].zero_()
+        self.dirty = set(present)
+        return t
+
+    def mark(self, present: list[int]) -> None:
+        if self.dirty is not None:
+            self.dirty.update(present)
+
+
+class _Groups(NamedTuple):
+    """Rows of a batch grouped by the cluster whose words they score."""
+
+    order: Tensor  # [B] row permutation that sorts rows by cluster
+    clusters: list[int]  # present clusters, ascending
+    bounds: list[int]  # row ranges of the sorted batch: cluster clusters[i] owns bounds[i]:bounds[i+1]
+
+
+def _group_rows(row_cluster: Tensor, n_clusters: int) -> _Groups:
+    order = torch.sort(row_cluster, stable=True).indices
+    counts = torch.bincount(row_cluster, minlength=n_clusters).tolist()
+    clusters, bounds, total = [], [0], 0
+    for c, n in enumerate(counts):
+        if n:
+            clusters.append(c)
+            total += n
+            bounds.append(total)
+    return _Groups(order, clusters, bounds)
+
+
+def _in_cluster_logits(hidden_sorted: Tensor, weight: Tensor, layout: _Layout, groups: _Groups) -> Tensor:
+    """``[B, S]`` logits of each sorted row against its cluster's words, ``-inf`` past the cluster's size."""
+    batch = hidden_sorted.size(0)
+    width = max([1] + [layout.sizes[c] for c in groups.clusters])
+    logits = hidden_sorted.new_empty(batch, width)
+    row_size = hidden_sorted.new_empty(batch, dtype=torch.long)
+    offsets, sizes, bounds = layout.offsets, layout.sizes, groups.bounds
+    for i, c in enumerate(groups.clusters):
+        lo, hi, o, n = bounds[i], bounds[i + 1], offsets[c], sizes[c]
+        torch.mm(hidden_sorted[lo:hi], weight[o : o + n].t(), out=logits[lo:hi, :n])
+        row_size[lo:hi] = n
+    logits.masked_fill_(torch.arange(width, device=logits.device) >= row_size[:, None], float("-inf"))
+    return logits
+
+
+class _InClusterLogProb(torch.autograd.Function):
+    """``log P(w_i | h_i, C(w_i))`` for each row, with a hand-written backward.
+
+    Forward: one matrix product per present cluster into a padded ``[B, S]``
+    buffer; the log-softmax and the target gather are done once for the batch.
+    Backward: the softmax gradient once for the batch, then two products per
+    present cluster; the weight gradient goes straight into ``weight.grad``
+    (see :class:`_GradientBuffer`), so autograd never sees an ``N x d`` tensor.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, row_cluster, row_position, head):
+        layout = head._layout
+        groups = _group_rows(row_cluster, head.n_clusters)
+        hidden_sorted = hidden[groups.order]  # [B, d]
+        log_probs = F.log_softmax(_in_cluster_logits(hidden_sorted, weight, layout, groups), dim=1)
+        position_sorted = row_position[groups.order]
+        out = torch.empty_like(log_probs[:, 0])
+        out[groups.order] = log_probs.gather(1, position_sorted[:, None]).squeeze(1)
+        ctx.save_for_backward(hidden_sorted, weight, log_probs, position_sorted)
+        ctx.groups, ctx.layout, ctx.head = groups, layout, head
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        hidden_sorted, weight, log_probs, position_sorted = ctx.saved_tensors
+        groups, layout, head = ctx.groups, ctx.layout, ctx.head
+        if layout is not head._layout:
+            raise RuntimeError("the head's clusters changed between forward and backward")
+        g = grad_out[groups.order]
+        grad_logits = log_probs.exp().mul_(-g[:, None])  # -g * softmax
+        grad_logits.scatter_add_(1, position_sorted[:, None], g[:, None])  # + g at the target
+        offsets, sizes, bounds = layout.offsets, layout.sizes, groups.bounds
+        grad_hidden = None
+        if ctx.needs_input_grad[0]:
+            grad_sorted = torch.empty_like(hidden_sorted)
+            for i, c in enumerate(groups.clusters):
+                lo, hi, o, n = bounds[i], bounds[i + 1], offsets[c], sizes[c]
+                torch.mm(grad_logits[lo:hi, :n], weight[o : o + n], out=grad_sorted[lo:hi])
+            grad_hidden = torch.empty_like(grad_sorted)
+            grad_hidden[groups.order] = grad_sorted
+        if ctx.needs_input_grad[1]:
+            head._accumulate_weight_grad(grad_logits, hidden_sorted, groups)
+        return grad_hidden, None, None, None, None
+
+
+class TwoLevelSoftmax(Head):
+    """Two-level softmax over fixed word clusters (class-based softmax).
+
+    ``P(w | h) = P(C(w) | h) * P(w | h, C(w))``: a softmax over the clusters and a
+    softmax over the words of the target's cluster, so a training step
+    normalises over ``|C| + |C(w)|`` scores instead of ``N``. With ``sqrt(N)``
+    clusters of about ``sqrt(N)`` words that is ``O(sqrt(N))``.
+
+    Paper: Shen, Wang and Tian (2017), "Self-organized Hierarchical Softmax",
+    https://arxiv.org/abs/1707.08588 (Eq. 1-4). Frequency binning: Mikolov et al.
+    (2011), "Extensions of recurrent neural network language model".
+
+    Args:
+        in_features: size ``d`` of a hidden state.
+        n_classes: vocabulary size ``N``.
+        assignment: ``[N]`` cluster id of every word, or ``"random"`` (balanced,
+            seeded by ``seed``) or ``"frequency"`` (binning by ``counts``).
+            Default: ``"random"``.
+        n_clusters: number of clusters. Default: ``ceil(sqrt(N))`` (for an
+            explicit assignment: ``max(assignment) + 1``).
+        counts: ``[N]`` training counts; needed for ``"frequency"``.
+        projection: apply the ReLU projections of Eq. 1 (two ``d x d`` maps, one
+            for the cluster and one for the word softmax). Default: ``True``.
+        seed: seed of the random assignment.
+
+    Shape:
+        - hidden: ``[B, d]`` (``[*, d]`` is flattened)
+        - target: ``[B]`` word ids in ``[0, N)``
+        - returns :class:`HeadOutput`: ``output`` ``[B]`` = log P(target | hidden), scalar ``loss``
+
+    .. note::
+        The gradient of :attr:`weight` is written directly into ``weight.grad``
+        by a hand-written backward (a buffer reused across steps), so tensor hooks
+        registered on ``weight`` do not fire, and ``torch.autograd.grad`` cannot
+        return it. Optimizers, ``zero_grad`` (both modes), gradient clipping and
+        gradient accumulation work as usual. :attr:`weight` cannot be tied to an
+        embedding: its rows are grouped by cluster (use :meth:`word_vectors`).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        n_classes: int,
+        assignment: Tensor | str = "random",
+        n_clusters: int | None = None,
+        counts: Tensor | None = None,
+        projection: bool = True,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(in_features, n_classes)
+        if isinstance(assignment, str):
+            n_clusters = default_n_clusters(n_classes) if n_clusters is None else int(n_clusters)
+            if not 1 <= n_clusters <= n_classes:
+                raise ValueError(f"n_clusters must be in [1, {n_classes}], got {n_clusters}")
+            if assignment == "random":
+                assignment = random_assignment(n_classes, n_clusters, torch.Generator().manual_seed(seed))
+            elif assignment == "frequency":
+                if counts is None:
+                    raise ValueError("assignment='frequency' needs the word counts (counts=...)")
+                assignment = frequency_binning(self._check_counts(counts), n_clusters)
+            else:
+                raise ValueError(f"assignment must be a tensor, 'random' or 'frequency', got {assignment!r}")
+        else:
+            assignment = torch.as_tensor(assignment)
+            if n_clusters is None:
+                n_clusters = int(assignment.max()) + 1 if assignment.numel() else 1
+        self.n_clusters = int(n_clusters)
+        assignment = check_assignment(assignment, n_classes, self.n_clusters)
+
+        self.projection = nn.Linear(in_features, 2 * in_features, bias=False) if projection else None
+        self.cluster_weight = nn.Parameter(torch.empty(self.n_clusters, in_features))
+        #: word vectors U^V, rows grouped by cluster (see the module docstring)
+        self.weight = nn.Parameter(torch.empty(n_classes, in_features))
+        self.register_buffer("assignment", assignment.clone())
+        self._layout = _Layout(self.assignment, self.n_clusters)
+        self._grad = _GradientBuffer()
+        self._optimizers: list[torch.optim.Optimizer] = []
+        self.register_load_state_dict_post_hook(_rebuild_layout_after_load)
+        self.reset_parameters()
+
+    # -- parameters and layout ----------------------------------------------------
+    def reset_parameters(self) -> None:
+        bound = self.in_features ** -0.5
+        if self.projection is not None:
+            self.projection.reset_parameters()
+        nn.init.uniform_(self.cluster_weight, -bound, bound)
+        nn.init.uniform_(self.weight, -bound, bound)
+
+    def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the layout on the same device
+        result = super()._apply(fn, recurse)
+        self._layout = _Layout(self.assignment, self.n_clusters)
+        self._grad = _GradientBuffer()
+        return result
+
+    @staticmethod
+    def _check_counts(counts) -> Tensor:
+        counts = torch.as_tensor(counts).reshape(-1).to(torch.float64)
+        if bool((counts < 0).any()):
+            raise ValueError("counts must be non-negative")
+        return counts
+
+    def clusters(self) -> list[Tensor]:
+        """Word ids of each cluster (ascending), one tensor per cluster; empty clusters give empty tensors."""
+        layout = self._layout
+        return [layout.word_of_slot[layout.offsets[c] : layout.offsets[c + 1]] for c in range(self.n_clusters)]
+
+    def cluster_sizes(self) -> Tensor:
+        """``[n_clusters]`` number of words in each cluster."""
+        return self._layout.sizes_t.clone()
+
+    def word_vectors(self) -> Tensor:
+        """``[N, d]`` output vectors ``U^V`` in word-id order (a copy)."""
+        return self.weight.detach()[self._layout.slot_of_word]
+
+    def set_assignment(self, assignment: Tensor, optimizer: torch.optim.Optimizer | None = None) -> Tensor:
+        """Move words to new clusters, keeping every word's vector, gradient and optimizer state.
+
+        The rows of :attr:`weight` are re-laid out for the new clusters; the same
+        permutation is applied to ``weight.grad`` and to every weight-shaped
+        tensor in the state of ``optimizer`` and of the optimizers given to
+        :meth:`attach` (Adagrad sums, Adam moments, momentum buffers, ...).
+        An unchanged assignment changes nothing at all.
+
+        Returns:
+            ``[N]`` bool tensor: which words changed cluster.
+        """
+        new = check_assignment(assignment, self.n_classes, self.n_clusters).to(self.assignment.device)
+        moved = new != self.assignment
+        if not bool(moved.any()):
+            return moved
+        old_layout = self._layout
+        new_layout = _Layout(new, self.n_clusters)
+        # new slot s holds word new.word_of_slot[s], which sat at old.slot_of_word[...]
+        permutation = old_layout.slot_of_word[new_layout.word_of_slot]
+        with torch.no_grad():
+            self.weight.copy_(self.weight[permutation])
+            if self.weight.grad is not None:
+                self.weight.grad.copy_(self.weight.grad[permutation])
+            optimizers = list(self._optimizers)
+            if optimizer is not None and all(optimizer is not o for o in optimizers):
+                optimizers.append(optimizer)
+            for opt in optimizers:
+                for value in opt.state.get(self.weight, {}).values():
+                    if isinstance(value, Tensor) and value.shape == self.weight.shape:
+                        value.copy_(value[permutation])
+        self.assignment.copy_(new)
+        self._layout = new_layout
+        self._grad.invalidate()
+        return moved
+
+    # -- the forward pass ---------------------------------------------------------
+    def _split_hidden(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        """``(h_c, h_w)``: the inputs of the cluster softmax and of the word softmax."""
+        if self.projection is None:
+            return hidden, hidden
+        projected = F.relu(self.projection(hidden))  # [B, 2d]
+        return projected[:, : self.in_features], projected[:, self.in_features :]
+
+    def _parts(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
+        hidden_c, hidden_w = self._split_hidden(hidden)
+        cluster_log_probs = F.log_softmax(F.linear(hidden_c, self.cluster_weight), dim=1)  # [B, C]
+        target_cluster = self.assignment[target]
+        cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
+        word_part = _InClusterLogProb.apply(
+            hidden_w, self.weight, target_cluster, self._layout.position_of_word[target], self
+        )
+        if self.training:
+            self._observe(target, cluster_log_probs.detach())
+        return cluster_log_probs, cluster_part, word_part
+
+    def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        """Hook for subclasses: sees the cluster log-probabilities of every training batch."""
+
+    def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
+        hidden, target = self._check_inputs(hidden, target)
+        _, cluster_part, word_part = self._parts(hidden, target)
+        output = cluster_part + word_part
+        return HeadOutput(output, -output.mean())
+
+    def score_parts(self, hidden: Tensor, target: Tensor) -> ClusterScores:
+        """``log P(C(t) | h)`` and ``log P(t | h, C(t))`` per row; they sum to ``forward``'s output."""
+        hidden, target = self._check_inputs(hidden, target)
+        _, cluster_part, word_part = self._parts(hidden, target)
+        return ClusterScores(cluster_part, word_part)
+
+    def _accumulate_weight_grad(self, grad_logits: Tensor, hidden_sorted: Tensor, groups: _Groups) -> None:
+        """Write (or add) the blocks of ``dL/dU^V`` of the present clusters into ``weight.grad``."""
+        layout, weight = self._layout, self.weight
+        offsets, sizes, bounds = layout.offsets, layout.sizes, groups.bounds
+        grad = weight.grad
+        if grad is None:
+            grad = self._grad.fresh(weight, layout, groups.clusters)
+            for i, c in enumerate(groups.clusters):
+                lo, hi, o, n = bounds[i], bounds[i + 1], offsets[c], sizes[c]
+                torch.mm(grad_logits[lo:hi, :n].t(), hidden_sorted[lo:hi], out=grad[o : o + n])
+            weight.grad = grad
+            return
+        if grad.is_sparse or grad.shape != weight.shape:
+            raise RuntimeError("TwoLevelSoftmax.weight.grad must be a dense tensor shaped like the weight")
+        for i, c in enumerate(groups.clusters):
+            lo, hi, o, n = bounds[i], bounds[i + 1], offsets[c], sizes[c]
+            grad[o : o + n].addmm_(grad_logits[lo:hi, :n].t(), hidden_sorted[lo:hi])
+        if grad is self._grad.tensor:
+            self._grad.mark(groups.clusters)
+
+    # -- evaluation ---------------------------------------------------------------
+    def log_prob(self, hidden: Tensor) -> Tensor:
+        """Exact ``[B, N]`` log-probabilities (word-id order): every word of every cluster is scored."""
+        hidden = self._flatten_hidden(hidden)
+        hidden_c, hidden_w = self._split_hidden(hidden)
+        cluster_log_probs = F.log_softmax(F.linear(hidden_c, self.cluster_weight), dim=1)  # [B, C]
+        logits = F.linear(hidden_w, self.weight)  # [B, N], slot order
+        layout = self._layout
+        index = layout.cluster_of_slot.expand_as(logits)
+        shape = (logits.size(0), self.n_clusters)
+        with torch.no_grad():  # a per-cluster maximum only stabilises the log-sum-exp
+            peak = logits.new_full(shape, float("-inf")).scatter_reduce(1, index, logits, "amax")
+            peak = peak.nan_to_num(neginf=0.0)
+        peak_slot = peak.gather(1, index)
+        sums = logits.new_zeros(shape).scatter_add(1, index, (logits - peak_slot).exp())
+        normaliser = (sums.log() + peak).gather(1, index)
+        log_probs_slot = logits - normaliser + cluster_log_probs.gather(1, index)
+        return log_probs_slot[:, layout.slot_of_word]
+
+    @torch.no_grad()
+    def search_topk(self, hidden: Tensor, k: int) -> TopKResult:
+        """Exact top-k by best-first search over clusters (SPEC §3).
+
+        ``P(c | h)`` bounds the probability of every word of ``c``, so clusters are
+        visited in descending ``P(c | h)`` and a row stops as soon as its next
+        cluster's ``log P(c | h)`` is no higher than its k-th best word so far.
+        A well-trained head visits a few clusters per row; an untrained one,
+        whose cluster distribution is flat, may visit all of them.
+        """
+        k = self._check_k(k)
+        hidden = self._flatten_hidden(hidden)
+        hidden_c, hidden_w = self._split_hidden(hidden)
+        cluster_log_probs = F.log_softmax(F.linear(hidden_c, self.cluster_weight), dim=1)  # [B, C]
+        ranked_values, ranked_clusters = cluster_log_probs.sort(dim=1, descending=True)
+        batch, layout = hidden.size(0), self._layout
+        best_values = hidden.new_full((batch, k), float("-inf"))
+        best_words = torch.zeros(batch, k, dtype=torch.long, device=hidden.device)
+        visited = torch.zeros(batch, dtype=torch.long, device=hidden.device)
+        rows = torch.arange(batch, device=hidden.device)
+        for rank in range(self.n_clusters):
+            clusters = ranked_clusters[rows, rank]
+            groups = _group_rows(clusters, self.n_clusters)
+            sorted_rows = rows[groups.order]
+            log_probs = F.log_softmax(_in_cluster_logits(hidden_w[sorted_rows], self.weight, layout, groups), dim=1)
+            log_probs += ranked_values[sorted_rows, rank][:, None]
+            top = min(k, log_probs.size(1))
+            values, positions = log_probs.topk(top, dim=1)
+            slots = (layout.offsets_t[clusters[groups.order]][:, None] + positions).clamp_(max=self.n_classes - 1)
+            merged_values = torch.cat([best_values[sorted_rows], values], dim=1)
+            merged_words = torch.cat([best_words[sorted_rows], layout.word_of_slot[slots]], dim=1)
+            merged_values, pick = merged_values.topk(k, dim=1)
+            best_values[sorted_rows] = merged_values
+            best_words[sorted_rows] = merged_words.gather(1, pick)
+            visited[sorted_rows] += 1
+            if rank + 1 == self.n_clusters:
+                break
+            bound = ranked_values[sorted_rows, rank + 1]
+            rows = sorted_rows[merged_values[:, -1] < bound]
+            if rows.numel() == 0:
+                break
+        return TopKResult(best_values, best_words, visited)
+
+    def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """Same as ``log_prob(hidden).topk(k)``, by best-first search over clusters (:meth:`search_topk`)."""
+        result = self.search_topk(hidden, k)
+        return result.values, result.indices
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, n_classes={self.n_classes}, n_clusters={self.n_clusters}, "
+            f"max_cluster_size={self._layout.max_size}, projection={self.projection is not None}"
+        )
+
+
+def _rebuild_layout_after_load(module: TwoLevelSoftmax, incompatible_keys) -> None:
+    """A loaded ``assignment`` brings its own row layout of ``weight``: derive the layout again."""
+    module._layout = _Layout(module.assignment, module.n_clusters)
+    module._grad.invalidate()
+
+
+@register_head("two_level_random")
+def _two_level_random(in_features: int, n_classes: int, counts=None, **options) -> TwoLevelSoftmax:
+    return TwoLevelSoftmax(in_features, n_classes, assignment="random", **options)
+
+
+@register_head("two_level_frequency")
+def _two_level_frequency(in_features: int, n_classes: int, counts=None, **options) -> TwoLevelSoftmax:
+    return TwoLevelSoftmax(in_features, n_classes, assignment="frequency", counts=counts, **options)
