@@ -104,33 +104,28 @@ class _Groups(NamedTuple):
     """Rows of a batch grouped by the cluster whose words they score."""
 
     order: Tensor  # [B] row permutation that sorts rows by cluster
+    row_cluster: Tensor  # [B] cluster of each sorted row
     clusters: list[int]  # present clusters, ascending
-    bounds: list[int]  # row ranges of the sorted batch: cluster clusters[i] owns bounds[i]:bounds[i+1]
+    row_counts: list[int]  # rows of each present cluster, in the sorted batch
 
 
 def _group_rows(row_cluster: Tensor, n_clusters: int) -> _Groups:
-    order = torch.sort(row_cluster, stable=True).indices
+    row_cluster_sorted, order = torch.sort(row_cluster, stable=True)
     counts = torch.bincount(row_cluster, minlength=n_clusters).tolist()
-    clusters, bounds, total = [], [0], 0
-    for c, n in enumerate(counts):
-        if n:
-            clusters.append(c)
-            total += n
-            bounds.append(total)
-    return _Groups(order, clusters, bounds)
+    clusters = [c for c, n in enumerate(counts) if n]
+    return _Groups(order, row_cluster_sorted, clusters, [counts[c] for c in clusters])
 
 
 def _in_cluster_logits(hidden_sorted: Tensor, weight: Tensor, layout: _Layout, groups: _Groups) -> Tensor:
     """``[B, S]`` logits of each sorted row against its cluster's words, ``-inf`` past the cluster's size."""
-    batch = hidden_sorted.size(0)
-    width = max([1] + [layout.sizes[c] for c in groups.clusters])
-    logits = hidden_sorted.new_empty(batch, width)
-    row_size = hidden_sorted.new_empty(batch, dtype=torch.long)
-    offsets, sizes, bounds = layout.offsets, layout.sizes, groups.bounds
-    for i, c in enumerate(groups.clusters):
-        lo, hi, o, n = bounds[i], bounds[i + 1], offsets[c], sizes[c]
-        torch.mm(hidden_sorted[lo:hi], weight[o : o + n].t(), out=logits[lo:hi, :n])
-        row_size[lo:hi] = n
+    sizes = layout.sizes
+    width = max([1] + [sizes[c] for c in groups.clusters])
+    logits = hidden_sorted.new_empty(hidden_sorted.size(0), width)
+    row_counts = groups.row_counts
+    weight_blocks = weight.split(sizes)  # one call makes every cluster's view
+    for c, h, out in zip(groups.clusters, hidden_sorted.split(row_counts), logits.split(row_counts)):
+        torch.mm(h, weight_blocks[c].t(), out=out[:, : sizes[c]])
+    row_size = layout.sizes_t[groups.row_cluster]
     logits.masked_fill_(torch.arange(width, device=logits.device) >= row_size[:, None], float("-inf"))
     return logits
 
@@ -167,13 +162,13 @@ class _InClusterLogProb(torch.autograd.Function):
         g = grad_out[groups.order]
         grad_logits = log_probs.exp().mul_(-g[:, None])  # -g * softmax
         grad_logits.scatter_add_(1, position_sorted[:, None], g[:, None])  # + g at the target
-        offsets, sizes, bounds = layout.offsets, layout.sizes, groups.bounds
+        sizes, row_counts = layout.sizes, groups.row_counts
         grad_hidden = None
         if ctx.needs_input_grad[0]:
             grad_sorted = torch.empty_like(hidden_sorted)
-            for i, c in enumerate(groups.clusters):
-                lo, hi, o, n = bounds[i], bounds[i + 1], offsets[c], sizes[c]
-                torch.mm(grad_logits[lo:hi, :n], weight[o : o + n], out=grad_sorted[lo:hi])
+            weight_blocks = weight.split(sizes)
+            for c, g_c, out in zip(groups.clusters, grad_logits.split(row_counts), grad_sorted.split(row_counts)):
+                torch.mm(g_c[:, : sizes[c]], weight_blocks[c], out=out)
             grad_hidden = torch.empty_like(grad_sorted)
             grad_hidden[groups.order] = grad_sorted
         if ctx.needs_input_grad[1]:
@@ -370,21 +365,20 @@ class TwoLevelSoftmax(Head):
     def _accumulate_weight_grad(self, grad_logits: Tensor, hidden_sorted: Tensor, groups: _Groups) -> None:
         """Write (or add) the blocks of ``dL/dU^V`` of the present clusters into ``weight.grad``."""
         layout, weight = self._layout, self.weight
-        offsets, sizes, bounds = layout.offsets, layout.sizes, groups.bounds
         grad = weight.grad
-        if grad is None:
+        fresh = grad is None
+        if fresh:
             grad = self._grad.fresh(weight, layout, groups.clusters)
-            for i, c in enumerate(groups.clusters):
-                lo, hi, o, n = bounds[i], bounds[i + 1], offsets[c], sizes[c]
-                torch.mm(grad_logits[lo:hi, :n].t(), hidden_sorted[lo:hi], out=grad[o : o + n])
-            weight.grad = grad
-            return
-        if grad.is_sparse or grad.shape != weight.shape:
+        elif grad.is_sparse or grad.shape != weight.shape:
             raise RuntimeError("TwoLevelSoftmax.weight.grad must be a dense tensor shaped like the weight")
-        for i, c in enumerate(groups.clusters):
-            lo, hi, o, n = bounds[i], bounds[i + 1], offsets[c], sizes[c]
-            grad[o : o + n].addmm_(grad_logits[lo:hi, :n].t(), hidden_sorted[lo:hi])
-        if grad is self._grad.tensor:
+        beta = 0.0 if fresh else 1.0  # a fresh buffer's present blocks are overwritten, not added to
+        sizes, row_counts = layout.sizes, groups.row_counts
+        grad_blocks = grad.split(sizes)
+        for c, g_c, h_c in zip(groups.clusters, grad_logits.split(row_counts), hidden_sorted.split(row_counts)):
+            grad_blocks[c].addmm_(g_c[:, : sizes[c]].t(), h_c, beta=beta)
+        if fresh:
+            weight.grad = grad
+        elif grad is self._grad.tensor:
             self._grad.mark(groups.clusters)
 
     # -- evaluation ---------------------------------------------------------------
