@@ -1,0 +1,54 @@
+"""Corpora, vocabularies and batching for word-level language models.
+
+* :mod:`sohsm.data.corpora`: the known corpora, checking and fetching their files.
+* :mod:`sohsm.data.loading`: :func:`load_corpus`, token ids and their cache.
+* :mod:`sohsm.data.vocab`: :class:`Vocabulary`, frequency-sorted with counts.
+* :mod:`sohsm.data.batching`: :func:`batchify` and truncated-BPTT windows.
+"""
+from sohsm.data.batching import batchify, bptt_batches, num_bptt_batches
+from sohsm.data.corpora import (
+    CORPORA,
+    CorpusSpec,
+    CorpusStatus,
+    FileSpec,
+    FileStatus,
+    Split,
+    corpus_names,
+    corpus_status,
+    fetch,
+    get_spec,
+    register_corpus,
+    verify_corpus,
+)
+from sohsm.data.errors import DataError
+from sohsm.data.files import Source, resolve_cache_dir, resolve_data_dir
+from sohsm.data.loading import Corpus, load_corpus
+from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
+
+__all__ = [
+    "CORPORA",
+    "Corpus",
+    "CorpusSpec",
+    "CorpusStatus",
+    "DataError",
+    "EOS",
+    "FileSpec",
+    "FileStatus",
+    "Source",
+    "Split",
+    "UNK",
+    "VocabConfig",
+    "Vocabulary",
+    "batchify",
+    "bptt_batches",
+    "corpus_names",
+    "corpus_status",
+    "fetch",
+    "get_spec",
+    "load_corpus",
+    "num_bptt_batches",
+    "register_corpus",
+    "resolve_cache_dir",
+    "resolve_data_dir",
+    "verify_corpus",
+]

@@ -1,0 +1,284 @@
+"""Where corpus files live, how they are checked, and how they are downloaded.
+
+* Data directory: the ``data_dir`` argument, else ``$SOHSM_DATA``, else
+  ``~/.cache/sohsm``. Each corpus has its own folder in it (``ptb/``,
+  ``wikitext-2/``, ``text8/``, ...).
+* Cache directory (verification stamps, tokenised corpora): the ``cache_dir``
+  argument, else ``$SOHSM_CACHE``, else ``~/.cache/sohsm/cache``. The data
+  directory itself is never written to, except by :func:`download`, so it may
+  be read-only and shared.
+* A file's sha256 is computed once and remembered in a small stamp file keyed
+  on the file's path, size, mtime, ctime and inode; a later run trusts the
+  stamp while none of these changed, so checking a corpus takes milliseconds.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from sohsm.data.errors import DataError
+
+#: environment variable naming the data directory
+DATA_ENV = "SOHSM_DATA"
+#: environment variable naming the cache directory
+CACHE_ENV = "SOHSM_CACHE"
+_CHUNK = 1 << 20
+
+
+def default_root() -> Path:
+    """``~/.cache/sohsm``: the data directory when nothing else is given."""
+    return Path.home() / ".cache" / "sohsm"
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The data directory: ``data_dir``, else ``$SOHSM_DATA``, else ``~/.cache/sohsm``."""
+    if data_dir is not None and str(data_dir) != "":
+        return Path(data_dir).expanduser()
+    env = os.environ.get(DATA_ENV)
+    if env:
+        return Path(env).expanduser()
+    return default_root()
+
+
+def data_dir_origin(data_dir: str | os.PathLike[str] | None = None) -> str:
+    """Where :func:`resolve_data_dir` took the directory from, for messages."""
+    if data_dir is not None and str(data_dir) != "":
+        return "given"
+    if os.environ.get(DATA_ENV):
+        return f"from ${DATA_ENV}"
+    return "default"
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The cache directory: ``cache_dir``, else ``$SOHSM_CACHE``, else ``~/.cache/sohsm/cache``."""
+    if cache_dir is not None and str(cache_dir) != "":
+        return Path(cache_dir).expanduser()
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    return default_root() / "cache"
+
+
+# -- hashing ------------------------------------------------------------------------
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes, as 64 hex digits (no caching)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _stat_key(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
+
+
+def _stamp_path(path: Path, cache_dir: Path) -> Path:
+    key = hashlib.sha1(str(path.resolve()).encode("utf-8")).hexdigest()[:24]
+    return cache_dir / "verified" / f"{key}.json"
+
+
+def cached_sha256(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> str:
+    """The sha256 of ``path``, remembered in a stamp file while the file is unchanged.
+
+    The stamp is keyed on the resolved path, size, mtime, ctime and inode: any
+    rewrite, copy or ``touch`` of the file makes it hash again. An unwritable cache
+    directory only costs speed.
+
+    Args:
+        path: the file to hash.
+        cache_dir: where stamps go; see :func:`resolve_cache_dir`.
+    """
+    path = Path(path)
+    stamp = _stamp_path(path, resolve_cache_dir(cache_dir))
+    key = _stat_key(path)
+    try:
+        recorded = json.loads(stamp.read_text(encoding="utf-8"))
+        if recorded.get("path") == str(path.resolve()) and recorded.get("stat") == key:
+            return str(recorded["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    digest = sha256_file(path)
+    if _stat_key(path) == key:  # not rewritten while we read it
+        record_sha256(path, digest, cache_dir, _key=key)
+    return digest
+
+
+def record_sha256(
+    path: str | os.PathLike[str],
+    digest: str,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    _key: dict[str, int] | None = None,
+) -> None:
+    """Remember that ``path`` (as it is now) has sha256 ``digest``; errors are ignored."""
+    path = Path(path)
+    stamp = _stamp_path(path, resolve_cache_dir(cache_dir))
+    record = {"path": str(path.resolve()), "stat": _key or _stat_key(path), "sha256": digest}
+    try:
+        write_atomic_text(stamp, json.dumps(record))
+    except OSError:
+        pass
+
+
+# -- atomic writes ------------------------------------------------------------------
+@contextmanager
+def atomic_output(target: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]:
+    """Open a temporary file next to ``target`` that replaces it only on success.
+
+    On an exception the temporary file is deleted and ``target`` is untouched.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    try:
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+        os.replace(tmp, target)
+    except BaseException:
+        with _suppress_oserror():
+            os.unlink(tmp)
+        raise
+
+
+def write_atomic_text(target: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (utf-8) to ``target`` via a temporary file and ``os.replace``."""
+    with atomic_output(target, "w") as handle:
+        handle.write(text)
+
+
+@contextmanager
+def _suppress_oserror() -> Iterator[None]:
+    try:
+        yield
+    except OSError:
+        pass
+
+
+# -- downloads ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Source:
+    """One place a corpus file can be downloaded from.
+
+    Attributes:
+        url: the address of the file, or of an archive (``.zip``, ``.tgz``,
+            ``.tar.gz``) that holds it.
+        member: the file's path inside the archive; ``None`` for a plain file.
+            Matched on its end, so a leading ``./`` or folder name may differ.
+        prefix_bytes: keep only the first this many bytes of the file (a file
+            defined as a prefix of a published one, like ``text8.head``).
+        crc32: the CRC-32 the archive records for ``member``, checked before
+            extracting (a zip then also checks the data against it); ``None`` to skip.
+    """
+
+    url: str
+    member: str | None = None
+    prefix_bytes: int | None = None
+    crc32: int | None = None
+
+
+def _open_url(url: str, timeout: float):
+    host = urllib.parse.urlsplit(url).hostname or ""
+    handlers = []
+    if host in ("127.0.0.1", "localhost", "::1"):
+        handlers.append(urllib.request.ProxyHandler({}))  # never send loopback through a proxy
+    opener = urllib.request.build_opener(*handlers)
+    request = urllib.request.Request(url, headers={"User-Agent": "sohsm-data-fetch"})
+    return opener.open(request, timeout=timeout)
+
+
+def download_to(url: str, handle: IO[bytes], *, desc: str, progress: bool, timeout: float) -> None:
+    """Stream ``url`` into an open binary file, with a tqdm bar on stderr.
+
+    Raises:
+        OSError (including ``urllib.error.URLError``) when the download fails.
+    """
+    from tqdm.auto import tqdm
+
+    with _open_url(url, timeout) as response:
+        length = response.headers.get("Content-Length")
+        total = int(length) if length and length.isdigit() else None
+        with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
+                  disable=not progress, leave=False) as bar:
+            while block := response.read(_CHUNK):
+                handle.write(block)
+                bar.update(len(block))
+        if total is not None and handle.tell() != total:
+            raise OSError(f"connection closed after {handle.tell()} of {total} bytes")
+
+
+def _copy_limited(src: IO[bytes], dst: IO[bytes], limit: int | None) -> None:
+    remaining = limit
+    while True:
+        size = _CHUNK if remaining is None else min(_CHUNK, remaining)
+        if size == 0:
+            return
+        block = src.read(size)
+        if not block:
+            if remaining:
+                raise DataError(f"archive member is shorter than the {limit} bytes expected")
+            return
+        dst.write(block)
+        if remaining is not None:
+            remaining -= len(block)
+
+
+def _member_matches(name: str, member: str) -> bool:
+    name = name[2:] if name.startswith("./") else name
+    return name == member or name.endswith("/" + member)
+
+
+def extract_member(archive: Path, source: Source, dst: IO[bytes]) -> None:
+    """Copy ``source.member`` (first ``source.prefix_bytes`` bytes if set) from a zip or tar archive.
+
+    Raises:
+        DataError: the archive has no such member, or its CRC-32 differs from ``source.crc32``.
+        OSError, zipfile.BadZipFile, tarfile.TarError: an unreadable archive.
+    """
+    assert source.member is not None
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            infos = [i for i in zf.infolist() if not i.is_dir() and _member_matches(i.filename, source.member)]
+            if not infos:
+                raise DataError(f"{source.url} has no member {source.member}")
+            info = infos[0]
+            if source.crc32 is not None and info.CRC != source.crc32:
+                raise DataError(
+                    f"{source.url}: member {info.filename} has CRC-32 {info.CRC:08x}, "
+                    f"expected {source.crc32:08x} (a different version of the archive)"
+                )
+            with zf.open(info) as src:
+                _copy_limited(src, dst, source.prefix_bytes)
+        return
+    with tarfile.open(archive, "r:*") as tf:
+        members = [m for m in tf.getmembers() if m.isfile() and _member_matches(m.name, source.member)]
+        if not members:
+            raise DataError(f"{source.url} has no member {source.member}")
+        src = tf.extractfile(members[0])
+        assert src is not None
+        with src:
+            _copy_limited(src, dst, source.prefix_bytes)
+
+
+def download_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a failed download or unpack may raise (besides :class:`DataError`)."""
+    return (OSError, urllib.error.URLError, zipfile.BadZipFile, tarfile.TarError, EOFError, ValueError)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a temporary folder, ignoring errors."""
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,206 @@
+"""Word vocabularies: ids sorted by training frequency, with ``<unk>`` for rare words.
+
+Ids are assigned by descending training count, ties broken by first occurrence
+in the training text, so the same text and options always give the same ids.
+Frequency order is what the softmax heads expect: low ids are frequent words,
+and :attr:`Vocabulary.counts` (aligned with ids) gives their unigram statistics.
+
+Two special tokens:
+
+* ``<unk>`` is always in the vocabulary. Words cut by ``min_count``/``max_size``
+  map to it and its count is the sum of theirs (plus the count of literal
+  ``<unk>`` tokens, as PTB and WikiText already contain them). It is ranked by
+  that total like any other word; with nothing to absorb its count is 0.
+* ``<eos>`` (appended per line by corpora that have lines) is never cut.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from sohsm.data.errors import DataError
+
+UNK = "<unk>"
+EOS = "<eos>"
+_FORMAT = "sohsm.vocab/1"
+
+
+@dataclass(frozen=True)
+class VocabConfig:
+    """How rare words are cut.
+
+    Attributes:
+        min_count: words seen fewer times in the training text become ``<unk>``.
+        max_size: at most this many entries, ``<unk>`` and ``<eos>`` included;
+            ``None`` for no limit.
+    """
+
+    min_count: int = 1
+    max_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.min_count, bool) or not isinstance(self.min_count, (int, np.integer)) or self.min_count < 1:
+            raise ValueError(f"min_count must be an integer >= 1, got {self.min_count!r}")
+        if self.max_size is not None and (
+            isinstance(self.max_size, bool) or not isinstance(self.max_size, (int, np.integer)) or self.max_size < 2
+        ):
+            raise ValueError(f"max_size must be an integer >= 2 or None, got {self.max_size!r}")
+
+
+class Vocabulary:
+    """A word <-> id mapping with training counts.
+
+    Build one with :meth:`from_counts` or :meth:`build`; the constructor takes
+    the final, already ordered entries.
+
+    Args:
+        itos: the words, id order.
+        counts: training count of each entry, aligned with ``itos``.
+        unk: the unknown-word token; must be in ``itos``.
+        eos: the end-of-line token, or ``None`` for running text.
+
+    Attributes:
+        itos: list of words, indexed by id.
+        stoi: dict word -> id.
+        counts: ``np.int64`` array ``[len(vocab)]`` of training counts.
+        unk_id: id of ``<unk>``.
+        eos_id: id of ``<eos>``, or ``None`` when the vocabulary has none.
+    """
+
+    def __init__(self, itos: Sequence[str], counts: Sequence[int] | np.ndarray, unk: str = UNK,
+                 eos: str | None = EOS) -> None:
+        self.itos: list[str] = [str(w) for w in itos]
+        self.counts: np.ndarray = np.asarray(counts, dtype=np.int64).reshape(-1)
+        if len(self.itos) != len(self.counts):
+            raise ValueError(f"itos has {len(self.itos)} entries but counts has {len(self.counts)}")
+        if (self.counts < 0).any():
+            raise ValueError("counts must be non-negative")
+        self.stoi: dict[str, int] = {w: i for i, w in enumerate(self.itos)}
+        if len(self.stoi) != len(self.itos):
+            dup = next(w for w in self.itos if self.itos.count(w) > 1)
+            raise ValueError(f"duplicate word {dup!r} in itos")
+        if unk not in self.stoi:
+            raise ValueError(f"the unknown-word token {unk!r} is not in itos")
+        self.unk, self.eos = unk, eos
+        self.unk_id: int = self.stoi[unk]
+        self.eos_id: int | None = self.stoi.get(eos) if eos is not None else None
+
+    # -- construction ---------------------------------------------------------------
+    @classmethod
+    def from_counts(cls, counts: Mapping[str, int], min_count: int = 1, max_size: int | None = None,
+                    unk: str = UNK, eos: str | None = EOS) -> Vocabulary:
+        """Build from word counts whose iteration order is first occurrence (a ``Counter`` is).
+
+        Args:
+            counts: training count of every word.
+            min_count: words with a smaller count become ``unk``; ``eos`` is kept.
+            max_size: keep at most this many entries (``unk`` and ``eos`` included),
+                the most frequent ones.
+            unk: the unknown-word token.
+            eos: the end-of-line token (protected from cutting), or ``None``.
+        """
+        config = VocabConfig(min_count, max_size)
+        order = {w: i for i, w in enumerate(counts)}
+        words = [w for w in counts if w != unk]
+        words.sort(key=lambda w: (-int(counts[w]), order[w]))
+        kept = [w for w in words if int(counts[w]) >= config.min_count or w == eos]
+        if config.max_size is not None and len(kept) > config.max_size - 1:  # room for unk
+            capacity = config.max_size - 1
+            cut_eos = eos is not None and eos in kept[capacity:]
+            kept = kept[: capacity - 1] + [eos] if cut_eos else kept[:capacity]
+        kept_set = set(kept)
+        unk_count = int(counts.get(unk, 0)) + sum(int(c) for w, c in counts.items() if w != unk and w not in kept_set)
+        unk_rank = order.get(unk, len(order))
+        entries = [(w, int(counts[w]), order[w]) for w in kept] + [(unk, unk_count, unk_rank)]
+        entries.sort(key=lambda e: (-e[1], e[2]))
+        return cls([e[0] for e in entries], [e[1] for e in entries], unk=unk, eos=eos)
+
+    @classmethod
+    def build(cls, tokens: Iterable[str], min_count: int = 1, max_size: int | None = None,
+              unk: str = UNK, eos: str | None = EOS) -> Vocabulary:
+        """Count ``tokens`` and build with :meth:`from_counts`."""
+        return cls.from_counts(Counter(tokens), min_count=min_count, max_size=max_size, unk=unk, eos=eos)
+
+    # -- lookups --------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, word: object) -> bool:
+        return word in self.stoi
+
+    def __getitem__(self, word: str) -> int:
+        """The id of ``word``; ``unk_id`` for a word not in the vocabulary."""
+        return self.stoi.get(word, self.unk_id)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Vocabulary) and self.itos == other.itos and self.unk == other.unk
+                and self.eos == other.eos and np.array_equal(self.counts, other.counts))
+
+    def __repr__(self) -> str:
+        return f"Vocabulary(size={len(self)}, tokens={int(self.counts.sum())}, unk={self.unk!r}, eos={self.eos!r})"
+
+    def encode_numpy(self, words: Sequence[str]) -> np.ndarray:
+        """Ids of ``words`` as an ``np.int64`` array; unknown words get ``unk_id``."""
+        return np.fromiter(map(self.stoi.get, words, repeat(self.unk_id)), dtype=np.int64, count=len(words))
+
+    def encode(self, words: Iterable[str] | str) -> Tensor:
+        """Ids of ``words`` as a LongTensor; a string is split on whitespace first."""
+        if isinstance(words, str):
+            words = words.split()
+        elif not isinstance(words, Sequence):
+            words = list(words)
+        return torch.from_numpy(self.encode_numpy(words))
+
+    def decode(self, ids: Tensor | np.ndarray | Iterable[int]) -> list[str]:
+        """Words of ``ids`` (any iterable of ints, tensor or array of any shape, flattened)."""
+        if isinstance(ids, Tensor):
+            ids = ids.reshape(-1).tolist()
+        elif isinstance(ids, np.ndarray):
+            ids = ids.reshape(-1).tolist()
+        out = []
+        for i in ids:
+            if not 0 <= int(i) < len(self.itos):
+                raise ValueError(f"id {i} is out of range for a vocabulary of size {len(self.itos)}")
+            out.append(self.itos[int(i)])
+        return out
+
+    # -- persistence ----------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """A JSON-ready dict; :meth:`from_dict` reverses it."""
+        return {"format": _FORMAT, "unk": self.unk, "eos": self.eos, "itos": self.itos,
+                "counts": self.counts.tolist()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Vocabulary:
+        if not isinstance(data, Mapping) or data.get("format") != _FORMAT:
+            raise DataError(f"not a sohsm vocabulary (format {data.get('format') if isinstance(data, Mapping) else None!r},"
+                            f" expected {_FORMAT!r})")
+        return cls(data["itos"], data["counts"], unk=data["unk"], eos=data["eos"])
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the vocabulary (words, counts, specials) to a JSON file, atomically."""
+        from sohsm.data.files import write_atomic_text
+
+        write_atomic_text(path, json.dumps(self.to_dict(), ensure_ascii=False))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Vocabulary:
+        """Read a file written by :meth:`save`.
+
+        Raises:
+            DataError: the file is not valid JSON or not a vocabulary file.
+        """
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except ValueError as error:
+            raise DataError(f"{path}: not a vocabulary JSON file ({error})") from None
+        return cls.from_dict(data)
