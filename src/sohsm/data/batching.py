@@ -89,7 +89,11 @@ def bptt_batches(data: Tensor, bptt: int, start: int = 0,
     Raises:
         ValueError: ``data`` is not 2-D, or ``bptt``/``start`` are not valid.
     """
-    _check_window(data, bptt, start)
+    _check_window(data, bptt, start)  # here, not on the first next()
+    return _windows(data, int(bptt), int(start), drop_last)
+
+
+def _windows(data: Tensor, bptt: int, start: int, drop_last: bool) -> Iterator[tuple[Tensor, Tensor]]:
     last = data.size(0) - 1  # the last row is only ever a target
     for i in range(start, last, bptt):
         length = min(bptt, last - i)
