@@ -207,7 +207,7 @@ def download_to(url: str, handle: IO[bytes], *, desc: str, progress: bool, timeo
     Raises:
         OSError (including ``urllib.error.URLError``) when the download fails.
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     with _open_url(url, timeout) as response:
         length = response.headers.get("Content-Length")

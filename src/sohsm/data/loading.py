@@ -52,7 +52,8 @@ def _read_text(path: Path) -> str:
 
 def _cut_partial_word(text: str) -> str:
     """Drop everything after the last whitespace (a file that ends mid-word)."""
-    return text[: max(text.rfind(c) for c in " \t\n\r")] if text else text
+    last = max(text.rfind(c) for c in " \t\n\r")
+    return text[:last] if last >= 0 else ""
 
 
 def _snap(text: str, pos: int, lines: bool, stop: int | None = None) -> int:
@@ -146,7 +147,10 @@ class _Plan:
     files: dict[str, str]  # key -> sha256
     paths: dict[str, Path]  # key -> path
     truncated: frozenset[str]
-    splits: dict[str, tuple[str, int | float, int | None, str]]  # split -> (file key, start, stop, kind)
+    # split -> (file key, start, stop, kind). kind "chars": character offsets as in
+    # corpora.Split; "head"/"tail": the file without / only its last `fraction` of
+    # lines or characters, the fraction stored in stop / start.
+    splits: dict[str, tuple[str, int | float, int | None, str]]
 
 
 def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None,
@@ -158,7 +162,8 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
     Args:
         name_or_path: a registered name (``"ptb"``, ``"wikitext-2"``, ``"text8"``,
             ``"text8-small"``, ...) or the path of a text file or folder (see the
-            module docstring).
+            module docstring). A registered name wins over a folder of the same
+            name; write ``./ptb`` for the folder.
         data_dir: where known corpora are; see :func:`~sohsm.data.files.resolve_data_dir`.
         min_count, max_size: vocabulary options (:class:`~sohsm.data.vocab.VocabConfig`).
             Both ``None``: the corpus default. If either is given, the other falls
@@ -350,7 +355,10 @@ def _write_cache(folder: Path, key: str, corpus: Corpus) -> Path | None:
         meta = {"key": key, "name": corpus.name, "files": corpus.files, "splits": list(splits),
                 "tokens": {role: int(ids.numel()) for role, ids in splits.items()}, "vocab_size": len(corpus.vocab)}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        if folder.exists():  # a stale or broken entry under the same name
+        if (folder / "meta.json").exists():  # another process wrote it meanwhile
+            remove_tree(tmp)
+            return folder
+        if folder.exists():  # a broken entry (no meta.json)
             remove_tree(folder)
         os.replace(tmp, folder)
         return folder

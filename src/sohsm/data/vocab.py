@@ -85,7 +85,7 @@ class Vocabulary:
             raise ValueError("counts must be non-negative")
         self.stoi: dict[str, int] = {w: i for i, w in enumerate(self.itos)}
         if len(self.stoi) != len(self.itos):
-            dup = next(w for w in self.itos if self.itos.count(w) > 1)
+            dup = next(w for w, n in Counter(self.itos).items() if n > 1)
             raise ValueError(f"duplicate word {dup!r} in itos")
         if unk not in self.stoi:
             raise ValueError(f"the unknown-word token {unk!r} is not in itos")
