@@ -64,10 +64,16 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
 
     Example::
 
-        >>> head = SelfOrganizedSoftmax(512, 44000, counts=counts)
-        >>> optimizer = torch.optim.Adagrad(model.parameters(), lr=0.1)
-        >>> head.attach(optimizer)      # re-clusters every K optimizer steps
-        >>> loss = head(hidden, target).loss
+        >>> import torch
+        >>> counts = torch.randint(1, 100, (1000,))
+        >>> head = SelfOrganizedSoftmax(64, 1000, counts=counts, update_every=2)
+        >>> optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+        >>> handle = head.attach(optimizer)     # re-clusters every update_every steps
+        >>> for _ in range(2):
+        ...     output, loss = head(torch.randn(32, 64), torch.randint(0, 1000, (32,)))
+        ...     loss.backward(); optimizer.step(); optimizer.zero_grad()
+        >>> sorted(head.history[0])
+        ['change_rate', 'empty_clusters', 'fallback_words', 'moved_tf_mass', 'step']
 
     .. note::
         When no cluster meets both constraints (possible when
