@@ -43,6 +43,13 @@ def batchify(ids: Tensor, batch_size: int, device: torch.device | str | None = N
 
     Raises:
         ValueError: ``ids`` is not 1-D, ``batch_size`` < 1, or fewer than ``batch_size`` tokens.
+
+    Example::
+
+        >>> batchify(torch.arange(10), 3)
+        tensor([[0, 3, 6],
+                [1, 4, 7],
+                [2, 5, 8]])
     """
     if ids.dim() != 1:
         raise ValueError(f"ids must be 1-D, got shape {tuple(ids.shape)}")
@@ -88,6 +95,12 @@ def bptt_batches(data: Tensor, bptt: int, start: int = 0,
 
     Raises:
         ValueError: ``data`` is not 2-D, or ``bptt``/``start`` are not valid.
+
+    Example::
+
+        >>> data = batchify(torch.arange(10), 2)  # rows [0, 5], [1, 6], ..., [4, 9]
+        >>> [(len(inp), tgt[0].tolist()) for inp, tgt in bptt_batches(data, 3)]
+        [(3, [1, 6]), (1, [4, 9])]
     """
     _check_window(data, bptt, start)  # here, not on the first next()
     return _windows(data, int(bptt), int(start), drop_last)

@@ -126,7 +126,16 @@ class Vocabulary:
     @classmethod
     def build(cls, tokens: Iterable[str], min_count: int = 1, max_size: int | None = None,
               unk: str = UNK, eos: str | None = EOS) -> Vocabulary:
-        """Count ``tokens`` and build with :meth:`from_counts`."""
+        """Count ``tokens`` and build with :meth:`from_counts`.
+
+        Example::
+
+            >>> vocab = Vocabulary.build("the cat saw the dog <eos>".split(), min_count=2)
+            >>> vocab.itos, vocab.counts.tolist()
+            (['<unk>', 'the', '<eos>'], [3, 2, 1])
+            >>> vocab.encode("the bird").tolist()
+            [1, 0]
+        """
         return cls.from_counts(Counter(tokens), min_count=min_count, max_size=max_size, unk=unk, eos=eos)
 
     # -- lookups --------------------------------------------------------------------
