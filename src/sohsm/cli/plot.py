@@ -1,0 +1,31 @@
+"""`sohsm plot`: the paper's Figure 1 (dev perplexities, class changes) for one or more runs."""
+from __future__ import annotations
+
+import argparse
+
+from sohsm.cli.main import CommandError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``plot`` command."""
+    parser = subparsers.add_parser(
+        "plot", help="draw the paper's Figure 1 for training runs", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Draw dev perplexity, cluster perplexity, in-cluster perplexity, class change rate, moved "
+        "token mass and training perplexity against training steps, one line per run, as a PNG.",
+        epilog="examples:\n  sohsm plot runs/ptb-sohsm\n"
+        "  sohsm plot runs/ptb-full runs/ptb-sohsm runs/ptb-freq -o figure1.png",
+    )
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="run directories (from `sohsm lm train`)")
+    parser.add_argument("-o", "--output", metavar="OUT.png", help="where to write (default: <first RUN>/figure1.png)")
+    parser.set_defaults(func=_plot)
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from sohsm.plots import figure1
+
+    try:
+        path = figure1(args.runs, args.output)
+    except (ValueError, OSError) as error:
+        raise CommandError(str(error)) from None
+    print(path)
+    return 0

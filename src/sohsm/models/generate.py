@@ -1,0 +1,60 @@
+"""Continuing a text with a language model and a head: greedy or sampled, one word at a time."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from sohsm.heads.base import Head
+from sohsm.models.lstm_lm import LSTMLanguageModel
+
+
+@torch.no_grad()
+def generate(model: LSTMLanguageModel, head: Head, prompt: Tensor, length: int, *, greedy: bool = False,
+             temperature: float = 1.0, generator: torch.Generator | None = None) -> Tensor:
+    """Continue ``prompt`` by ``length`` words.
+
+    Greedy decoding takes ``head.predict`` (the most probable word); sampling
+    draws from ``softmax(head.log_prob(h) / temperature)``.
+
+    Args:
+        model: produces the hidden states.
+        head: scores them.
+        prompt: ``[P]`` word ids, ``P >= 1``.
+        length: number of words to add.
+        greedy: take the most probable word instead of sampling.
+        temperature: sharpens (< 1) or flattens (> 1) the sampling distribution.
+        generator: the random generator sampling draws from (seed it for reproducible text).
+
+    Returns:
+        ``[length]`` word ids (the continuation only).
+
+    Raises:
+        ValueError: an empty prompt, a negative length or a non-positive temperature.
+    """
+    if prompt.dim() != 1 or prompt.numel() == 0:
+        raise ValueError(f"prompt must be a non-empty 1-D tensor of word ids, got shape {tuple(prompt.shape)}")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise ValueError(f"length must be a non-negative integer, got {length!r}")
+    if not greedy and not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature!r}")
+    was_training = model.training, head.training
+    model.eval()
+    head.eval()
+    try:
+        device = next(model.parameters()).device
+        hidden, state = model(prompt.to(device)[:, None])  # [P, 1, d]
+        last = hidden[-1]  # [1, d]
+        out = torch.empty(length, dtype=torch.long, device=device)
+        for i in range(length):
+            if greedy:
+                word = head.predict(last)  # [1]
+            else:
+                probs = (head.log_prob(last) / temperature).softmax(dim=1)  # [1, N]
+                word = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            out[i] = word[0]
+            hidden, state = model(word[None, :], state)
+            last = hidden[-1]
+        return out.cpu()
+    finally:
+        model.train(was_training[0])
+        head.train(was_training[1])

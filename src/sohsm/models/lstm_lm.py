@@ -1,0 +1,115 @@
+"""An LSTM language model that produces hidden states; a head turns them into a loss.
+
+    ids [T, B] -> embedding [T, B, e] -> dropout -> LSTM (L layers) [T, B, d] -> dropout -> hidden [T, B, d]
+
+The model never makes logits: any head of :mod:`sohsm.heads` built with
+``in_features = hidden_size`` scores the hidden states, so the same model runs
+with a full softmax, a two-level softmax or the self-organized one.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from sohsm.heads.base import Head
+from sohsm.heads.full import FullSoftmax
+
+#: the recurrent state ``(h, c)``, each ``[layers, B, hidden_size]``
+LSTMState = tuple[Tensor, Tensor]
+
+
+class LSTMLanguageModel(nn.Module):
+    """Embedding, dropout and a multi-layer LSTM: token ids in, hidden states out.
+
+    The recurrent state is returned so that truncated back-propagation through
+    time can carry it (detached) from one window to the next; see
+    :func:`detach_state`.
+
+    Args:
+        vocab_size: number of word ids ``N``.
+        emb_size: size ``e`` of a word embedding. Default: 512 (the paper's text8 model).
+        hidden_size: size ``d`` of the LSTM state, the ``in_features`` of the head. Default: 512.
+        layers: number of stacked LSTM layers. Default: 1.
+        dropout: dropout on the embeddings, between LSTM layers and on the
+            output hidden states. Default: 0.0.
+
+    Shape:
+        - input: ``[T, B]`` long word ids (time first, as :func:`sohsm.data.batchify` lays them out)
+        - state: ``None`` (zeros) or ``(h, c)``, each ``[layers, B, hidden_size]``
+        - returns ``(hidden [T, B, hidden_size], state)``
+
+    Example::
+
+        >>> model = LSTMLanguageModel(10_000, emb_size=32, hidden_size=32)
+        >>> head = sohsm.build_head("self_organized", 32, 10_000, counts=counts)
+        >>> hidden, state = model(ids[:-1])          # [T, B, 32]
+        >>> loss = head(hidden, ids[1:]).loss        # [*, d] hidden is flattened by the head
+    """
+
+    def __init__(self, vocab_size: int, emb_size: int = 512, hidden_size: int = 512, layers: int = 1,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        for name, value, low in (("vocab_size", vocab_size, 2), ("emb_size", emb_size, 1),
+                                 ("hidden_size", hidden_size, 1), ("layers", layers, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.vocab_size, self.emb_size, self.hidden_size = vocab_size, emb_size, hidden_size
+        self.layers, self.dropout_p = layers, float(dropout)
+        self.embedding = nn.Embedding(vocab_size, emb_size)
+        self.dropout = nn.Dropout(self.dropout_p)
+        self.lstm = nn.LSTM(emb_size, hidden_size, num_layers=layers,
+                            dropout=self.dropout_p if layers > 1 else 0.0)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
+        self.lstm.reset_parameters()
+
+    def forward(self, input: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
+        if not isinstance(input, Tensor) or input.dim() != 2 or input.dtype != torch.long:
+            got = f"{tuple(input.shape)} {input.dtype}" if isinstance(input, Tensor) else type(input).__name__
+            raise ValueError(f"input must be a [T, B] long tensor of word ids, got {got}")
+        if state is not None:
+            expected = (self.layers, input.size(1), self.hidden_size)
+            if len(state) != 2 or any(tuple(s.shape) != expected for s in state):
+                raise ValueError(f"state must be (h, c), each of shape {expected}, got "
+                                 f"{[tuple(s.shape) for s in state]}")
+        emb = self.dropout(self.embedding(input))  # [T, B, e]
+        output, state = self.lstm(emb, state)  # [T, B, d]
+        return self.dropout(output), state
+
+    def lstm_parameters(self) -> list[nn.Parameter]:
+        """The LSTM's own parameters (the ones the paper applies weight decay to)."""
+        return list(self.lstm.parameters())
+
+    def tie_weights(self, head: Head) -> None:
+        """Share the embedding matrix with the output word vectors of ``head``.
+
+        Only a :class:`~sohsm.heads.FullSoftmax` stores its ``[N, d]`` word vectors
+        in word-id order; two-level heads group the rows by cluster and re-order
+        them when clusters change, so they cannot be tied.
+
+        Raises:
+            ValueError: the head cannot be tied, or ``emb_size != hidden_size``.
+        """
+        if not isinstance(head, FullSoftmax):
+            raise ValueError(
+                f"weight tying needs a full softmax head whose word vectors are in word-id order; "
+                f"{type(head).__name__} stores them grouped by cluster"
+            )
+        if self.emb_size != self.hidden_size:
+            raise ValueError(f"weight tying needs emb_size == hidden_size, got {self.emb_size} and {self.hidden_size}")
+        if tuple(head.weight.shape) != tuple(self.embedding.weight.shape):
+            raise ValueError(f"head weight {tuple(head.weight.shape)} and embedding "
+                             f"{tuple(self.embedding.weight.shape)} differ in shape")
+        head.weight = self.embedding.weight
+
+    def extra_repr(self) -> str:
+        return f"dropout={self.dropout_p}"
+
+
+def detach_state(state: LSTMState | None) -> LSTMState | None:
+    """Cut the graph behind a carried state (truncated BPTT); ``None`` stays ``None``."""
+    return None if state is None else (state[0].detach(), state[1].detach())

@@ -1,0 +1,60 @@
+"""Training language models with any head: config, loop, evaluation, checkpoints, and using finished runs.
+
+* :mod:`sohsm.train.config`: :class:`TrainConfig` and its sections, strict overrides.
+* :mod:`sohsm.train.loop`: :func:`train` and :func:`resume_training`.
+* :mod:`sohsm.train.evaluation`: :func:`evaluate` (ppl, cluster ppl, in-cluster ppl).
+* :mod:`sohsm.train.checkpoint`: the files of a run directory, atomic checkpoints.
+* :mod:`sohsm.train.metrics`: ``metrics.jsonl`` (and TensorBoard when installed).
+* :mod:`sohsm.train.run`: :func:`load_run`, :func:`evaluate_run`, :func:`generate_text`.
+* :mod:`sohsm.train.clusters`: :func:`cluster_table` (the paper's Table 3).
+"""
+from sohsm.train.builders import build_model_and_head, build_optimizer, run_signature
+from sohsm.train.checkpoint import format_signature, load_checkpoint, save_checkpoint
+from sohsm.train.clusters import ClusterSummary, cluster_of_word, cluster_table
+from sohsm.train.config import (
+    OPTIMIZERS,
+    RESUMABLE_FIELDS,
+    DataConfig,
+    HeadConfig,
+    ModelConfig,
+    OptimConfig,
+    TrainConfig,
+    apply_overrides,
+)
+from sohsm.train.evaluation import EvalResult, evaluate
+from sohsm.train.loop import STOP_REASONS, TrainResult, resume_training, train
+from sohsm.train.metrics import MetricsLog, read_metrics
+from sohsm.train.run import Generation, LoadedRun, evaluate_run, generate_text, load_run
+
+__all__ = [
+    "ClusterSummary",
+    "DataConfig",
+    "EvalResult",
+    "Generation",
+    "HeadConfig",
+    "LoadedRun",
+    "MetricsLog",
+    "ModelConfig",
+    "OPTIMIZERS",
+    "OptimConfig",
+    "RESUMABLE_FIELDS",
+    "STOP_REASONS",
+    "TrainConfig",
+    "TrainResult",
+    "apply_overrides",
+    "build_model_and_head",
+    "build_optimizer",
+    "cluster_of_word",
+    "cluster_table",
+    "evaluate",
+    "evaluate_run",
+    "format_signature",
+    "generate_text",
+    "load_checkpoint",
+    "load_run",
+    "read_metrics",
+    "resume_training",
+    "run_signature",
+    "save_checkpoint",
+    "train",
+]

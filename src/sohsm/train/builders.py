@@ -1,0 +1,109 @@
+"""Building a run's model, head and optimizer from its config (shared by training, evaluation, decoding)."""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+from torch import nn
+
+from sohsm import __version__
+from sohsm.data.vocab import Vocabulary
+from sohsm.heads import Head, build_head
+from sohsm.models.lstm_lm import LSTMLanguageModel
+from sohsm.train.config import TrainConfig
+
+#: optimizer classes by config name
+OPTIMIZER_CLASSES: dict[str, type[torch.optim.Optimizer]] = {
+    "adagrad": torch.optim.Adagrad,
+    "adam": torch.optim.Adam,
+    "sgd": torch.optim.SGD,
+}
+
+
+def resolve_device(name: str) -> torch.device:
+    """``torch.device(name)``, refusing a device this machine does not have."""
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was requested but CUDA is not available on this machine")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {name!r} was requested but MPS is not available on this machine")
+    return device
+
+
+def build_run_head(config: TrainConfig, vocab: Vocabulary) -> Head:
+    """The head named by ``config.head``, with the vocabulary's counts and the run's seed.
+
+    The run's seed goes to heads that take a ``seed`` (the random clusters of the
+    two-level heads) unless ``config.head.options`` sets one.
+
+    Raises:
+        ValueError: the head does not take one of the options.
+    """
+    options: dict[str, Any] = dict(config.head.options)
+    if config.head.update_every is not None:
+        options["update_every"] = config.head.update_every
+    counts = torch.from_numpy(vocab.counts.copy())
+    name, d, n = config.head.name, config.model.hidden_size, len(vocab)
+    if "seed" not in options:
+        try:
+            return build_head(name, d, n, counts=counts, seed=config.seed, **options)
+        except TypeError as error:
+            if "'seed'" not in str(error):
+                raise ValueError(f"head {name!r} does not accept the options {sorted(options)}: {error}") from None
+            # a head without random parts: build it without a seed
+    try:
+        return build_head(name, d, n, counts=counts, **options)
+    except TypeError as error:
+        raise ValueError(f"head {name!r} does not accept the options {sorted(options)}: {error}") from None
+
+
+def build_model_and_head(config: TrainConfig, vocab: Vocabulary,
+                         device: torch.device | str = "cpu") -> tuple[LSTMLanguageModel, Head]:
+    """The LSTM and the head of a run, initialised from ``config.seed`` and moved to ``device``.
+
+    Seeds torch's global generator with ``config.seed`` first, so the initial
+    weights, and the dropout masks drawn afterwards, follow from the seed.
+    """
+    torch.manual_seed(config.seed)
+    m = config.model
+    model = LSTMLanguageModel(len(vocab), emb_size=m.emb_size, hidden_size=m.hidden_size, layers=m.layers,
+                              dropout=m.dropout)
+    head = build_run_head(config, vocab)
+    if m.tie_weights:
+        model.tie_weights(head)
+    return model.to(device), head.to(device)
+
+
+def unique_parameters(*modules: nn.Module) -> list[nn.Parameter]:
+    """Parameters of all ``modules``, each once (a tied weight belongs to two modules)."""
+    seen: set[int] = set()
+    out = []
+    for p in itertools.chain.from_iterable(m.parameters() for m in modules):
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
+
+
+def build_optimizer(config: TrainConfig, model: LSTMLanguageModel, head: Head) -> torch.optim.Optimizer:
+    """The run's optimizer with two parameter groups: the LSTM's (weight decay) and the rest (none)."""
+    decay = model.lstm_parameters()
+    decay_ids = {id(p) for p in decay}
+    rest = [p for p in unique_parameters(model, head) if id(p) not in decay_ids]
+    groups = [{"params": decay, "weight_decay": config.optim.weight_decay},
+              {"params": rest, "weight_decay": 0.0}]
+    return OPTIMIZER_CLASSES[config.optim.optimizer](groups, lr=config.optim.learning_rate)
+
+
+def run_signature(config: TrainConfig, head: Head, vocab: Vocabulary, corpus_signature: str) -> dict[str, Any]:
+    """What every reported number of the run is tied to: head, clusters, K, vocabulary, corpus, seed, version."""
+    return {
+        "head": config.head.name,
+        "clusters": getattr(head, "n_clusters", None),
+        "K": getattr(head, "update_every", None),
+        "vocab": len(vocab),
+        "corpus": corpus_signature,
+        "seed": config.seed,
+        "version": __version__,
+    }

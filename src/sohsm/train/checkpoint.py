@@ -1,0 +1,109 @@
+"""The files of a run directory, atomic writes, and checkpoints as dicts of state_dicts.
+
+A run directory holds::
+
+    config.json     the TrainConfig (written once, at the start)
+    vocab.json      the vocabulary (also inside every checkpoint)
+    metrics.jsonl   one JSON record per line: kind = train / eval / recluster
+    last.pt         the latest checkpoint (every checkpoint_every steps and at the end)
+    best.pt         the checkpoint with the best dev perplexity so far
+
+A checkpoint is a plain dict (``torch.load(..., weights_only=True)`` reads it)::
+
+    format, model, head, optimizer       (state_dicts)
+    config, vocab                        (dicts)
+    rng: {torch, cuda}                   position: {epoch, row, state}
+    step, tokens, elapsed_s, best_ppl, log (the open train-record interval)
+    signature: {head, clusters, K, vocab_size, corpus, seed, version}
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CHECKPOINT_FORMAT = "sohsm.lm-checkpoint/1"
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.json"
+METRICS_FILE = "metrics.jsonl"
+LAST = "last.pt"
+BEST = "best.pt"
+CHECKPOINTS = {"last": LAST, "best": BEST}
+
+
+def write_atomic(path: str | os.PathLike[str], write) -> None:
+    """Call ``write(binary_file)`` on a temporary file next to ``path``, then ``os.replace`` it.
+
+    ``path`` is either left as it was or replaced whole, never half-written.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(path: str | os.PathLike[str], data: Any) -> None:
+    """Write ``data`` as indented JSON, atomically."""
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
+    write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def save_checkpoint(path: str | os.PathLike[str], checkpoint: dict[str, Any]) -> None:
+    """Write a checkpoint dict atomically (temporary file + ``os.replace``)."""
+    write_atomic(path, lambda handle: torch.save(checkpoint, handle))
+
+
+def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint` (tensors and plain containers only).
+
+    Raises:
+        ValueError: the file is missing, unreadable or not a sohsm checkpoint.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no checkpoint at {path}")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # torch raises many types for a damaged file
+        raise ValueError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: not a sohsm language-model checkpoint")
+    return checkpoint
+
+
+def checkpoint_path(run_dir: str | os.PathLike[str], which: str = "best") -> Path:
+    """``run_dir/best.pt`` or ``run_dir/last.pt``; ``best`` falls back to ``last`` before any evaluation.
+
+    Raises:
+        ValueError: ``which`` is neither, or the run has no checkpoint.
+    """
+    if which not in CHECKPOINTS:
+        raise ValueError(f"checkpoint must be one of {', '.join(CHECKPOINTS)}, got {which!r}")
+    run_dir = Path(run_dir)
+    path = run_dir / CHECKPOINTS[which]
+    if not path.is_file() and which == "best" and (run_dir / LAST).is_file():
+        path = run_dir / LAST
+    if not path.is_file():
+        if not run_dir.is_dir():
+            raise ValueError(f"{run_dir} is not a run directory (it does not exist)")
+        raise ValueError(f"{run_dir} holds no checkpoint ({CHECKPOINTS[which]}); is it a training run directory?")
+    return path
+
+
+def format_signature(signature: dict[str, Any]) -> str:
+    """One line in sacrebleu's spirit: ``head:self_organized|clusters:100|K:1000|vocab:10000|...``."""
+    return "|".join(f"{key}:{value}" for key, value in signature.items())

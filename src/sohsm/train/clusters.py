@@ -1,0 +1,79 @@
+"""What a two-level head's clusters hold: sizes, token mass and most frequent words (the paper's Table 3)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sohsm.data.vocab import Vocabulary
+from sohsm.heads import Head
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """One cluster of a head.
+
+    Attributes:
+        cluster: the cluster id.
+        size: number of words.
+        tf_mass: share of the training tokens that fall in it (sum of its words' relative frequencies).
+        words: its words, most frequent first.
+        counts: their training counts, aligned with ``words``.
+    """
+
+    cluster: int
+    size: int
+    tf_mass: float
+    words: list[str]
+    counts: list[int]
+
+
+def _clusters(head: Head) -> list:
+    clusters = getattr(head, "clusters", None)
+    if not callable(clusters):
+        raise ValueError(f"{type(head).__name__} has no word clusters (only two-level heads have them)")
+    return clusters()
+
+
+def _summary(cluster: int, word_ids: np.ndarray, vocab: Vocabulary, total: int, words: int | None) -> ClusterSummary:
+    counts = vocab.counts[word_ids]
+    order = np.argsort(-counts, kind="stable")
+    if words is not None:
+        order = order[:words]
+    return ClusterSummary(
+        cluster=cluster, size=int(word_ids.size), tf_mass=float(counts.sum()) / total if total else 0.0,
+        words=[vocab.itos[int(word_ids[i])] for i in order], counts=[int(counts[i]) for i in order],
+    )
+
+
+def cluster_table(head: Head, vocab: Vocabulary, words: int | None = 10) -> list[ClusterSummary]:
+    """Every cluster of ``head``, heaviest (by token mass) first, with its ``words`` most frequent words.
+
+    Args:
+        head: a head with clusters (``head.clusters()``).
+        vocab: the run's vocabulary (its counts order the words and give the mass).
+        words: words kept per cluster; ``None`` keeps all.
+
+    Raises:
+        ValueError: the head has no clusters, or its size differs from the vocabulary's.
+    """
+    clusters = _clusters(head)
+    if head.n_classes != len(vocab):
+        raise ValueError(f"the head scores {head.n_classes} words but the vocabulary has {len(vocab)}")
+    total = int(vocab.counts.sum())
+    table = [_summary(c, ids.cpu().numpy(), vocab, total, words) for c, ids in enumerate(clusters)]
+    table.sort(key=lambda s: (-s.tf_mass, s.cluster))
+    return table
+
+
+def cluster_of_word(head: Head, vocab: Vocabulary, word: str, words: int | None = 10) -> ClusterSummary:
+    """The cluster that holds ``word``.
+
+    Raises:
+        ValueError: the head has no clusters, or ``word`` is not in the vocabulary.
+    """
+    clusters = _clusters(head)
+    if word not in vocab:
+        raise ValueError(f"{word!r} is not in the vocabulary ({len(vocab):,} words)")
+    c = int(head.assignment[vocab[word]])
+    return _summary(c, clusters[c].cpu().numpy(), vocab, int(vocab.counts.sum()), words)

@@ -1,0 +1,495 @@
+"""The training loop of a language model: truncated BPTT, budgets, dev evaluation, checkpoints, resume.
+
+One step reads a window of ``bptt`` rows of the ``[T, B]`` training layout
+(:func:`sohsm.data.batchify`), carrying the LSTM state (detached) from the
+previous window of the same epoch::
+
+    rows 0 .. T-1 of B columns        step k reads rows [row, row + bptt) and predicts the next row
+    |w0 w1 ...| |...| ... |...|       after the window: row += bptt; at row T-1 the epoch ends,
+     window 0   win 1      last        the state is reset and row goes back to 0
+
+A run stops when ``epochs`` are done, ``max_tokens`` training tokens have been
+read or ``time_budget`` seconds of training have passed (all sessions together;
+evaluation and checkpointing are not counted), or on Ctrl-C (the step in flight
+finishes first; a second Ctrl-C aborts at once). It then evaluates on dev (unless
+interrupted) and writes ``last.pt``, from which :func:`resume_training`
+continues exactly: with the same seed the losses are those of an uninterrupted
+run. Files of a run directory: :mod:`sohsm.train.checkpoint`; records:
+:mod:`sohsm.train.metrics`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from sohsm.data.batching import batchify, bptt_batches
+from sohsm.data.corpora import CORPORA
+from sohsm.data.loading import Corpus, load_corpus
+from sohsm.data.vocab import Vocabulary
+from sohsm.heads import Head
+from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
+from sohsm.train.builders import (
+    build_model_and_head,
+    build_optimizer,
+    resolve_device,
+    run_signature,
+    unique_parameters,
+)
+from sohsm.train.checkpoint import (
+    BEST,
+    CHECKPOINT_FORMAT,
+    CONFIG_FILE,
+    LAST,
+    METRICS_FILE,
+    VOCAB_FILE,
+    load_checkpoint,
+    save_checkpoint,
+    write_json,
+)
+from sohsm.train.config import RESUMABLE_FIELDS, TrainConfig, apply_overrides, config_differences
+from sohsm.train.evaluation import EvalResult, evaluate
+from sohsm.train.metrics import MetricsLog
+
+#: why a training session ended
+STOP_REASONS = ("done", "max_tokens", "time_budget", "interrupted")
+
+
+@dataclass
+class TrainResult:
+    """What a training session did.
+
+    Attributes:
+        run_dir: the run directory.
+        stopped: why the session ended, one of :data:`STOP_REASONS`.
+        step, tokens, elapsed_s, epoch: totals over all sessions (``epoch`` fractional).
+        best_ppl: best dev perplexity so far (``None`` before any evaluation).
+        last_eval: the last dev evaluation of this session, if any.
+        signature: head, clusters, K, vocabulary, corpus, seed, version.
+    """
+
+    run_dir: Path
+    stopped: str
+    step: int
+    tokens: int
+    elapsed_s: float
+    epoch: float
+    best_ppl: float | None
+    last_eval: EvalResult | None
+    signature: dict[str, Any]
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+@dataclass
+class _Progress:
+    """Everything about where training is, saved in every checkpoint."""
+
+    step: int = 0
+    tokens: int = 0
+    elapsed_s: float = 0.0
+    epoch: int = 0
+    row: int = 0
+    state: tuple[Tensor, Tensor] | None = None
+    best_ppl: float | None = None
+    # the open train-record interval: summed loss (nats x tokens), tokens, steps, clock at its start
+    log_sum: float = 0.0
+    log_tokens: int = 0
+    log_steps: int = 0
+    log_start_s: float = 0.0
+
+
+class _Clock:
+    """Seconds of training: runs during steps, paused during evaluation and checkpointing."""
+
+    def __init__(self, total: float, device: torch.device) -> None:
+        self.total, self._start, self._cuda = total, None, device.type == "cuda"
+
+    def start(self) -> None:
+        self._start = time.perf_counter()
+
+    def pause(self) -> None:
+        if self._start is not None:
+            if self._cuda:
+                torch.cuda.synchronize()
+            self.total += time.perf_counter() - self._start
+            self._start = None
+
+    def now(self) -> float:
+        return self.total + (time.perf_counter() - self._start if self._start is not None else 0.0)
+
+
+class _InterruptGuard:
+    """Turns the first Ctrl-C into a request to stop after the current step; a second one aborts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> _InterruptGuard:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+# -- public entry points ---------------------------------------------------------------------
+def train(config: TrainConfig, run_dir: str | os.PathLike[str], *, progress: bool = True) -> TrainResult:
+    """Train a new run in ``run_dir`` (created if needed) until a budget is spent.
+
+    Args:
+        config: the run's configuration (validated again here).
+        run_dir: an empty or new directory.
+        progress: show a tqdm bar (tokens/s, loss, ppl) and one line per evaluation.
+
+    Returns:
+        :class:`TrainResult`.
+
+    Raises:
+        ValueError: ``run_dir`` already holds a run or cannot be written, bad config
+            values, or the head does not take its options.
+        sohsm.data.DataError: the corpus is unknown, missing or corrupt.
+    """
+    config.validate()
+    run_dir = Path(run_dir)
+    if _holds_run(run_dir):
+        raise ValueError(f"{run_dir} already holds a training run; resume it or choose another directory")
+    _check_writable(run_dir)
+    config = apply_overrides(config, {"data.corpus": _normalise_corpus(config.data.corpus)})
+    device = resolve_device(config.device)
+    corpus = _load(config)
+    model, head = build_model_and_head(config, corpus.vocab, device)
+    optimizer = build_optimizer(config, model, head)
+    head.attach(optimizer)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(run_dir / CONFIG_FILE, config.to_dict())
+        corpus.vocab.save(run_dir / VOCAB_FILE)
+    except OSError as error:
+        raise ValueError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
+    return _run(config, run_dir, corpus, model, head, optimizer, _Progress(), device, progress, resumed=False)
+
+
+def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None, *,
+                    progress: bool = True) -> TrainResult:
+    """Continue the run in ``run_dir`` from its ``last.pt`` exactly where it stopped.
+
+    Args:
+        run_dir: a run directory written by :func:`train`.
+        overrides: dotted config fields (``{"max_tokens": 2_000_000}``). Budgets,
+            logging intervals, the device and data locations
+            (:data:`~sohsm.train.config.RESUMABLE_FIELDS`) may change; any other
+            field must equal the run's.
+        progress: as in :func:`train`.
+
+    Raises:
+        ValueError: no run or no checkpoint in ``run_dir``; an override that changes
+            the run; the corpus's vocabulary or files differ from the checkpoint's.
+    """
+    run_dir = Path(run_dir)
+    overrides = dict(overrides or {})
+    if "data.corpus" in overrides:
+        overrides["data.corpus"] = _normalise_corpus(overrides["data.corpus"])
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise ValueError(f"{run_dir} holds no training run to resume (no {CONFIG_FILE})")
+    if not (run_dir / LAST).is_file():
+        raise ValueError(f"{run_dir} holds no checkpoint ({LAST}) to resume from")
+    saved = _read_config(run_dir / CONFIG_FILE)
+    differences = config_differences(saved, overrides)
+    if differences:
+        raise ValueError(f"cannot resume {run_dir} with other settings: " + "; ".join(differences))
+    config = apply_overrides(saved, {k: v for k, v in overrides.items() if k in RESUMABLE_FIELDS})
+    device = resolve_device(config.device)
+    checkpoint = load_checkpoint(run_dir / LAST, map_location=device)
+    if checkpoint["signature"]["head"] != config.head.name:
+        raise ValueError(f"{run_dir / LAST} holds a {checkpoint['signature']['head']!r} head but the run "
+                         f"config names {config.head.name!r}")
+    _check_writable(run_dir)
+    corpus = _load(config)
+    check_vocabulary(corpus, Vocabulary.from_dict(checkpoint["vocab"]), checkpoint["signature"]["corpus"],
+                     run_dir / LAST)
+    model, head = build_model_and_head(config, corpus.vocab, device)
+    model.load_state_dict(checkpoint["model"])
+    head.load_state_dict(checkpoint["head"])
+    optimizer = build_optimizer(config, model, head)
+    head.attach(optimizer)
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    _set_rng_state(checkpoint["rng"], device)
+    position = checkpoint["position"]
+    state = position["state"]
+    log = checkpoint["log"]
+    progress_state = _Progress(
+        step=int(checkpoint["step"]), tokens=int(checkpoint["tokens"]), elapsed_s=float(checkpoint["elapsed_s"]),
+        epoch=int(position["epoch"]), row=int(position["row"]),
+        state=None if state is None else (state[0].to(device), state[1].to(device)),
+        best_ppl=checkpoint["best_ppl"], log_sum=float(log["sum"]), log_tokens=int(log["tokens"]),
+        log_steps=int(log["steps"]), log_start_s=float(log["start_s"]),
+    )
+    if config.to_dict() != saved.to_dict():
+        write_json(run_dir / CONFIG_FILE, config.to_dict())
+    return _run(config, run_dir, corpus, model, head, optimizer, progress_state, device, progress, resumed=True)
+
+
+def check_vocabulary(corpus: Corpus, vocab: Vocabulary, trained_on: str, where: str | os.PathLike[str]) -> None:
+    """Refuse a corpus whose vocabulary or files differ from those a checkpoint was trained on.
+
+    Args:
+        corpus: the corpus as loaded now.
+        vocab: the checkpoint's vocabulary.
+        trained_on: the checkpoint's corpus signature (:attr:`sohsm.data.Corpus.signature`).
+        where: the checkpoint, for the message.
+
+    Raises:
+        ValueError: naming what differs.
+    """
+    if vocab != corpus.vocab:
+        raise ValueError(
+            f"the vocabulary of {where} ({len(vocab):,} words) differs from that of corpus "
+            f"{corpus.name!r} as loaded now ({len(corpus.vocab):,} words); the data or its vocabulary "
+            "options changed since the run started"
+        )
+    if trained_on != corpus.signature:
+        raise ValueError(f"{where} was trained on [{trained_on}] but the corpus is now [{corpus.signature}]")
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _holds_run(run_dir: Path) -> bool:
+    return any((run_dir / name).exists() for name in (CONFIG_FILE, LAST, BEST, METRICS_FILE))
+
+
+def _check_writable(run_dir: Path) -> None:
+    """Refuse a directory that cannot be created or written, without creating anything."""
+    path = run_dir.absolute()
+    while not path.exists():
+        if path.parent == path:
+            break
+        path = path.parent
+    if not path.is_dir():
+        raise ValueError(f"cannot write to run directory {run_dir}: {path} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write to run directory {run_dir}: {path} is not writable")
+
+
+def _normalise_corpus(corpus: str) -> str:
+    """Known names stay names; a path to your own text becomes absolute so a resume from elsewhere finds it."""
+    if corpus in CORPORA:
+        return corpus
+    path = Path(corpus).expanduser()
+    return str(path.resolve()) if path.exists() else corpus
+
+
+def _read_config(path: Path) -> TrainConfig:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a readable run config ({error})") from None
+    return TrainConfig.from_dict(data)
+
+
+def _load(config: TrainConfig) -> Corpus:
+    d = config.data
+    return load_corpus(d.corpus, d.data_dir, min_count=d.min_count, max_size=d.max_size, cache_dir=d.cache_dir)
+
+
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def _checkpoint(config: TrainConfig, model: LSTMLanguageModel, head: Head, optimizer: torch.optim.Optimizer,
+                vocab: Vocabulary, signature: dict[str, Any], p: _Progress, log_sum: Tensor,
+                device: torch.device) -> dict[str, Any]:
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "model": model.state_dict(),
+        "head": head.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "config": config.to_dict(),
+        "vocab": vocab.to_dict(),
+        "rng": _rng_state(device),
+        "position": {"epoch": p.epoch, "row": p.row,
+                     "state": None if p.state is None else [s.detach() for s in p.state]},
+        "step": p.step,
+        "tokens": p.tokens,
+        "elapsed_s": p.elapsed_s,
+        "best_ppl": p.best_ppl,
+        "log": {"sum": float(log_sum), "tokens": p.log_tokens, "steps": p.log_steps, "start_s": p.log_start_s},
+        "signature": signature,
+    }
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguageModel, head: Head,
+         optimizer: torch.optim.Optimizer, p: _Progress, device: torch.device, progress: bool,
+         resumed: bool) -> TrainResult:
+    vocab = corpus.vocab
+    signature = run_signature(config, head, vocab, corpus.signature)
+    data = batchify(corpus.train, config.batch_size, device)  # [T, B]
+    last_row = data.size(0) - 1  # the last row is only a target
+    if last_row < 1:
+        raise ValueError(f"the training split ({corpus.train.numel()} tokens) is too short for "
+                         f"batch_size={config.batch_size}")
+    tokens_per_epoch = last_row * config.batch_size
+    params = unique_parameters(model, head)
+    clip = config.optim.clip
+    history = getattr(head, "history", None)  # re-assignment records of self-organising heads
+    seen_history = len(history) if history is not None else 0
+    clock = _Clock(p.elapsed_s, device)
+    log_sum = torch.tensor(p.log_sum, dtype=torch.float64, device=device)
+    last_eval: EvalResult | None = None
+    last_eval_step = -1
+    paths = {"run_dir": run_dir, "metrics": run_dir / METRICS_FILE, "last": run_dir / LAST, "best": run_dir / BEST,
+             "config": run_dir / CONFIG_FILE}
+
+    planned = config.epochs * tokens_per_epoch
+    if config.max_tokens is not None:
+        planned = min(planned, config.max_tokens)
+    bar = tqdm(total=planned, initial=min(p.tokens, planned), unit="tok", unit_scale=True, dynamic_ncols=True,
+               disable=not progress, desc="train", smoothing=0.05)
+
+    def epoch_float() -> float:
+        return p.epoch + p.row / last_row
+
+    def base(kind: str) -> dict[str, Any]:
+        return {"kind": kind, "step": p.step, "tokens": p.tokens, "elapsed_s": round(clock.now(), 3)}
+
+    def budget_spent() -> str | None:
+        if p.epoch >= config.epochs:
+            return "done"
+        if config.max_tokens is not None and p.tokens >= config.max_tokens:
+            return "max_tokens"
+        if config.time_budget is not None and clock.now() >= config.time_budget:
+            return "time_budget"
+        return None
+
+    def write_train_record(log: MetricsLog, partial: bool = False) -> None:
+        nll = log_sum.item() / p.log_tokens  # the sync of a log point
+        seconds = clock.now() - p.log_start_s
+        record = base("train")
+        record.update(epoch=round(epoch_float(), 4), nll_nats=nll, ppl=math.exp(min(nll, 700.0)),
+                      tokens_per_s=p.log_tokens / seconds if seconds > 0 else None,
+                      lr=optimizer.param_groups[0]["lr"], interval_steps=p.log_steps)
+        if partial:
+            record["partial"] = True
+        log.write(record)
+        bar.set_postfix(loss=f"{nll:.3f}", ppl=f"{math.exp(min(nll, 700.0)):.1f}", refresh=False)
+
+    def reset_interval() -> None:
+        log_sum.zero_()
+        p.log_tokens = p.log_steps = 0
+        p.log_start_s = clock.now()
+
+    def run_eval(log: MetricsLog) -> None:
+        nonlocal last_eval, last_eval_step
+        clock.pause()
+        p.elapsed_s = clock.total
+        result = evaluate(model, head, corpus.valid, config.eval_batch_size, config.bptt)
+        record = base("eval")
+        record.update(split="valid", epoch=round(epoch_float(), 4), nll_nats=result.nll_nats, ppl=result.ppl,
+                      ppl_cluster=result.ppl_cluster, ppl_in_cluster=result.ppl_in_cluster,
+                      eval_tokens=result.tokens, tokens_per_s=result.tokens_per_s)
+        log.write(record)
+        last_eval, last_eval_step = result, p.step
+        if progress:
+            tqdm.write(f"step {p.step:,} | epoch {epoch_float():.2f} | valid ppl {result.ppl:.2f} | "
+                       f"cluster ppl {_fmt(result.ppl_cluster)} | in-cluster ppl {_fmt(result.ppl_in_cluster)}")
+        if p.best_ppl is None or result.ppl < p.best_ppl:
+            p.best_ppl = result.ppl
+            save_checkpoint(run_dir / BEST, _checkpoint(config, model, head, optimizer, vocab, signature, p,
+                                                        log_sum, device))
+        clock.start()
+
+    def save_last() -> None:
+        clock.pause()
+        p.elapsed_s = clock.total
+        save_checkpoint(run_dir / LAST, _checkpoint(config, model, head, optimizer, vocab, signature, p,
+                                                    log_sum, device))
+        clock.start()
+
+    stopped: str | None = None
+    with MetricsLog(run_dir, keep_until_step=p.step if resumed else None) as log, _InterruptGuard() as guard:
+        try:
+            model.train()
+            head.train()
+            clock.start()
+            stopped = budget_spent()
+            while stopped is None:
+                for inputs, targets in bptt_batches(data, config.bptt, start=p.row):
+                    p.state = detach_state(p.state)
+                    hidden, p.state = model(inputs, p.state)  # [t, B, d]
+                    loss = head(hidden, targets).loss  # the head flattens [t, B, d] -> [t*B, d]
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if clip is not None:
+                        torch.nn.utils.clip_grad_norm_(params, clip)
+                    optimizer.step()  # a self-organising head may re-cluster here (its post-step hook)
+                    n = targets.numel()
+                    log_sum.add_(loss.detach().to(torch.float64) * n)
+                    p.step += 1
+                    p.tokens += n
+                    p.log_tokens += n
+                    p.log_steps += 1
+                    p.row += inputs.size(0)
+                    bar.update(n)
+                    if history is not None and len(history) > seen_history:
+                        for entry in history[seen_history:]:
+                            record = base("recluster")
+                            record.update({("head_step" if k == "step" else k): v for k, v in entry.items()})
+                            log.write(record)
+                        seen_history = len(history)
+                    if p.step % config.log_every == 0:
+                        write_train_record(log)
+                        reset_interval()
+                    epoch_done = p.row >= last_row
+                    if epoch_done:
+                        p.epoch, p.row, p.state = p.epoch + 1, 0, None
+                    if epoch_done or (config.eval_every and p.step % config.eval_every == 0):
+                        run_eval(log)
+                    if config.checkpoint_every and p.step % config.checkpoint_every == 0:
+                        save_last()
+                    stopped = "interrupted" if guard.requested else budget_spent()
+                    if stopped is not None or epoch_done:
+                        break
+            clock.pause()
+            if stopped != "interrupted" and last_eval_step != p.step and p.step > 0:
+                clock.start()
+                run_eval(log)
+                clock.pause()
+            save_last()
+            clock.pause()
+            if p.log_steps:
+                write_train_record(log, partial=True)  # the checkpoint keeps the open interval for a resume
+        finally:
+            bar.close()
+    p.elapsed_s = clock.total
+    return TrainResult(run_dir=run_dir, stopped=stopped or "done", step=p.step, tokens=p.tokens,
+                       elapsed_s=p.elapsed_s, epoch=epoch_float(), best_ppl=p.best_ppl, last_eval=last_eval,
+                       signature=signature, paths=paths)
