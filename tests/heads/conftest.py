@@ -1,0 +1,13 @@
+"""Fixtures shared by the head tests."""
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """These tensors are tiny: one intra-op thread is faster, and far faster when another
+    process is busy on the machine's cores (OpenMP workers then wait on each other)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
