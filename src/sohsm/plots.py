@@ -64,10 +64,9 @@ def figure1(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[s
     Raises:
         ValueError: no runs, a directory without ``metrics.jsonl``, or a wrong number of labels.
 
-    Example::
+    Example (runs from ``sohsm lm train``; the same as ``sohsm plot runs/full runs/sohsm -o fig1.png``)::
 
-        >>> figure1(["runs/full", "runs/sohsm"], "fig1.png")
-        PosixPath('fig1.png')
+        figure1(["runs/full", "runs/sohsm"], "fig1.png")
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -40,10 +40,15 @@ class LSTMLanguageModel(nn.Module):
 
     Example::
 
-        >>> model = LSTMLanguageModel(10_000, emb_size=32, hidden_size=32)
-        >>> head = sohsm.build_head("self_organized", 32, 10_000, counts=counts)
-        >>> hidden, state = model(ids[:-1])          # [T, B, 32]
-        >>> loss = head(hidden, ids[1:]).loss        # [*, d] hidden is flattened by the head
+        >>> import sohsm
+        >>> ids = torch.randint(0, 1000, (21, 4))            # [T + 1, B]: 4 columns of text
+        >>> model = LSTMLanguageModel(1000, emb_size=32, hidden_size=32)
+        >>> head = sohsm.build_head("two_level_random", 32, 1000)
+        >>> hidden, state = model(ids[:-1])                  # [T, B, 32]
+        >>> loss = head(hidden, ids[1:]).loss                # the head flattens [T, B, d] to [T*B, d]
+        >>> tuple(hidden.shape), tuple(state[0].shape)
+        ((20, 4, 32), (1, 4, 32))
+        >>> hidden, state = model(ids[-1:], detach_state(state))  # the next window goes on from there
     """
 
     def __init__(self, vocab_size: int, emb_size: int = 512, hidden_size: int = 512, layers: int = 1,
