@@ -112,7 +112,10 @@ def _check_greedy_args(q: Tensor, tf: Tensor, max_size: int, freq_budget: float)
         )
     if not freq_budget > 0:
         raise ValueError(f"freq_budget must be positive, got {freq_budget}")
-    return q.detach().float().cpu(), tf.detach().to(torch.float64).cpu()
+    q = q.detach().float().cpu()
+    # -inf scores (e.g. from an empty cluster) must still rank above the -inf that marks closed clusters
+    q = q.nan_to_num(neginf=torch.finfo(q.dtype).min)
+    return q, tf.detach().to(torch.float64).cpu()
 
 
 def greedy_assignment_reference(q: Tensor, tf: Tensor, max_size: int, freq_budget: float) -> GreedyResult:
@@ -191,11 +194,10 @@ def greedy_assignment(
             one_hot = torch.zeros(words.numel(), n_clusters, dtype=torch.float64)
             one_hot.scatter_(1, choice[:, None], 1.0)
             before_count = (one_hot.cumsum(0) - one_hot).gather(1, choice[:, None]).squeeze(1)
-            weighted = one_hot * word_tf[:, None]
-            before_mass = (weighted.cumsum(0) - weighted).gather(1, choice[:, None]).squeeze(1)
-            blocked = (sizes[choice] + before_count.long() >= max_size) | (
-                masses[choice] + before_mass >= freq_budget
-            )
+            # running masses start from the clusters' masses, summed in the reference's order
+            running = torch.cat([masses[None], one_hot * word_tf[:, None]]).cumsum(0)[:-1]
+            before_mass = running.gather(1, choice[:, None]).squeeze(1)
+            blocked = (sizes[choice] + before_count.long() >= max_size) | (before_mass >= freq_budget)
             cut = int(blocked.long().argmax()) if bool(blocked.any()) else words.numel()
             taken = choice[:cut]
             assignment[words[:cut]] = taken

@@ -152,7 +152,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
             warnings.warn(
                 "SelfOrganizedSoftmax is training without an attached optimizer, so its clusters "
                 "are not re-learned; call head.attach(optimizer) once, or head.reassign() yourself",
-                stacklevel=4,
+                stacklevel=6,  # the caller of head(...): forward, Module call frames, user
             )
             self._warned_unattached = True
         self.update_statistics(target, cluster_log_probs)
@@ -161,27 +161,39 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
     def update_statistics(self, target: Tensor, cluster_log_probs: Tensor) -> None:
         """Fold one batch into ``q`` (Eq. 9), exactly as one update per token in batch order would.
 
-        A word seen ``n`` times in the batch keeps ``lambda^n`` of its old row; its
-        ``i``-th occurrence (of ``n``) enters with weight ``(1 - lambda) lambda^(n-1-i)``.
+        Token ``t`` (word ``w``) sees the smoothing ``lambda_t = lambda(f_t)``, where ``f_t`` is
+        ``counts[w]``, or, when the head counts targets itself, the count including ``t``. Then
+        ``q[w]`` keeps ``prod_t lambda_t`` of its old row and token ``t`` enters with weight
+        ``(1 - lambda_t) * prod_{s after t} lambda_s`` (products over the occurrences of ``w``).
 
         Args:
             target: ``[B]`` word ids.
             cluster_log_probs: ``[B, n_clusters]`` natural-log ``log P(c | h)`` of each row.
         """
         target = target.reshape(-1)
-        if not self.counts_given:
-            self.counts.index_add_(0, target, torch.ones_like(target, dtype=self.counts.dtype))
+        n = target.numel()
         words, inverse, repeats = torch.unique(target, return_inverse=True, return_counts=True)
-        # rank of each token among the occurrences of its word, in batch order
+        # order the tokens by word, keeping batch order within a word; rank = occurrence number
         by_word = torch.sort(inverse, stable=True).indices
         first = repeats.cumsum(0) - repeats
-        rank = torch.empty_like(inverse)
-        rank[by_word] = torch.arange(target.numel(), device=target.device) - first[inverse[by_word]]
-        lam = self._smoothing_factor(self.counts[words])  # [U], float64
-        token_lam = lam[inverse]
-        weight = (1.0 - token_lam) * token_lam.pow((repeats[inverse] - 1 - rank).to(token_lam.dtype))
-        self.q[words] *= lam.pow(repeats.to(lam.dtype)).to(self.q.dtype)[:, None]
-        self.q.index_add_(0, target, (cluster_log_probs / _LN2).to(self.q.dtype) * weight.to(self.q.dtype)[:, None])
+        rank_sorted = torch.arange(n, device=target.device) - first[inverse[by_word]]
+        counts = self.counts.to(torch.float64)
+        if self.counts_given:
+            seen = counts[target[by_word]]
+        else:
+            seen = counts[target[by_word]] + rank_sorted + 1
+            self.counts.index_add_(0, target, torch.ones_like(target, dtype=self.counts.dtype))
+        lam = self._smoothing_factor(seen)  # [n], sorted by word
+        # log-products of lambda; lambda = 0 (a word's first occurrence ever) becomes exp(-1e4) = 0
+        log_lam = lam.log().clamp(min=-1e4).cumsum(0)
+        last = first + repeats - 1
+        before_group = torch.where(first > 0, log_lam[(first - 1).clamp(min=0)], torch.zeros_like(log_lam[first]))
+        decay = (log_lam[last] - before_group).exp()  # [U]
+        weight = (1.0 - lam) * (log_lam[last][inverse[by_word]] - log_lam).exp()  # [n]
+        # log P(c | h) of an empty cluster is -inf: floor it so that q stays finite
+        samples = (cluster_log_probs[by_word] / _LN2).clamp(min=-1e4)
+        self.q[words] *= decay.to(self.q.dtype)[:, None]
+        self.q.index_add_(0, target[by_word], samples.to(self.q.dtype) * weight.to(self.q.dtype)[:, None])
 
     # -- re-assignment (Algorithm 1) ---------------------------------------------------
     def attach(self, optimizer: torch.optim.Optimizer):

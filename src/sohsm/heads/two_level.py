@@ -60,6 +60,9 @@ class _Layout:
         self.offsets = offsets.tolist()
         self.max_size = max(self.sizes)
         self.cluster_of_slot = assignment[self.word_of_slot]
+        #: [C] True for clusters without words (their P(c | h) must be 0), None if there are none
+        empty = sizes == 0
+        self.empty_clusters = empty if bool(empty.any()) else None
         #: position of each word inside its cluster's block
         self.position_of_word = self.slot_of_word - offsets[assignment]
 
@@ -327,6 +330,14 @@ class TwoLevelSoftmax(Head):
         return moved
 
     # -- the forward pass ---------------------------------------------------------
+    def _cluster_log_probs(self, hidden_c: Tensor) -> Tensor:
+        """``[B, C]`` log P(c | h); a cluster without words gets probability 0."""
+        logits = F.linear(hidden_c, self.cluster_weight)
+        empty = self._layout.empty_clusters
+        if empty is not None:
+            logits = logits.masked_fill(empty, float("-inf"))
+        return F.log_softmax(logits, dim=1)
+
     def _split_hidden(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
         """``(h_c, h_w)``: the inputs of the cluster softmax and of the word softmax."""
         if self.projection is None:
@@ -337,7 +348,7 @@ class TwoLevelSoftmax(Head):
     def _parts(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
         hidden_c, hidden_w = self._split_hidden(hidden)
-        cluster_log_probs = F.log_softmax(F.linear(hidden_c, self.cluster_weight), dim=1)  # [B, C]
+        cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
         target_cluster = self.assignment[target]
         cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
         word_part = _InClusterLogProb.apply(
@@ -386,7 +397,7 @@ class TwoLevelSoftmax(Head):
         """Exact ``[B, N]`` log-probabilities (word-id order): every word of every cluster is scored."""
         hidden = self._flatten_hidden(hidden)
         hidden_c, hidden_w = self._split_hidden(hidden)
-        cluster_log_probs = F.log_softmax(F.linear(hidden_c, self.cluster_weight), dim=1)  # [B, C]
+        cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
         logits = F.linear(hidden_w, self.weight)  # [B, N], slot order
         layout = self._layout
         index = layout.cluster_of_slot.expand_as(logits)
@@ -413,7 +424,7 @@ class TwoLevelSoftmax(Head):
         k = self._check_k(k)
         hidden = self._flatten_hidden(hidden)
         hidden_c, hidden_w = self._split_hidden(hidden)
-        cluster_log_probs = F.log_softmax(F.linear(hidden_c, self.cluster_weight), dim=1)  # [B, C]
+        cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
         ranked_values, ranked_clusters = cluster_log_probs.sort(dim=1, descending=True)
         batch, layout = hidden.size(0), self._layout
         best_values = hidden.new_full((batch, k), float("-inf"))
