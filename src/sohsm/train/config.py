@@ -246,6 +246,9 @@ def config_differences(saved: TrainConfig, requested: Mapping[str, Any]) -> list
         if path in RESUMABLE_FIELDS:
             continue
         old = saved.get(path)
+        if path == "optim.lr":  # compare the rates in effect: unset means the optimizer's default
+            old = saved.optim.learning_rate
+            value = old if value is None else value
         if _normalise(old) != _normalise(value):
             out.append(f"{path} is {old!r} in the run, {value!r} requested")
     return out

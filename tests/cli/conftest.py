@@ -1,0 +1,93 @@
+"""Fixtures of the command-line tests: a small slice of real PTB text, a private cache, one thread.
+
+The corpora are read from ``$SOHSM_DATA`` (a relative value is taken relative to
+the repository root), else from ``<repo root>/../shared/data``; the slice is
+written into a temporary folder, never into the repository.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from sohsm.cli.main import main
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: a model small enough for a few hundred steps in seconds
+SMALL_MODEL = ["--emb-size", "32", "--hidden-size", "32", "--batch-size", "16", "--bptt", "10", "--quiet"]
+
+
+def _data_dir() -> Path:
+    env = os.environ.get("SOHSM_DATA")
+    path = Path(env).expanduser() if env else REPO_ROOT.parent / "shared" / "data"
+    return path if path.is_absolute() else (REPO_ROOT / path).resolve()
+
+
+def _head(path: Path, lines: int) -> str:
+    with open(path, encoding="utf-8") as handle:
+        return "".join(line for _, line in zip(range(lines), handle))
+
+
+@pytest.fixture(scope="session")
+def ptb_slice(tmp_path_factory) -> Path:
+    """A folder with train.txt (first 3000 lines of PTB train), valid.txt and test.txt (300 lines each)."""
+    ptb = _data_dir() / "ptb"
+    if not (ptb / "ptb.train.txt").is_file():
+        pytest.fail(f"PTB not found in {ptb.parent}: set SOHSM_DATA to your data directory")
+    folder = tmp_path_factory.mktemp("ptb-slice")
+    for name, source, lines in (("train.txt", "ptb.train.txt", 3000), ("valid.txt", "ptb.valid.txt", 300),
+                                ("test.txt", "ptb.test.txt", 300)):
+        (folder / name).write_text(_head(ptb / source, lines), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("sohsm-cache")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def private_env(session_cache):
+    """Keep the user's cache and environment out of every test (module-wide, for module fixtures too)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SOHSM_CACHE", str(session_cache))
+    patch.setenv("SOHSM_DATA", str(_data_dir()))
+    yield
+    patch.undo()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from a second thread, and a busy machine makes two threads very slow."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def small() -> list[str]:
+    """Options of a small, quiet model: emb/hidden 32, batch 16, BPTT 10."""
+    return list(SMALL_MODEL)
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """``cli(*argv)`` runs ``sohsm ARGV`` in-process and returns (exit code, stdout, stderr)."""
+    return run
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    """``sohsm ARGV`` in-process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exit_:  # argparse errors and --help
+            code = exit_.code if isinstance(exit_.code, int) else 2
+    return code, out.getvalue(), err.getvalue()

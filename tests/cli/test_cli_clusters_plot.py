@@ -1,0 +1,88 @@
+"""`sohsm clusters show` and `sohsm plot` on runs trained on a slice of real PTB text."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from sohsm.plots import figure1
+
+TOKENS_PER_STEP = 16 * 10
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, ptb_slice, small, cli, private_env, one_thread):
+    """A self-organized run (120 steps, K = 30) and a two-level run with frequency binning (60 steps)."""
+    root = tmp_path_factory.mktemp("runs")
+    for name, head, steps in (("sohsm", "self_organized", 120), ("freq", "two_level_frequency", 60),
+                              ("full", "full", 40)):
+        extra = ["--update-every", 30] if head == "self_organized" else []
+        code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", head, "--run-dir", root / name, *small,
+                           "--max-tokens", steps * TOKENS_PER_STEP, "--eval-every", 30, *extra)
+        assert code == 0, err
+    return root
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+# -- clusters -----------------------------------------------------------------------------------
+def test_clusters_show_lists_heaviest_clusters_with_words(runs, cli):
+    code, out, err = cli("clusters", "show", runs / "sohsm", "--top", 5, "--words", 6)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert "self_organized head" in lines[0] and "clusters" in lines[0]
+    rows = lines[2:]
+    assert len(rows) == 5
+    masses = [float(row.split()[3]) for row in rows]
+    assert masses == sorted(masses, reverse=True)
+    assert all(1 <= len(row.split()) - 4 <= 6 for row in rows)
+    assert "the" in out.split()  # the most frequent word sits in one of the heaviest clusters
+
+
+def test_clusters_show_word(runs, cli):
+    code, out, err = cli("clusters", "show", runs / "freq", "--word", "company", "--words", 0)
+    assert code == 0, err
+    rows = out.strip().splitlines()[2:]
+    assert len(rows) == 1 and "company" in rows[0].split()[4:]
+    assert int(rows[0].split()[2]) == len(rows[0].split()) - 4  # --words 0 lists the whole cluster
+
+
+def test_clusters_show_errors(runs, cli):
+    code, out, err = cli("clusters", "show", runs / "full")
+    assert code == 2 and "no word clusters" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli("clusters", "show", runs / "sohsm", "--word", "qwxzv")
+    assert code == 2 and "not in the vocabulary" in err
+    code, out, err = cli("clusters", "show", runs / "nothing-here")
+    assert code == 2 and "not a run directory" in err
+
+
+# -- plot ---------------------------------------------------------------------------------------
+def test_plot_default_output_is_a_png_in_the_first_run(runs, cli):
+    code, out, err = cli("plot", runs / "sohsm")
+    assert code == 0, err
+    png = runs / "sohsm" / "figure1.png"
+    assert out.strip() == str(png)
+    width, height = _png_size(png.read_bytes())
+    assert width >= 1000 and height >= 600 and png.stat().st_size > 20_000
+
+
+def test_plot_several_runs(runs, cli, tmp_path):
+    out_png = tmp_path / "figs" / "fig1.png"
+    code, out, err = cli("plot", runs / "sohsm", runs / "freq", runs / "full", "-o", out_png)
+    assert code == 0, err
+    _png_size(out_png.read_bytes())
+
+
+def test_figure1_library_call(runs, tmp_path):
+    # the docstring's example, on real runs
+    path = figure1([runs / "full", runs / "sohsm"], tmp_path / "fig1.png")
+    assert path == tmp_path / "fig1.png" and path.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_plot_refuses_a_directory_without_metrics(tmp_path, cli):
+    code, out, err = cli("plot", tmp_path)
+    assert code == 2 and "metrics.jsonl" in err and not (tmp_path / "figure1.png").exists()

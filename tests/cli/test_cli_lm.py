@@ -1,0 +1,305 @@
+"""`sohsm lm train / eval / generate` end to end on a slice of real PTB text."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import signal
+
+import pytest
+import torch
+
+import sohsm.train.loop as loop
+from sohsm.train import read_metrics
+
+TOKENS_PER_STEP = 16 * 10  # batch 16 x BPTT 10
+
+
+@pytest.fixture(scope="module")
+def sohsm_run(tmp_path_factory, ptb_slice, small, cli, private_env, one_thread):
+    """A self-organized run of 300 steps (re-clustering every 50), evaluated every 100."""
+    run_dir = tmp_path_factory.mktemp("runs") / "sohsm"
+    code, out, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "self_organized", "--run-dir", run_dir,
+                         *small, "--max-tokens", 300 * TOKENS_PER_STEP, "--eval-every", 100,
+                         "--update-every", 50, "--log-every", 25, "--dropout", 0.1)
+    assert code == 0, err
+    return run_dir, out
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory, ptb_slice, small, cli, private_env, one_thread):
+    """A full-softmax run of 60 steps with tied weights."""
+    run_dir = tmp_path_factory.mktemp("runs") / "full"
+    code, out, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--run-dir", run_dir, *small,
+                         "--max-tokens", 60 * TOKENS_PER_STEP, "--eval-every", 30, "--tie-weights")
+    assert code == 0, err
+    return run_dir
+
+
+def _train_losses(run_dir):
+    return [(r["step"], r["nll_nats"]) for r in read_metrics(run_dir / "metrics.jsonl")
+            if r["kind"] == "train" and not r.get("partial")]
+
+
+# -- train ------------------------------------------------------------------------------------
+def test_train_writes_the_run_directory(sohsm_run):
+    run_dir, out = sohsm_run
+    for name in ("config.json", "vocab.json", "metrics.jsonl", "last.pt", "best.pt"):
+        assert (run_dir / name).is_file(), name
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["head"]["name"] == "self_organized" and config["head"]["update_every"] == 50
+    # the summary says where everything is and how to use it
+    for text in ("metrics.jsonl", "last.pt", "best.pt", "sohsm plot", "sohsm clusters show", "sohsm lm eval",
+                 "head:self_organized"):
+        assert text in out, text
+
+
+def test_metrics_records(sohsm_run):
+    run_dir, _ = sohsm_run
+    records = read_metrics(run_dir / "metrics.jsonl")
+    kinds = {r["kind"] for r in records}
+    assert kinds == {"train", "eval", "recluster"}
+    for r in records:
+        assert {"kind", "step", "tokens", "elapsed_s"} <= set(r)
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in train] == list(range(25, 301, 25))
+    assert all(r["tokens"] == r["step"] * TOKENS_PER_STEP for r in train)
+    assert all(math.isclose(r["ppl"], math.exp(r["nll_nats"])) and r["tokens_per_s"] > 0 for r in train)
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [100, 200, 300]
+    for r in evals:  # Eq. 5-6: ppl = cluster ppl x in-cluster ppl
+        assert math.isclose(r["ppl"], r["ppl_cluster"] * r["ppl_in_cluster"], rel_tol=1e-9)
+    assert evals[-1]["ppl"] < evals[0]["ppl"]
+    reclusters = [r for r in records if r["kind"] == "recluster"]
+    assert [r["step"] for r in reclusters] == [50, 100, 150, 200, 250, 300]
+    for r in reclusters:
+        assert 0 <= r["change_rate"] <= 1 and 0 <= r["moved_tf_mass"] <= 1 + 1e-9 and r["empty_clusters"] >= 0
+
+
+def test_checkpoint_contents(sohsm_run):
+    run_dir, _ = sohsm_run
+    checkpoint = torch.load(run_dir / "last.pt", weights_only=True)
+    assert {"model", "head", "optimizer", "config", "vocab", "rng", "position", "step", "tokens", "elapsed_s",
+            "signature"} <= set(checkpoint)
+    assert checkpoint["step"] == 300 and checkpoint["tokens"] == 300 * TOKENS_PER_STEP
+    signature = checkpoint["signature"]
+    assert signature["head"] == "self_organized" and signature["K"] == 50 and signature["seed"] == 1
+    assert signature["vocab"] == len(checkpoint["vocab"]["itos"]) and signature["clusters"] > 0
+    assert "train.txt:" in signature["corpus"] and signature["version"]
+    assert checkpoint["position"]["state"] is not None  # the carried LSTM state, mid-epoch
+    assert len(checkpoint["head"]["_extra_state"]["history"]) == 6
+
+
+def test_full_softmax_run_reports_no_cluster_perplexity(full_run):
+    evals = [r for r in read_metrics(full_run / "metrics.jsonl") if r["kind"] == "eval"]
+    assert evals and all(r["ppl_cluster"] is None and r["ppl_in_cluster"] is None for r in evals)
+    checkpoint = torch.load(full_run / "last.pt", weights_only=True)
+    assert checkpoint["signature"]["clusters"] is None
+    assert "head.weight" not in checkpoint["model"]  # tied: the head's weight is the embedding
+    assert torch.equal(checkpoint["model"]["embedding.weight"], checkpoint["head"]["weight"])
+
+
+def test_time_budget_stops_training(tmp_path, ptb_slice, small, cli):
+    code, out, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "two_level_frequency", "--run-dir",
+                         tmp_path / "run", *small, "--time-budget", 0.3, "--eval-every", 0)
+    assert code == 0, err
+    assert "time budget spent" in out
+    checkpoint = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
+    assert 0.3 <= checkpoint["elapsed_s"] < 30 and checkpoint["step"] >= 1
+
+
+# -- resume -------------------------------------------------------------------------------------
+RESUME_OPTIONS = ["--head", "self_organized", "--update-every", 7, "--dropout", 0.3, "--log-every", 1,
+                  "--eval-every", 20, "--checkpoint-every", 9]
+
+
+def test_resume_continues_exactly(tmp_path, ptb_slice, small, cli, monkeypatch):
+    """40 steps straight == 20 steps + resume == interrupted at step 20 (Ctrl-C) + resume."""
+    n = 40
+    straight, budget, interrupted = tmp_path / "straight", tmp_path / "budget", tmp_path / "interrupted"
+    common = ["--corpus", ptb_slice, *small, *RESUME_OPTIONS]
+    assert cli("lm", "train", "--run-dir", straight, *common, "--max-tokens", n * TOKENS_PER_STEP)[0] == 0
+
+    assert cli("lm", "train", "--run-dir", budget, *common, "--max-tokens", n // 2 * TOKENS_PER_STEP)[0] == 0
+    assert torch.load(budget / "last.pt", weights_only=True)["step"] == n // 2
+    code, out, err = cli("lm", "train", "--run-dir", budget, "--resume", "--quiet",
+                         "--max-tokens", n * TOKENS_PER_STEP)
+    assert code == 0, err
+
+    evaluate = loop.evaluate
+
+    def interrupting_evaluate(*args, **kwargs):  # Ctrl-C during the first evaluation (step 20)
+        monkeypatch.setattr(loop, "evaluate", evaluate)
+        signal.raise_signal(signal.SIGINT)
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "evaluate", interrupting_evaluate)
+    code, out, err = cli("lm", "train", "--run-dir", interrupted, *common, "--max-tokens", n * TOKENS_PER_STEP)
+    assert code == 130 and "interrupted" in out
+    assert torch.load(interrupted / "last.pt", weights_only=True)["step"] == 20
+    assert cli("lm", "train", "--run-dir", interrupted, "--resume", "--quiet")[0] == 0
+
+    expected = _train_losses(straight)
+    assert [s for s, _ in expected] == list(range(1, n + 1))
+    for other in (budget, interrupted):
+        got = _train_losses(other)
+        assert [s for s, _ in got] == [s for s, _ in expected]
+        assert max(abs(a - b) for (_, a), (_, b) in zip(expected, got)) <= 1e-6
+        moves = [r["change_rate"] for r in read_metrics(other / "metrics.jsonl") if r["kind"] == "recluster"]
+        assert moves == [r["change_rate"] for r in read_metrics(straight / "metrics.jsonl")
+                         if r["kind"] == "recluster"]
+    a = torch.load(straight / "last.pt", weights_only=True)
+    b = torch.load(budget / "last.pt", weights_only=True)
+    assert all(torch.equal(a["head"][k], b["head"][k]) for k in a["head"] if isinstance(a["head"][k], torch.Tensor))
+
+
+def test_resume_after_a_crash_drops_records_past_the_checkpoint(tmp_path, ptb_slice, small, cli):
+    run_dir = tmp_path / "run"
+    common = ["--corpus", ptb_slice, *small, "--head", "full", "--log-every", 1, "--eval-every", 0,
+              "--checkpoint-every", 5]
+    assert cli("lm", "train", "--run-dir", run_dir, *common, "--max-tokens", 5 * TOKENS_PER_STEP)[0] == 0
+    with open(run_dir / "metrics.jsonl", "a") as handle:  # what a crash after step 5 would leave behind
+        handle.write(json.dumps({"kind": "train", "step": 6, "tokens": 0, "elapsed_s": 0, "nll_nats": 99.0}) + "\n")
+        handle.write('{"kind": "train", "st')
+    assert cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet", "--max-tokens", 8 * TOKENS_PER_STEP)[0] == 0
+    steps = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    assert steps == list(range(1, 9))
+    assert all(r["nll_nats"] < 50 for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train")
+
+
+# -- errors ---------------------------------------------------------------------------------------
+def _one_line_error(code, err):
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "error" in lines[0], err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_missing_corpus_is_one_line_and_creates_nothing(tmp_path, small, cli):
+    code, out, err = cli("lm", "train", "--corpus", tmp_path / "no-such-text", "--head", "full",
+                         "--run-dir", tmp_path / "run", *small)
+    assert "no-such-text" in _one_line_error(code, err)
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_head_is_refused(tmp_path, ptb_slice, small, cli):
+    code, out, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "no_such_head", "--run-dir", tmp_path, *small)
+    assert code == 2 and "invalid choice" in err and "self_organized" in err
+
+
+def test_new_run_needs_corpus_and_head(tmp_path, ptb_slice, small, cli):
+    line = _one_line_error(*cli("lm", "train", "--run-dir", tmp_path / "run", *small)[::2])
+    assert "--corpus" in line and "--head" in line
+
+
+def test_option_a_head_does_not_take(tmp_path, ptb_slice, small, cli):
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--update-every", 10,
+                       "--run-dir", tmp_path / "run", *small)
+    assert "update_every" in _one_line_error(code, err)
+    assert not (tmp_path / "run").exists()
+
+
+def test_unwritable_run_directory(tmp_path, ptb_slice, small, cli):
+    (tmp_path / "a-file").write_text("x")
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--run-dir", tmp_path / "a-file" / "run",
+                       *small, "--max-tokens", 160)
+    assert "cannot write" in _one_line_error(code, err)
+
+
+def test_existing_run_is_not_overwritten(full_run, ptb_slice, small, cli):
+    before = {p.name: p.read_bytes() for p in full_run.iterdir() if p.is_file()}
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--run-dir", full_run, *small)
+    assert "already holds a training run" in _one_line_error(code, err)
+    assert {p.name: p.read_bytes() for p in full_run.iterdir() if p.is_file()} == before
+
+
+def test_resume_refuses_other_head_or_options(full_run, ptb_slice, cli):
+    before = (full_run / "last.pt").read_bytes()
+    line = _one_line_error(*cli("lm", "train", "--run-dir", full_run, "--resume", "--head", "self_organized")[::2])
+    assert "head.name" in line and "'full'" in line
+    line = _one_line_error(*cli("lm", "train", "--run-dir", full_run, "--resume", "--hidden-size", "64")[::2])
+    assert "model.hidden_size" in line
+    assert (full_run / "last.pt").read_bytes() == before
+
+
+def test_resume_refuses_a_changed_vocabulary(tmp_path, ptb_slice, small, cli):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(ptb_slice, corpus)
+    run_dir = tmp_path / "run"
+    assert cli("lm", "train", "--corpus", corpus, "--head", "full", "--run-dir", run_dir, *small,
+               "--max-tokens", 5 * TOKENS_PER_STEP)[0] == 0
+    with open(corpus / "train.txt", "a") as handle:
+        handle.write("zyzzyva quokka xylophonist\n")
+    before = (run_dir / "last.pt").read_bytes()
+    line = _one_line_error(*cli("lm", "train", "--run-dir", run_dir, "--resume", "--max-tokens", 1000)[::2])
+    assert "vocabulary" in line
+    assert (run_dir / "last.pt").read_bytes() == before
+
+
+def test_resume_without_a_run(tmp_path, cli):
+    line = _one_line_error(*cli("lm", "train", "--run-dir", tmp_path / "nothing", "--resume")[::2])
+    assert "no training run" in line
+
+
+# -- eval ---------------------------------------------------------------------------------------
+def test_eval_prints_perplexities(sohsm_run, cli):
+    run_dir, _ = sohsm_run
+    code, out, err = cli("lm", "eval", run_dir)
+    assert code == 0, err
+    for text in ("ppl", "cluster ppl", "in-cluster ppl", "tokens/s", "head:self_organized"):
+        assert text in out
+    best = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "eval"][-1]
+    code, out, err = cli("lm", "eval", run_dir, "--json", "--checkpoint", "last")
+    result = json.loads(out)
+    assert math.isclose(result["ppl"], best["ppl"], rel_tol=1e-6)  # the same checkpoint and data
+    assert math.isclose(result["ppl"], result["ppl_cluster"] * result["ppl_in_cluster"], rel_tol=1e-9)
+    code, out, err = cli("lm", "eval", run_dir, "--split", "test", "--json")
+    assert code == 0 and json.loads(out)["tokens"] > 1000
+
+
+def test_eval_full_softmax_has_no_cluster_perplexity(full_run, cli):
+    code, out, err = cli("lm", "eval", full_run)
+    assert code == 0, err
+    assert "cluster ppl     n/a" in out
+    result = json.loads(cli("lm", "eval", full_run, "--json")[1])
+    assert result["ppl_cluster"] is None and result["ppl_in_cluster"] is None
+
+
+def test_eval_writes_nothing(full_run, cli):
+    before = {p.name: p.stat().st_mtime_ns for p in full_run.iterdir()}
+    assert cli("lm", "eval", full_run)[0] == 0
+    assert {p.name: p.stat().st_mtime_ns for p in full_run.iterdir()} == before
+
+
+def test_eval_of_a_directory_that_is_no_run(tmp_path, cli):
+    assert "no checkpoint" in _one_line_error(*cli("lm", "eval", tmp_path)[::2])
+
+
+# -- generate -----------------------------------------------------------------------------------
+def test_generate_prints_words(sohsm_run, cli):
+    run_dir, _ = sohsm_run
+    vocab = json.loads((run_dir / "vocab.json").read_text())["itos"]
+    code, out, err = cli("lm", "generate", run_dir, "--prompt", "the company said", "--length", 12, "--seed", 3)
+    assert code == 0, err
+    words = out.split()
+    assert words[:3] == ["the", "company", "said"] and 3 < len(words) <= 15  # <eos> prints as a new line
+    assert all(w in vocab for w in words)
+    assert cli("lm", "generate", run_dir, "--prompt", "the company said", "--length", 12, "--seed", 3)[1] == out
+    greedy = cli("lm", "generate", run_dir, "--prompt", "in new york", "--greedy", "--length", 5)
+    assert greedy[0] == 0 and greedy[1] == cli("lm", "generate", run_dir, "--prompt", "in new york", "--greedy",
+                                               "--length", 5)[1]
+
+
+def test_generate_notes_unknown_words_and_rejects_bad_temperature(sohsm_run, cli):
+    run_dir, _ = sohsm_run
+    code, out, err = cli("lm", "generate", run_dir, "--prompt", "the qwxzv", "--length", 3, "--seed", 1)
+    assert code == 0 and "qwxzv" in err and "<unk>" in out
+    assert "temperature" in _one_line_error(*cli("lm", "generate", run_dir, "--prompt", "the",
+                                                 "--temperature", 0)[::2])
+
+
+def test_help_has_runnable_examples(cli):
+    for argv in (["lm", "train", "--help"], ["lm", "eval", "--help"], ["lm", "generate", "--help"]):
+        code, out, _ = cli(*argv)
+        assert code == 0 and "examples:" in out and "sohsm lm" in out

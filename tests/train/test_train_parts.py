@@ -1,0 +1,120 @@
+"""Building blocks of the training loop: heads and optimizers from a config, checkpoints, metrics, clusters."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sohsm.data import Vocabulary
+from sohsm.train import MetricsLog, TrainConfig, apply_overrides, cluster_of_word, cluster_table, read_metrics
+from sohsm.train.builders import build_model_and_head, build_optimizer, build_run_head
+from sohsm.train.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint, write_atomic
+
+WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(48)]
+
+
+@pytest.fixture
+def vocab():
+    counts = np.arange(len(WORDS), 0, -1) * 3
+    return Vocabulary(WORDS, counts)
+
+
+def _config(**overrides):
+    base = {"model.emb_size": 8, "model.hidden_size": 8, "head.name": "full"}
+    base.update(overrides)
+    return apply_overrides(TrainConfig(), base)
+
+
+def test_weight_decay_on_the_lstm_only_and_tied_weights_counted_once(vocab):
+    config = _config(**{"model.tie_weights": True})
+    model, head = build_model_and_head(config, vocab)
+    optimizer = build_optimizer(config, model, head)
+    decay, rest = optimizer.param_groups
+    assert decay["weight_decay"] == 1e-6 and rest["weight_decay"] == 0.0
+    assert {id(p) for p in decay["params"]} == {id(p) for p in model.lstm.parameters()}
+    all_ids = [id(p) for g in optimizer.param_groups for p in g["params"]]
+    assert len(all_ids) == len(set(all_ids))
+    assert id(model.embedding.weight) in all_ids and head.weight is model.embedding.weight
+    assert isinstance(optimizer, torch.optim.Adagrad) and rest["lr"] == 0.1
+
+
+def test_the_runs_seed_draws_the_random_clusters(vocab):
+    a = build_run_head(_config(**{"head.name": "two_level_random", "seed": 1}), vocab).assignment
+    b = build_run_head(_config(**{"head.name": "two_level_random", "seed": 1}), vocab).assignment
+    c = build_run_head(_config(**{"head.name": "two_level_random", "seed": 2}), vocab).assignment
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    head = build_run_head(_config(**{"head.name": "self_organized", "head.update_every": 7}), vocab)
+    assert head.update_every == 7 and int(head.counts[0]) == int(vocab.counts[0])
+
+
+def test_options_a_head_does_not_take(vocab):
+    with pytest.raises(ValueError, match="does not accept the options.*update_every"):
+        build_run_head(_config(**{"head.update_every": 7}), vocab)
+    with pytest.raises(ValueError, match="gamma"):
+        build_run_head(_config(**{"head.options": {"gamma": 2.0}}), vocab)
+    head = build_run_head(_config(**{"head.name": "self_organized", "head.options": {"gamma": 2.0}}), vocab)
+    assert head.gamma == 2.0
+
+
+def test_checkpoints_are_written_atomically(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"format": "sohsm.lm-checkpoint/1", "step": 1})
+    before = path.read_bytes()
+
+    def fail(handle):
+        handle.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(path, fail)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+    assert load_checkpoint(path)["step"] == 1
+
+
+def test_checkpoint_errors(tmp_path):
+    with pytest.raises(ValueError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        load_checkpoint(tmp_path / "junk.pt")
+    torch.save({"format": "something else"}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a sohsm"):
+        load_checkpoint(tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a run directory"):
+        checkpoint_path(tmp_path / "nope")
+    save_checkpoint(tmp_path / "last.pt", {"format": "sohsm.lm-checkpoint/1"})
+    assert checkpoint_path(tmp_path, "best") == tmp_path / "last.pt"  # before any evaluation
+
+
+def test_metrics_log_drops_records_past_the_resumed_step(tmp_path):
+    with MetricsLog(tmp_path, tensorboard=False) as log:
+        for step in (1, 2, 3):
+            log.write({"kind": "train", "step": step, "ppl": float("inf")})
+    with open(tmp_path / "metrics.jsonl", "a") as handle:
+        handle.write('{"kind": "tr')  # a torn line
+    with MetricsLog(tmp_path, keep_until_step=2, tensorboard=False) as log:
+        log.write({"kind": "eval", "step": 3, "ppl": 5.0})
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [(r["kind"], r["step"]) for r in records] == [("train", 1), ("train", 2), ("eval", 3)]
+    assert records[0]["ppl"] is None  # JSON has no infinity
+    for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
+        json.loads(line)
+
+
+def test_cluster_table(vocab):
+    head = build_run_head(_config(**{"head.name": "two_level_frequency"}), vocab)
+    table = cluster_table(head, vocab, words=3)
+    assert len(table) == head.n_clusters and sum(s.size for s in table) == len(vocab)
+    assert abs(sum(s.tf_mass for s in table) - 1.0) < 1e-9
+    assert [s.tf_mass for s in table] == sorted((s.tf_mass for s in table), reverse=True)
+    for s in table:
+        assert len(s.words) == min(3, s.size) and s.counts == sorted(s.counts, reverse=True)
+    assert table[0].words[0] == "<unk>"  # the most frequent word, in the heaviest bin
+    cluster = cluster_of_word(head, vocab, "w10", words=None)
+    assert "w10" in cluster.words and cluster.cluster == int(head.assignment[vocab["w10"]])
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        cluster_of_word(head, vocab, "nope")
+    with pytest.raises(ValueError, match="no word clusters"):
+        cluster_table(build_run_head(_config(), vocab), vocab)
