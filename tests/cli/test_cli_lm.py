@@ -165,6 +165,11 @@ def test_resume_after_a_crash_drops_records_past_the_checkpoint(tmp_path, ptb_sl
     steps = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
     assert steps == list(range(1, 9))
     assert all(r["nll_nats"] < 50 for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train")
+    # a resume whose budget is already spent takes no step and writes nothing
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    code, out, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet")
+    assert code == 0 and "token budget spent: step 8" in out
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
 
 
 # -- errors ---------------------------------------------------------------------------------------

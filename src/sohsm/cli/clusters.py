@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 import sys
 
 from sohsm.cli.main import CommandError
@@ -9,19 +10,28 @@ from sohsm.cli.main import CommandError
 _RAW = argparse.RawDescriptionHelpFormatter
 
 
+def _wrap(text: str) -> str:
+    """A help description wrapped at 100 columns (the raw formatter keeps the epilog's line breaks)."""
+    return textwrap.fill(text, 100)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``clusters`` command and its ``show`` subcommand."""
     parser = subparsers.add_parser(
         "clusters", help="inspect the word clusters of a trained run", formatter_class=_RAW,
-        description="Inspect the word clusters of a run trained with a two-level head.",
+        description=_wrap(
+            "Inspect the word clusters of a run trained with a two-level head.",
+        ),
         epilog="examples:\n  sohsm clusters show runs/ptb-sohsm\n  sohsm clusters show runs/ptb-sohsm --word actor",
     )
     parser.set_defaults(func=lambda args: _usage(parser))
     sub = parser.add_subparsers(dest="clusters_command", metavar="SUBCOMMAND")
     p = sub.add_parser(
         "show", help="the heaviest clusters and their most frequent words", formatter_class=_RAW,
-        description="List the clusters of a run's head, heaviest (by share of training tokens) first, with "
-        "their sizes, token mass and most frequent words, like the paper's Table 3; or the cluster of one word.",
+        description=_wrap(
+            "List the clusters of a run's head, heaviest (by share of training tokens) first, with "
+            "their sizes, token mass and most frequent words, like the paper's Table 3; or the cluster of one word.",
+        ),
         epilog="examples:\n  sohsm clusters show runs/ptb-sohsm --top 8 --words 10\n"
         "  sohsm clusters show runs/ptb-sohsm --word company --words 30\n"
         "  sohsm clusters show runs/ptb-sohsm --checkpoint last",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 import json
 import shlex
 import sys
@@ -12,6 +13,11 @@ from sohsm.heads import head_names
 from sohsm.train.config import DEFAULT_LR, OPTIMIZERS
 
 _RAW = argparse.RawDescriptionHelpFormatter
+
+
+def _wrap(text: str) -> str:
+    """A help description wrapped at 100 columns (the raw formatter keeps the epilog's line breaks)."""
+    return textwrap.fill(text, 100)
 
 #: option dest -> config field it sets (options left out keep the config default, or the run's on --resume)
 _TRAIN_FIELDS = {
@@ -43,7 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``lm`` command and its ``train``, ``eval`` and ``generate`` subcommands."""
     parser = subparsers.add_parser(
         "lm", help="train, evaluate and sample from language models", formatter_class=_RAW,
-        description="Train an LSTM language model with any output head, evaluate it, continue a text with it.",
+        description=_wrap(
+            "Train an LSTM language model with any output head, evaluate it, continue a text with it.",
+        ),
         epilog="examples:\n  sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb\n"
         "  sohsm lm eval runs/ptb --split test\n  sohsm lm generate runs/ptb --prompt \"the company said\"",
     )
@@ -62,9 +70,11 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def _register_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train", help="train a language model (or resume a run)", formatter_class=_RAW,
-        description="Train an LSTM language model with the chosen head in RUN_DIR: config.json, vocab.json, "
-        "metrics.jsonl, last.pt and best.pt (best dev perplexity). Stops when the epochs, --max-tokens or "
-        "--time-budget run out, or on Ctrl-C (after saving a checkpoint).",
+        description=_wrap(
+            "Train an LSTM language model with the chosen head in RUN_DIR: config.json, vocab.json, "
+            "metrics.jsonl, last.pt and best.pt (best dev perplexity). Stops when the epochs, --max-tokens or "
+            "--time-budget run out, or on Ctrl-C (after saving a checkpoint).",
+        ),
         epilog=_TRAIN_EPILOG,
     )
     g = p.add_argument_group("data")
@@ -160,7 +170,8 @@ def _print_summary(result) -> None:
     print(f"checkpoints {result.paths['last']}, {result.paths['best']}")
     print(f"evaluate    sohsm lm eval {run} --split valid")
     print(f"plot        sohsm plot {run}            # writes {result.run_dir / 'figure1.png'}")
-    print(f"clusters    sohsm clusters show {run}")
+    if result.signature.get("clusters") is not None:
+        print(f"clusters    sohsm clusters show {run}")
     print(f"generate    sohsm lm generate {run} --prompt \"the\"")
     if result.stopped != "done":
         print(f"resume      sohsm lm train --run-dir {run} --resume   # add a larger budget if one was spent")
@@ -176,9 +187,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def _register_eval(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval", help="perplexity, cluster and in-cluster perplexity of a run", formatter_class=_RAW,
-        description="Evaluate a run's checkpoint on a split of its corpus: perplexity, cluster perplexity and "
-        "in-cluster perplexity (paper Eq. 5-6), and tokens/s. Writes nothing.",
-        epilog="examples:\n  sohsm lm eval runs/ptb-sohsm\n  sohsm lm eval runs/ptb-sohsm --split test --checkpoint last",
+        description=_wrap(
+            "Evaluate a run's checkpoint on a split of its corpus: perplexity, cluster perplexity and "
+            "in-cluster perplexity (paper Eq. 5-6), and tokens/s. Writes nothing.",
+        ),
+        epilog="examples:\n  sohsm lm eval runs/ptb-sohsm\n"
+        "  sohsm lm eval runs/ptb-sohsm --split test --checkpoint last",
     )
     _add_run_options(p)
     p.add_argument("--split", choices=("valid", "test"), default="valid", help="which split (default valid)")
@@ -217,8 +231,10 @@ def _eval(args: argparse.Namespace) -> int:
 def _register_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "generate", help="continue a prompt with a run's model", formatter_class=_RAW,
-        description="Continue a prompt word by word: sampling from the head's distribution (default), "
-        "or greedily taking the most probable word.",
+        description=_wrap(
+            "Continue a prompt word by word: sampling from the head's distribution (default), "
+            "or greedily taking the most probable word.",
+        ),
         epilog="examples:\n  sohsm lm generate runs/ptb-sohsm --prompt \"the company said\" --length 20 --seed 1\n"
         "  sohsm lm generate runs/ptb-sohsm --prompt \"in new york\" --greedy",
     )

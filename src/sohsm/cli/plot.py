@@ -2,16 +2,26 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from sohsm.cli.main import CommandError
+
+_RAW = argparse.RawDescriptionHelpFormatter
+
+
+def _wrap(text: str) -> str:
+    """A help description wrapped at 100 columns (the raw formatter keeps the epilog's line breaks)."""
+    return textwrap.fill(text, 100)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``plot`` command."""
     parser = subparsers.add_parser(
-        "plot", help="draw the paper's Figure 1 for training runs", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Draw dev perplexity, cluster perplexity, in-cluster perplexity, class change rate, moved "
-        "token mass and training perplexity against training steps, one line per run, as a PNG.",
+        "plot", help="draw the paper's Figure 1 for training runs", formatter_class=_RAW,
+        description=_wrap(
+            "Draw dev perplexity, cluster perplexity, in-cluster perplexity, class change rate, moved "
+            "token mass and training perplexity against training steps, one line per run, as a PNG.",
+        ),
         epilog="examples:\n  sohsm plot runs/ptb-sohsm\n"
         "  sohsm plot runs/ptb-full runs/ptb-sohsm runs/ptb-freq -o figure1.png",
     )

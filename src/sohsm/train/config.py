@@ -220,7 +220,9 @@ class TrainConfig:
         try:
             torch.device(self.device)
         except (RuntimeError, ValueError):
-            raise ValueError(f"device must name a torch device ('cpu', 'cuda', 'cuda:0', ...), got {self.device!r}") from None
+            raise ValueError(
+                f"device must name a torch device ('cpu', 'cuda', 'cuda:0', ...), got {self.device!r}"
+            ) from None
 
 
 def apply_overrides(config: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:

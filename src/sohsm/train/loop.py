@@ -210,7 +210,8 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
     if not (run_dir / CONFIG_FILE).is_file():
         raise ValueError(f"{run_dir} holds no training run to resume (no {CONFIG_FILE})")
     if not (run_dir / LAST).is_file():
-        raise ValueError(f"{run_dir} holds no checkpoint ({LAST}) to resume from")
+        raise ValueError(f"{run_dir} holds no checkpoint ({LAST}) to resume from: the run stopped before its "
+                         "first one; delete the directory to start over")
     saved = _read_config(run_dir / CONFIG_FILE)
     differences = config_differences(saved, overrides)
     if differences:
@@ -435,6 +436,7 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
         clock.start()
 
     stopped: str | None = None
+    first_step = p.step
     with MetricsLog(run_dir, keep_until_step=p.step if resumed else None) as log, _InterruptGuard() as guard:
         try:
             model.train()
@@ -479,14 +481,15 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
                     if stopped is not None or epoch_done:
                         break
             clock.pause()
-            if stopped != "interrupted" and last_eval_step != p.step and p.step > 0:
-                clock.start()
-                run_eval(log)
+            if p.step > first_step:  # a session that took no step (its budget was already spent) writes nothing
+                if stopped != "interrupted" and last_eval_step != p.step:
+                    clock.start()
+                    run_eval(log)
+                    clock.pause()
+                save_last()
                 clock.pause()
-            save_last()
-            clock.pause()
-            if p.log_steps:
-                write_train_record(log, partial=True)  # the checkpoint keeps the open interval for a resume
+                if p.log_steps:
+                    write_train_record(log, partial=True)  # the checkpoint keeps the open interval for a resume
         finally:
             bar.close()
     p.elapsed_s = clock.total
