@@ -118,3 +118,26 @@ def test_cluster_table(vocab):
         cluster_of_word(head, vocab, "nope")
     with pytest.raises(ValueError, match="no word clusters"):
         cluster_table(build_run_head(_config(), vocab), vocab)
+
+
+def test_metrics_are_mirrored_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    scalars = []
+
+    class FakeWriter:
+        def __init__(self, log_dir):
+            self.log_dir = log_dir
+
+        def add_scalar(self, tag, value, step):
+            scalars.append((tag, value, step))
+
+        def close(self):
+            scalars.append("closed")
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=FakeWriter))
+    with MetricsLog(tmp_path) as log:
+        log.write({"kind": "eval", "step": 7, "ppl": 12.5, "ppl_cluster": None, "split": "valid"})
+    assert ("eval/ppl", 12.5, 7) in scalars and scalars[-1] == "closed"
+    assert not any(tag == "eval/ppl_cluster" for tag, *_ in scalars[:-1])
