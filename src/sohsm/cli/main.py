@@ -29,13 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sohsm {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"sohsm.cli.{name}")
-        except ModuleNotFoundError as error:
-            if error.name == f"sohsm.cli.{name}":
-                continue  # subcommand not built yet
-            raise
-        module.register(subparsers)
+        importlib.import_module(f"sohsm.cli.{name}").register(subparsers)
     return parser
 
 

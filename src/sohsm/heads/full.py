@@ -61,5 +61,5 @@ class FullSoftmax(Head):
 
 
 @register_head("full")
-def _full(in_features: int, n_classes: int, counts=None, **options) -> FullSoftmax:
+def _full(in_features: int, n_classes: int, counts=None, seed: int = 0, **options) -> FullSoftmax:
     return FullSoftmax(in_features, n_classes, **options)

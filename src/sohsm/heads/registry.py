@@ -1,8 +1,9 @@
 """Heads chosen by name: a small registry of factories with one signature.
 
-Every factory takes ``(in_features, n_classes, counts=None, **options)``:
+Every factory takes ``(in_features, n_classes, counts=None, seed=0, **options)``:
 ``counts`` are the training-corpus word counts (a ``[N]`` tensor), which
-frequency-based heads need and others ignore. The CLI's ``--head`` choices come
+frequency-based heads need, and ``seed`` seeds random structure (random
+clusters); heads without such structure ignore both. The CLI's ``--head`` choices come
 from :func:`head_names`, so library and command line cannot drift apart.
 """
 from __future__ import annotations
