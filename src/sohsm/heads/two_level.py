@@ -412,12 +412,14 @@ class TwoLevelSoftmax(Head):
         return log_probs_slot[:, layout.slot_of_word]
 
     @torch.no_grad()
-    def search_topk(self, hidden: Tensor, k: int) -> TopKResult:
+    def search_topk(self, hidden: Tensor, k: int, chunk_pairs: int = 8192) -> TopKResult:
         """Exact top-k by best-first search over clusters (SPEC §3).
 
-        ``P(c | h)`` bounds the probability of every word of ``c``, so clusters are
-        visited in descending ``P(c | h)`` and a row stops as soon as its next
-        cluster's ``log P(c | h)`` is no higher than its k-th best word so far.
+        ``P(c | h)`` bounds the probability of every word of ``c``. Every row first
+        scores the words of its most probable cluster; a cluster can then only
+        hold a better word if its ``log P(c | h)`` exceeds the row's k-th best
+        score so far, so each unfinished row scores exactly those clusters, all
+        in one grouped pass (``chunk_pairs`` (row, cluster) pairs at a time).
         A well-trained head visits a few clusters per row; an untrained one,
         whose cluster distribution is flat, may visit all of them.
         """
@@ -425,34 +427,59 @@ class TwoLevelSoftmax(Head):
         hidden = self._flatten_hidden(hidden)
         hidden_c, hidden_w = self._split_hidden(hidden)
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        ranked_values, ranked_clusters = cluster_log_probs.sort(dim=1, descending=True)
-        batch, layout = hidden.size(0), self._layout
+        batch, device = hidden.size(0), hidden.device
         best_values = hidden.new_full((batch, k), float("-inf"))
-        best_words = torch.zeros(batch, k, dtype=torch.long, device=hidden.device)
-        visited = torch.zeros(batch, dtype=torch.long, device=hidden.device)
-        rows = torch.arange(batch, device=hidden.device)
-        for rank in range(self.n_clusters):
-            clusters = ranked_clusters[rows, rank]
-            groups = _group_rows(clusters, self.n_clusters)
-            sorted_rows = rows[groups.order]
-            log_probs = F.log_softmax(_in_cluster_logits(hidden_w[sorted_rows], self.weight, layout, groups), dim=1)
-            log_probs += ranked_values[sorted_rows, rank][:, None]
-            top = min(k, log_probs.size(1))
-            values, positions = log_probs.topk(top, dim=1)
-            slots = (layout.offsets_t[clusters[groups.order]][:, None] + positions).clamp_(max=self.n_classes - 1)
-            merged_values = torch.cat([best_values[sorted_rows], values], dim=1)
-            merged_words = torch.cat([best_words[sorted_rows], layout.word_of_slot[slots]], dim=1)
-            merged_values, pick = merged_values.topk(k, dim=1)
-            best_values[sorted_rows] = merged_values
-            best_words[sorted_rows] = merged_words.gather(1, pick)
-            visited[sorted_rows] += 1
-            if rank + 1 == self.n_clusters:
-                break
-            bound = ranked_values[sorted_rows, rank + 1]
-            rows = sorted_rows[merged_values[:, -1] < bound]
-            if rows.numel() == 0:
-                break
+        best_words = torch.zeros(batch, k, dtype=torch.long, device=device)
+        rows = torch.arange(batch, device=device)
+        first = cluster_log_probs.argmax(dim=1)  # [B]
+        self._merge_cluster_scores(hidden_w, cluster_log_probs, rows, first, best_values, best_words)
+        # clusters that may still hold a word better than the row's k-th best (the first one is done)
+        open_clusters = cluster_log_probs > best_values[:, -1:]
+        open_clusters[rows, first] = False
+        visited = 1 + open_clusters.sum(dim=1)
+        pair_rows, pair_clusters = open_clusters.nonzero(as_tuple=True)  # row-major: grouped by row
+        for lo in range(0, pair_rows.numel(), chunk_pairs):
+            self._merge_cluster_scores(
+                hidden_w, cluster_log_probs, pair_rows[lo : lo + chunk_pairs],
+                pair_clusters[lo : lo + chunk_pairs], best_values, best_words,
+            )
         return TopKResult(best_values, best_words, visited)
+
+    def _merge_cluster_scores(
+        self, hidden_w: Tensor, cluster_log_probs: Tensor, rows: Tensor, clusters: Tensor,
+        best_values: Tensor, best_words: Tensor,
+    ) -> None:
+        """Score the words of ``clusters[j]`` for row ``rows[j]`` (pairs sorted by row) and fold
+        each row's best into ``best_values`` / ``best_words`` (in place)."""
+        k, layout = best_values.size(1), self._layout
+        groups = _group_rows(clusters, self.n_clusters)
+        pair_order = groups.order  # pairs sorted by cluster
+        sorted_rows = rows[pair_order]
+        log_probs = F.log_softmax(_in_cluster_logits(hidden_w[sorted_rows], self.weight, layout, groups), dim=1)
+        log_probs += cluster_log_probs[sorted_rows, groups.row_cluster][:, None]
+        top = min(k, log_probs.size(1))
+        values, positions = log_probs.topk(top, dim=1)  # [P, top]
+        slots = (layout.offsets_t[groups.row_cluster][:, None] + positions).clamp_(max=self.n_classes - 1)
+        words = layout.word_of_slot[slots]
+        # lay each row's candidates side by side: [rows, pairs per row * top], then keep the best k
+        unique_rows, per_row = torch.unique_consecutive(rows, return_counts=True)
+        width = int(per_row.max()) * top
+        rank_in_row = torch.arange(rows.numel(), device=rows.device) - (per_row.cumsum(0) - per_row).repeat_interleave(per_row)
+        rank_sorted = rank_in_row[pair_order]
+        local_row = torch.searchsorted(unique_rows, sorted_rows)
+        column = rank_sorted[:, None] * top + torch.arange(top, device=rows.device)
+        cand_values = values.new_full((unique_rows.numel(), width), float("-inf"))
+        cand_words = torch.zeros(unique_rows.numel(), width, dtype=torch.long, device=rows.device)
+        cand_values[local_row[:, None], column] = values
+        cand_words[local_row[:, None], column] = words
+        merged_values = torch.cat([best_values[unique_rows], cand_values], dim=1)
+        merged_words = torch.cat([best_words[unique_rows], cand_words], dim=1)
+        # best k by score, equal scores by word id: the answer does not depend on cluster numbering
+        by_word = merged_words.argsort(dim=1, stable=True)
+        merged_values, merged_words = merged_values.gather(1, by_word), merged_words.gather(1, by_word)
+        pick = merged_values.argsort(dim=1, descending=True, stable=True)[:, :k]
+        best_values[unique_rows] = merged_values.gather(1, pick)
+        best_words[unique_rows] = merged_words.gather(1, pick)
 
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """Same as ``log_prob(hidden).topk(k)``, by best-first search over clusters (:meth:`search_topk`)."""
