@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"## {args.title}",
         "",
-        "Produced by `python benchmarks/lm_results.py " + " ".join(sys.argv[1:] if argv is None else argv) + "`.",
+        "Produced by `python benchmarks/lm_results.py " + shlex.join(sys.argv[1:] if argv is None else argv) + "`.",
         "",
         "| run | head | tokens trained | epochs | training s | train tokens/s | speed vs full | dev ppl | "
         "ppl_cluster | ppl_in-cluster | re-clusterings |",
