@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from sohsm.cli.main import main
 
@@ -61,13 +60,6 @@ def private_env(session_cache):
     patch.undo()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from a second thread, and a busy machine makes two threads very slow."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,11 @@
-"""Fixtures shared by the head tests."""
+"""Fixtures shared by every test."""
 import pytest
 import torch
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These tensors are tiny: one intra-op thread is faster, and far faster when another
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The tests' tensors are small: one intra-op thread is faster, and far faster when another
     process is busy on the machine's cores (OpenMP workers then wait on each other)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
