@@ -2,17 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import textwrap
 import sys
 
-from sohsm.cli.main import CommandError
-
-_RAW = argparse.RawDescriptionHelpFormatter
+from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
 
 
-def _wrap(text: str) -> str:
-    """A help description wrapped at 100 columns (the raw formatter keeps the epilog's line breaks)."""
-    return textwrap.fill(text, 100)
+
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -4,12 +4,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sohsm.cli.main import CommandError
+from sohsm.cli.main import RAW as _RAW, CommandError
 from sohsm.data import corpora, loading
 from sohsm.data.errors import DataError
 from sohsm.data.files import data_dir_origin, resolve_cache_dir, resolve_data_dir
 
-_RAW = argparse.RawDescriptionHelpFormatter
 _STATE_TEXT = {
     "ok": "ok",
     "unverified": "present (no checksum known)",

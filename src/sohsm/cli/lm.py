@@ -2,22 +2,17 @@
 from __future__ import annotations
 
 import argparse
-import textwrap
 import json
 import shlex
 import sys
 
-from sohsm.cli.main import CommandError
+from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
 from sohsm.data.errors import DataError
 from sohsm.heads import head_names
 from sohsm.train.config import DEFAULT_LR, OPTIMIZERS
 
-_RAW = argparse.RawDescriptionHelpFormatter
 
 
-def _wrap(text: str) -> str:
-    """A help description wrapped at 100 columns (the raw formatter keeps the epilog's line breaks)."""
-    return textwrap.fill(text, 100)
 
 #: option dest -> config field it sets (options left out keep the config default, or the run's on --resume)
 _TRAIN_FIELDS = {

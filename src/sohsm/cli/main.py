@@ -9,11 +9,21 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import textwrap
 
 from sohsm import __version__
 
 #: subcommand modules, in the order `sohsm --help` lists them
 COMMANDS = ("data", "lm", "clusters", "plot")
+
+
+#: formatter of every subcommand parser: descriptions are wrapped by :func:`wrap`, epilogs kept as written
+RAW = argparse.RawDescriptionHelpFormatter
+
+
+def wrap(text: str) -> str:
+    """A help paragraph wrapped to 100 columns (the parsers keep text as given)."""
+    return textwrap.fill(text, 100)
 
 
 class CommandError(Exception):
