@@ -151,7 +151,7 @@ def test_q_update_of_a_word_seen_once_in_each_mode():
 
 
 def test_training_forward_feeds_q_with_its_own_cluster_log_probs():
-    head = make_head(5).double()
+    head = make_head(5, projection=True).double()  # the Eq. 1 path: h_c is the projected half
     _random_q(head, 5)
     hidden, target = _batch(5)
     params = ref_params(head)
@@ -246,7 +246,7 @@ OPTIMIZERS = {
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_moved_words_keep_their_vectors_and_optimizer_state(name):
     make_optimizer, keys = OPTIMIZERS[name]
-    head = make_head(9).double()
+    head = make_head(9, projection=True).double()
     optimizer = make_optimizer([head.projection.weight, head.cluster_weight, head.weight])
     head.attach(optimizer)
     _train(head, optimizer, 3, seed=9)
@@ -267,7 +267,7 @@ def test_moved_words_keep_their_vectors_and_optimizer_state(name):
         assert torch.equal(in_word_order(head, state[k]), state_before[k]), k
 
     # A reference head that never moved: built with the new clusters and the same word-ordered state.
-    reference = TwoLevelSoftmax(D, N, assignment=head.assignment.clone(), n_clusters=C).double()
+    reference = TwoLevelSoftmax(D, N, assignment=head.assignment.clone(), n_clusters=C, projection=True).double()
     with torch.no_grad():
         reference.projection.weight.copy_(other_params[0])
         reference.cluster_weight.copy_(other_params[1])

@@ -90,11 +90,14 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         n_clusters: int | None = None,
         gamma: float = 1.5,
         freq_budget: float = 0.1,
-        update_every: int = 1000,
+        update_every: int | None = None,
         init: str = "random",
         smoothing: str = "epoch",
-        projection: bool = True,
+        projection: bool = False,
         seed: int = 0,
+        reclusters_per_epoch: float = 8.0,
+        freeze_after_tokens: int | None = None,
+        reset_on_freeze: str = "none",
     ) -> None:
         if smoothing not in SMOOTHING:
             raise ValueError(f"smoothing must be one of {SMOOTHING}, got {smoothing!r}")
@@ -104,8 +107,12 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
             raise ValueError(f"gamma must be positive, got {gamma}")
         if not freq_budget > 0:
             raise ValueError(f"freq_budget must be positive, got {freq_budget}")
-        if int(update_every) < 0:
-            raise ValueError(f"update_every must be >= 0, got {update_every}")
+        if update_every is not None and int(update_every) < 0:
+            raise ValueError(f"update_every must be >= 0 or None, got {update_every}")
+        if not reclusters_per_epoch > 0:
+            raise ValueError(f"reclusters_per_epoch must be positive, got {reclusters_per_epoch}")
+        if reset_on_freeze not in ("none", "head", "head_keep_state"):
+            raise ValueError(f"reset_on_freeze must be 'none', 'head' or 'head_keep_state', got {reset_on_freeze!r}")
         n_clusters = default_n_clusters(n_classes) if n_clusters is None else int(n_clusters)
         max_size = default_max_cluster_size(n_classes, gamma)
         if max_size * n_clusters < n_classes:
@@ -126,7 +133,14 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         self.gamma = float(gamma)
         self.freq_budget = float(freq_budget)
         self.max_cluster_size = max_size
-        self.update_every = int(update_every)
+        #: K as given; ``None``: chosen from the epoch length at the first training batch
+        self.update_every_option = None if update_every is None else int(update_every)
+        self.update_every = self.update_every_option
+        self.reclusters_per_epoch = float(reclusters_per_epoch)
+        self.freeze_after_tokens = None if freeze_after_tokens is None else int(freeze_after_tokens)
+        self.reset_on_freeze = reset_on_freeze
+        self.tokens_seen = 0
+        self.frozen = False
         self.smoothing = smoothing
         self.counts_given = counts is not None
         # integer counts: module.float()/.double() never round them
@@ -146,8 +160,25 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         f = counts.to(torch.float64).clamp(min=1.0)
         return 1.0 / f if self.smoothing == "paper_literal" else 1.0 - 1.0 / f
 
+    def _resolve_update_every(self, batch_tokens: int) -> None:
+        """``K`` for ``update_every=None``: about ``reclusters_per_epoch`` re-clusterings per epoch.
+
+        An epoch is ``sum(counts)`` tokens; a step is taken to read as many tokens as
+        the first training batch. Without corpus counts the paper's K = 1000 is used.
+        """
+        if not self.counts_given or batch_tokens <= 0:
+            self.update_every = 1000
+            return
+        steps_per_epoch = float(self.counts.sum()) / batch_tokens
+        self.update_every = max(1, round(steps_per_epoch / self.reclusters_per_epoch))
+
     @torch.no_grad()
     def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        if self.frozen:
+            return
+        if self.update_every is None:
+            self._resolve_update_every(target.numel())
+        self.tokens_seen += target.numel()
         if self.update_every and not self._optimizers and not self._warned_unattached:
             warnings.warn(
                 "SelfOrganizedSoftmax is training without an attached optimizer, so its clusters "
@@ -211,8 +242,35 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         if not self.training:
             return
         self.steps += 1
+        if self.frozen:
+            return
+        if self.freeze_after_tokens is not None and self.tokens_seen >= self.freeze_after_tokens:
+            self.reassign(optimizer)
+            self.freeze(optimizer)
+            return
         if self.update_every and int(self.steps) % self.update_every == 0:
             self.reassign(optimizer)
+
+    @torch.no_grad()
+    def freeze(self, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Stop re-clustering; with ``reset_on_freeze`` re-initialise the head's weights on the final clusters."""
+        self.frozen = True
+        if self.reset_on_freeze == "none":
+            return
+        self.reset_parameters()
+        if self.reset_on_freeze == "head_keep_state":
+            return
+        optimizers = list(self._optimizers)
+        if optimizer is not None and all(optimizer is not o for o in optimizers):
+            optimizers.append(optimizer)
+        for opt in optimizers:
+            for p in self.parameters():
+                state = opt.state.get(p)
+                if not state:
+                    continue
+                for key, value in state.items():
+                    if isinstance(value, Tensor):
+                        value.zero_()
 
     @torch.no_grad()
     def reassign(self, optimizer: torch.optim.Optimizer | None = None) -> dict:
@@ -239,11 +297,16 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
 
     # -- persistence ---------------------------------------------------------------------
     def get_extra_state(self) -> dict:
-        return {"history": list(self.history), "counts_given": self.counts_given}
+        return {"history": list(self.history), "counts_given": self.counts_given,
+                "update_every": self.update_every, "tokens_seen": self.tokens_seen, "frozen": self.frozen}
 
     def set_extra_state(self, state: dict) -> None:
         self.history = list(state.get("history", []))
         self.counts_given = bool(state.get("counts_given", self.counts_given))
+        if "update_every" in state:
+            self.update_every = state["update_every"]
+        self.tokens_seen = int(state.get("tokens_seen", 0))
+        self.frozen = bool(state.get("frozen", False))
 
     def extra_repr(self) -> str:
         return (

@@ -225,7 +225,7 @@ class TwoLevelSoftmax(Head):
         assignment: Tensor | str = "random",
         n_clusters: int | None = None,
         counts: Tensor | None = None,
-        projection: bool = True,
+        projection: bool = False,
         seed: int = 0,
     ) -> None:
         super().__init__(in_features, n_classes)
