@@ -201,7 +201,8 @@ class TwoLevelSoftmax(Head):
             explicit assignment: ``max(assignment) + 1``).
         counts: ``[N]`` training counts; needed for ``"frequency"``.
         projection: apply the ReLU projections of Eq. 1 (two ``d x d`` maps, one
-            for the cluster and one for the word softmax). Default: ``True``.
+            for the cluster and one for the word softmax). Default: ``False``, by
+            measurement (see :class:`~sohsm.heads.SelfOrganizedSoftmax` and docs/results/lm.md).
         seed: seed of the random assignment.
 
     Shape:
