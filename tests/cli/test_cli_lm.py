@@ -201,7 +201,7 @@ def test_new_run_needs_corpus_and_head(tmp_path, ptb_slice, small, cli):
 def test_option_a_head_does_not_take(tmp_path, ptb_slice, small, cli):
     code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--update-every", 10,
                        "--run-dir", tmp_path / "run", *small)
-    assert "update_every" in _one_line_error(code, err)
+    assert "--update-every (10) means nothing for head 'full'" in _one_line_error(code, err)
     assert not (tmp_path / "run").exists()
 
 

@@ -124,7 +124,10 @@ def build_head(name: str, in_features: int, n_classes: int, counts=None, **optio
     """
     entry = _entry(name)
     check_head_options(name, options)
-    head = entry.factory(in_features, n_classes, counts=counts, **options)
+    try:
+        head = entry.factory(in_features, n_classes, counts=counts, **options)
+    except ValueError as error:  # a value the head refuses: say which head refused it
+        raise ValueError(f"head {name!r}: {error}") from error
     if not isinstance(head, Head):
         raise TypeError(f"factory for {name!r} returned {type(head).__name__}, not a Head")
     return head
