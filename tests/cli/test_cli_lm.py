@@ -305,6 +305,7 @@ def test_generate_notes_unknown_words_and_rejects_bad_temperature(sohsm_run, cli
 
 
 def test_help_has_runnable_examples(cli):
-    for argv in (["lm", "train", "--help"], ["lm", "eval", "--help"], ["lm", "generate", "--help"]):
+    for argv in (["lm", "train", "--help"], ["lm", "compare", "--help"], ["lm", "eval", "--help"],
+                 ["lm", "generate", "--help"]):
         code, out, _ = cli(*argv)
         assert code == 0 and "examples:" in out and "sohsm lm" in out

@@ -9,10 +9,12 @@ import sys
 from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
 from sohsm.cli.train_options import (
     add_training_options,
+    head_options_help,
     head_overrides,
     requested_head_options,
     training_overrides,
 )
+from sohsm.cli.lm_compare import register_compare
 from sohsm.data.errors import DataError
 
 _TRAIN_EPILOG = """\
@@ -32,18 +34,20 @@ examples:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``lm`` command and its ``train``, ``eval`` and ``generate`` subcommands."""
+    """Add the ``lm`` command and its ``train``, ``compare``, ``eval`` and ``generate`` subcommands."""
     parser = subparsers.add_parser(
         "lm", help="train, evaluate and sample from language models", formatter_class=_RAW,
         description=_wrap(
             "Train an LSTM language model with any output head, evaluate it, continue a text with it.",
         ),
         epilog="examples:\n  sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb\n"
+        "  sohsm lm compare --corpus ptb --out runs/ptb-heads --epochs 2\n"
         "  sohsm lm eval runs/ptb --split test\n  sohsm lm generate runs/ptb --prompt \"the company said\"",
     )
     parser.set_defaults(func=lambda args: _usage(parser))
     sub = parser.add_subparsers(dest="lm_command", metavar="SUBCOMMAND")
     _register_train(sub)
+    register_compare(sub)
     _register_eval(sub)
     _register_generate(sub)
 
@@ -61,7 +65,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
             "metrics.jsonl, last.pt and best.pt (best dev perplexity). Stops when the epochs, --max-tokens or "
             "--time-budget run out, or on Ctrl-C (after saving a checkpoint).",
         ),
-        epilog=_TRAIN_EPILOG,
+        epilog=_TRAIN_EPILOG + "\n" + head_options_help(),
     )
     add_training_options(p)
     p.set_defaults(func=_train)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import textwrap
 from typing import Any
 
 from sohsm.cli.main import CommandError
@@ -119,6 +120,18 @@ def add_training_options(p: argparse.ArgumentParser, *, compare: bool = False) -
     g.add_argument("--log-every", type=int, metavar="STEPS", help="a train record every STEPS steps (default 100)")
     g.add_argument("--device", metavar="DEVICE", help="cpu (default), cuda, cuda:1, ...")
     g.add_argument("--quiet", action="store_true", help="no start-up lines, progress bar or evaluation lines")
+
+
+def head_options_help() -> str:
+    """An epilog paragraph listing each registered head's options, from the registry (so it cannot go stale)."""
+    lines = ["head options (--head-option KEY=VALUE; see each head's docstring for their meaning):"]
+    width = max(map(len, head_names()))
+    for name in head_names():
+        options = head_options(name)
+        listed = "any (not checked)" if options is None else ", ".join(options) or "none"
+        lines.append(textwrap.fill(listed, 100, initial_indent=f"  {name:<{width}}  ",
+                                   subsequent_indent=" " * (width + 4)))
+    return "\n".join(lines) + "\n"
 
 
 def training_overrides(args: argparse.Namespace) -> dict[str, Any]:
