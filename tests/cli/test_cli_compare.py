@@ -10,7 +10,8 @@ import sohsm.train.loop as loop
 from sohsm.train import read_metrics
 
 TOKENS_PER_STEP = 16 * 10  # batch 16 x BPTT 10
-BUDGET = ["--max-tokens", 60 * TOKENS_PER_STEP, "--eval-every", 30, "--log-every", 10]
+STEPS = 40
+BUDGET = ["--max-tokens", STEPS * TOKENS_PER_STEP, "--eval-every", 20, "--log-every", 10]
 
 
 def _one_line_error(code, err):
@@ -40,7 +41,7 @@ def test_compare_trains_one_run_per_head_and_writes_the_report(compared):
     names = ["full", "self_organized", "self_organized-k10"]
     for name in names:
         records = read_metrics(out / name / "metrics.jsonl")
-        assert max(r["tokens"] for r in records) == 60 * TOKENS_PER_STEP, name
+        assert max(r["tokens"] for r in records) == STEPS * TOKENS_PER_STEP, name
     variant = json.loads((out / "self_organized-k10" / "config.json").read_text())["head"]
     assert variant["update_every"] == 10 and variant["options"] == {"gamma": 2}
     assert json.loads((out / "self_organized" / "config.json").read_text())["head"]["update_every"] is None
@@ -79,7 +80,7 @@ def test_report_only_rewrites_the_report_from_the_runs(compared, cli):
 def test_a_run_from_lm_train_is_resumed_by_compare(tmp_path, ptb_slice, small, cli):
     out = tmp_path / "heads"
     code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--run-dir", out / "full", *small,
-                       "--max-tokens", 20 * TOKENS_PER_STEP, "--eval-every", 30, "--log-every", 10)
+                       "--max-tokens", 20 * TOKENS_PER_STEP, "--eval-every", 20, "--log-every", 10)
     assert code == 0, err
     code, stdout, err = cli("lm", "compare", "--corpus", ptb_slice, "--out", out, "--heads", "full,two_level_random",
                             *small, *BUDGET)
@@ -88,7 +89,7 @@ def test_a_run_from_lm_train_is_resumed_by_compare(tmp_path, ptb_slice, small, c
     for name in ("full", "two_level_random"):
         train_steps = [r["step"] for r in read_metrics(out / name / "metrics.jsonl")
                        if r["kind"] == "train" and not r.get("partial")]
-        assert train_steps == list(range(10, 61, 10)), name  # the resumed run continues where it stopped
+        assert train_steps == list(range(10, STEPS + 1, 10)), name  # the resumed run continues where it stopped
 
 
 def test_an_interrupted_comparison_continues_where_it_stopped(tmp_path, ptb_slice, small, cli, monkeypatch):
@@ -139,3 +140,17 @@ def test_bad_heads_and_options_are_one_line_before_anything_is_written(tmp_path,
     code, _, err = cli("lm", "compare", "--corpus", ptb_slice, "--out", tmp_path / "heads", *small, *options)
     assert message in _one_line_error(code, err)
     assert not (tmp_path / "heads").exists()
+
+
+def test_the_runs_of_a_comparison_may_differ_only_in_their_head(tmp_path):
+    from sohsm.train import TrainConfig, apply_overrides
+    from sohsm.train.compare import PlannedRun, plan_comparison
+
+    def run(name, **overrides):
+        return PlannedRun(name, apply_overrides(TrainConfig(), {"data.corpus": "ptb", **overrides}))
+
+    with pytest.raises(ValueError, match="run b differs from run a in seed"):
+        plan_comparison(tmp_path / "out", [run("a", **{"head.name": "full"}), run("b", seed=2)])
+    with pytest.raises(ValueError, match="appears twice"):
+        plan_comparison(tmp_path / "out", [run("a"), run("a")])
+    assert not (tmp_path / "out").exists()

@@ -30,7 +30,7 @@ import torch
 from sohsm.data.loading import load_corpus
 from sohsm.train.builders import build_model_and_head, resolve_device
 from sohsm.train.checkpoint import CONFIG_FILE, LAST, write_json
-from sohsm.train.config import RESUMABLE_FIELDS, TrainConfig, config_differences
+from sohsm.train.config import TrainConfig, config_differences
 from sohsm.train.loop import TrainResult, _check_writable, _holds_run, _normalise_corpus, _read_config
 from sohsm.train.loop import resume_training, train
 
@@ -98,8 +98,8 @@ def plan_comparison(out: str | os.PathLike[str], runs: Sequence[PlannedRun]) -> 
     the head refuses fails here, before any run starts.
 
     Raises:
-        ValueError: a bad or repeated run name, a config value or head option the
-            run refuses, an existing run directory with other settings or without
+        ValueError: a bad or repeated run name, runs that differ in more than their
+            head, a config value or head option the run refuses, an existing run directory with other settings or without
             a checkpoint, or an unwritable folder.
         sohsm.data.DataError: the corpus is unknown, missing or corrupt.
     """
@@ -113,9 +113,20 @@ def plan_comparison(out: str | os.PathLike[str], runs: Sequence[PlannedRun]) -> 
         if run.name in seen:
             raise ValueError(f"run name {run.name!r} appears twice in the comparison")
         seen.add(run.name)
+    _check_same_settings(runs)
     plans = [_plan(out / run.name, _normalised(run)) for run in runs]
     _check_new_runs_build([p.run for p in plans if p.status == "new"])
     return plans
+
+
+def _check_same_settings(runs: Sequence[PlannedRun]) -> None:
+    """Refuse runs whose configs differ in anything but the head: the comparison would not be like for like."""
+    first = {k: v for k, v in runs[0].config.flat().items() if not k.startswith("head.")}
+    for run in runs[1:]:
+        for key, value in run.config.flat().items():
+            if not key.startswith("head.") and value != first[key]:
+                raise ValueError(f"run {run.name} differs from run {runs[0].name} in {key} ({value!r} against "
+                                 f"{first[key]!r}); the runs of a comparison differ only in their head")
 
 
 def _normalised(run: PlannedRun) -> PlannedRun:

@@ -112,7 +112,8 @@ def results_table(summaries: Sequence[RunSummary]) -> list[str]:
     speed_column = " speed vs full |" if reference else ""
     lines = [
         "| run | head | tokens trained | epochs | training s | train tokens/s |" + speed_column
-        + " best dev ppl | dev ppl at the end | cluster ppl | in-cluster ppl | re-clusterings | empty clusters at the end |",
+        + " best dev ppl | dev ppl at the end | cluster ppl | in-cluster ppl | re-clusterings |"
+        " empty clusters at the end |",
         "|---|---|---:|---:|---:|---:|" + ("---:|" if reference else "") + "---:|---:|---:|---:|---:|---:|",
     ]
     for s in summaries:
