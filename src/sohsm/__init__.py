@@ -19,6 +19,7 @@ from sohsm.heads import (  # noqa: E402
     TwoLevelSoftmax,
     build_head,
     head_names,
+    head_options,
 )
 
 __all__ = [
@@ -30,5 +31,6 @@ __all__ = [
     "TwoLevelSoftmax",
     "build_head",
     "head_names",
+    "head_options",
     "__version__",
 ]

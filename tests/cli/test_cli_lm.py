@@ -201,7 +201,7 @@ def test_new_run_needs_corpus_and_head(tmp_path, ptb_slice, small, cli):
 def test_option_a_head_does_not_take(tmp_path, ptb_slice, small, cli):
     code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--update-every", 10,
                        "--run-dir", tmp_path / "run", *small)
-    assert "update_every" in _one_line_error(code, err)
+    assert "--update-every (10) means nothing for head 'full'" in _one_line_error(code, err)
     assert not (tmp_path / "run").exists()
 
 
@@ -305,6 +305,7 @@ def test_generate_notes_unknown_words_and_rejects_bad_temperature(sohsm_run, cli
 
 
 def test_help_has_runnable_examples(cli):
-    for argv in (["lm", "train", "--help"], ["lm", "eval", "--help"], ["lm", "generate", "--help"]):
+    for argv in (["lm", "train", "--help"], ["lm", "compare", "--help"], ["lm", "eval", "--help"],
+                 ["lm", "generate", "--help"]):
         code, out, _ = cli(*argv)
         assert code == 0 and "examples:" in out and "sohsm lm" in out

@@ -4,7 +4,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sohsm.heads import FullSoftmax, Head, SelfOrganizedSoftmax, TwoLevelSoftmax, build_head, head_names, register_head
+from sohsm.heads import (
+    FullSoftmax,
+    Head,
+    SelfOrganizedSoftmax,
+    TwoLevelSoftmax,
+    build_head,
+    head_names,
+    head_options,
+    register_head,
+)
 from sohsm.heads import registry
 
 D, N = 4, 25
@@ -73,5 +82,62 @@ def test_factory_must_return_a_head(monkeypatch):
         register_head("not_callable")(42)
 
 
+
+def test_each_head_lists_its_options():
+    assert set(head_options("full")) == {"bias"}
+    for name in ("two_level_random", "two_level_frequency"):
+        assert set(head_options(name)) == {"n_clusters", "projection", "seed"}  # assignment is the factory's
+    so = head_options("self_organized")
+    assert {"n_clusters", "gamma", "freq_budget", "update_every", "init", "smoothing", "projection", "seed",
+            "reclusters_per_epoch"} <= set(so)
+    assert so["gamma"].default == 1.5 and so["gamma"].type is float
+    with pytest.raises(ValueError, match="unknown head"):
+        head_options("softmax")
+
+
+def test_an_option_the_head_does_not_take_names_the_head_and_its_options():
+    with pytest.raises(ValueError, match=r"^head 'full' has no option 'gamma'; its options: bias$"):
+        build_head("full", D, N, gamma=2.0)
+    with pytest.raises(ValueError, match="head 'two_level_random' has no option 'assignment'"):
+        build_head("two_level_random", D, N, assignment="frequency")
+    with pytest.raises(ValueError, match="has no option 'seed'"):
+        build_head("full", D, N, seed=1)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"gamma": "abc"}, r"option gamma must be float, got 'abc' \(str\)"),
+    ({"n_clusters": 2.5}, r"option n_clusters must be int or None, got 2.5"),
+    ({"projection": 1}, r"option projection must be bool, got 1"),
+    ({"update_every": True}, r"option update_every must be int or None, got True"),
+])
+def test_a_value_of_the_wrong_type_is_refused_before_building(options, message):
+    with pytest.raises(ValueError, match="head 'self_organized': " + message):
+        build_head("self_organized", D, N, counts=torch.arange(N, 0, -1), **options)
+
+
+def test_values_out_of_range_are_the_heads_own_errors():
+    with pytest.raises(ValueError, match="gamma must be positive"):
+        build_head("self_organized", D, N, gamma=-1)  # an int is a fine float
+    assert build_head("self_organized", D, N, gamma=2, n_clusters=None).gamma == 2.0
+
+
+def test_a_factory_without_a_class_passes_options_through(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+    @register_head("open_head")
+    def _open(in_features, n_classes, counts=None, **options):
+        return FullSoftmax(in_features, n_classes, **options)
+
+    @register_head("closed_head")
+    def _closed(in_features, n_classes, counts=None, bias: bool = False):
+        return FullSoftmax(in_features, n_classes, bias=bias)
+
+    assert head_options("open_head") is None
+    assert build_head("open_head", D, N, bias=True).bias is not None
+    assert set(head_options("closed_head")) == {"bias"}
+    with pytest.raises(ValueError, match="head 'closed_head' has no option 'gamma'"):
+        build_head("closed_head", D, N, gamma=1.0)
+
+
 def test_registry_changes_in_tests_do_not_leak():
-    assert "test_only_head" not in head_names() and "not_a_head" not in head_names()
+    assert not {"test_only_head", "not_a_head", "open_head", "closed_head"} & set(head_names())

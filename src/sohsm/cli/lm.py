@@ -7,32 +7,25 @@ import shlex
 import sys
 
 from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
+from sohsm.cli.train_options import (
+    add_training_options,
+    head_options_help,
+    head_overrides,
+    requested_head_options,
+    training_overrides,
+)
+from sohsm.cli.lm_compare import register_compare
 from sohsm.data.errors import DataError
-from sohsm.heads import head_names
-from sohsm.train.config import DEFAULT_LR, OPTIMIZERS
-
-
-
-
-#: option dest -> config field it sets (options left out keep the config default, or the run's on --resume)
-_TRAIN_FIELDS = {
-    "corpus": "data.corpus", "data_dir": "data.data_dir", "cache_dir": "data.cache_dir",
-    "min_count": "data.min_count", "max_size": "data.max_size",
-    "emb_size": "model.emb_size", "hidden_size": "model.hidden_size", "layers": "model.layers",
-    "dropout": "model.dropout", "tie_weights": "model.tie_weights",
-    "head": "head.name", "update_every": "head.update_every",
-    "optimizer": "optim.optimizer", "lr": "optim.lr", "clip": "optim.clip", "weight_decay": "optim.weight_decay",
-    "bptt": "bptt", "batch_size": "batch_size", "eval_batch_size": "eval_batch_size", "epochs": "epochs",
-    "max_tokens": "max_tokens", "time_budget": "time_budget", "eval_every": "eval_every",
-    "checkpoint_every": "checkpoint_every", "log_every": "log_every", "seed": "seed", "device": "device",
-}
 
 _TRAIN_EPILOG = """\
 defaults are the paper's text8 setting: 1-layer LSTM 512/512, Adagrad lr 0.1, clip 0.25, BPTT 20,
-batch 128, weight decay 1e-6 on the LSTM, 5 epochs, K = 1000.
+batch 128, weight decay 1e-6 on the LSTM, 5 epochs; the self-organized head re-clusters about 8 times
+per epoch unless --update-every K says otherwise.
 
 examples:
   sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb-sohsm --epochs 1
+  sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb-g2 \\
+      --head-option gamma=2 --head-option init=frequency --update-every 200
   sohsm lm train --corpus ptb --head full --run-dir runs/ptb-full --time-budget 600
   sohsm lm train --corpus my_text.txt --head two_level_frequency --run-dir runs/mine \\
       --emb-size 64 --hidden-size 64 --batch-size 32 --max-tokens 200000
@@ -41,18 +34,20 @@ examples:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``lm`` command and its ``train``, ``eval`` and ``generate`` subcommands."""
+    """Add the ``lm`` command and its ``train``, ``compare``, ``eval`` and ``generate`` subcommands."""
     parser = subparsers.add_parser(
         "lm", help="train, evaluate and sample from language models", formatter_class=_RAW,
         description=_wrap(
             "Train an LSTM language model with any output head, evaluate it, continue a text with it.",
         ),
         epilog="examples:\n  sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb\n"
+        "  sohsm lm compare --corpus ptb --out runs/ptb-heads --epochs 2\n"
         "  sohsm lm eval runs/ptb --split test\n  sohsm lm generate runs/ptb --prompt \"the company said\"",
     )
     parser.set_defaults(func=lambda args: _usage(parser))
     sub = parser.add_subparsers(dest="lm_command", metavar="SUBCOMMAND")
     _register_train(sub)
+    register_compare(sub)
     _register_eval(sub)
     _register_generate(sub)
 
@@ -70,72 +65,31 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
             "metrics.jsonl, last.pt and best.pt (best dev perplexity). Stops when the epochs, --max-tokens or "
             "--time-budget run out, or on Ctrl-C (after saving a checkpoint).",
         ),
-        epilog=_TRAIN_EPILOG,
+        epilog=_TRAIN_EPILOG + "\n" + head_options_help(),
     )
-    g = p.add_argument_group("data")
-    g.add_argument("--corpus", metavar="NAME_OR_PATH", help="a known corpus (ptb, wikitext-2, text8, ...) "
-                   "or your own text file or folder (required for a new run)")
-    g.add_argument("--data-dir", metavar="DIR", help="data directory (default: $SOHSM_DATA, else ~/.cache/sohsm)")
-    g.add_argument("--cache-dir", metavar="DIR",
-                   help="cache of tokenised corpora (default: $SOHSM_CACHE, else ~/.cache/sohsm/cache)")
-    g.add_argument("--min-count", type=int, metavar="N", help="words seen fewer times become <unk>")
-    g.add_argument("--max-size", type=int, metavar="N", help="at most N vocabulary entries")
-
-    g = p.add_argument_group("model and head")
-    g.add_argument("--head", choices=head_names(), help="output layer (required for a new run)")
-    g.add_argument("--update-every", type=int, metavar="K",
-                   help="self-organized head: re-cluster every K optimizer steps (default 1000, 0 = never)")
-    g.add_argument("--emb-size", type=int, metavar="N", help="embedding size (default 512)")
-    g.add_argument("--hidden-size", type=int, metavar="N", help="LSTM hidden size = head input size (default 512)")
-    g.add_argument("--layers", type=int, metavar="N", help="LSTM layers (default 1)")
-    g.add_argument("--dropout", type=float, metavar="P", help="dropout (default 0)")
-    g.add_argument("--tie-weights", action="store_true", default=None,
-                   help="share the embedding with the output word vectors (full head only, emb = hidden size)")
-
-    g = p.add_argument_group("optimization")
-    g.add_argument("--optimizer", choices=OPTIMIZERS,
-                   help="default adagrad; default rates: " + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()))
-    g.add_argument("--lr", type=float, metavar="LR", help="learning rate (default: the optimizer's, see above)")
-    g.add_argument("--clip", type=float, metavar="NORM", help="clip the gradient norm (default 0.25; 0 = no clipping)")
-    g.add_argument("--weight-decay", type=float, metavar="W", help="weight decay on the LSTM parameters (default 1e-6)")
-    g.add_argument("--bptt", type=int, metavar="T", help="truncated back-propagation length (default 20)")
-    g.add_argument("--batch-size", type=int, metavar="B", help="columns per batch (default 128)")
-    g.add_argument("--seed", type=int, help="seed of initialisation, dropout and random clusters (default 1)")
-
-    g = p.add_argument_group("budgets, evaluation and files")
-    g.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
-    g.add_argument("--resume", action="store_true",
-                   help="continue the run in --run-dir from last.pt (budgets and logging may change; "
-                   "other options must match the run)")
-    g.add_argument("--epochs", type=int, metavar="N", help="passes over the training data (default 5)")
-    g.add_argument("--max-tokens", type=int, metavar="N", help="stop after N training tokens (all sessions)")
-    g.add_argument("--time-budget", type=float, metavar="SECONDS",
-                   help="stop after this much training time (all sessions, evaluation excluded)")
-    g.add_argument("--eval-every", type=int, metavar="STEPS",
-                   help="dev evaluation every STEPS steps, and at each epoch's end (default 1000; 0 = epochs only)")
-    g.add_argument("--eval-batch-size", type=int, metavar="B", help="columns of the dev evaluation (default 32)")
-    g.add_argument("--checkpoint-every", type=int, metavar="STEPS",
-                   help="save last.pt every STEPS steps, and at the end (default 1000; 0 = end only)")
-    g.add_argument("--log-every", type=int, metavar="STEPS", help="a train record every STEPS steps (default 100)")
-    g.add_argument("--device", metavar="DEVICE", help="cpu (default), cuda, cuda:1, ...")
-    g.add_argument("--quiet", action="store_true", help="no progress bar or evaluation lines")
+    add_training_options(p)
     p.set_defaults(func=_train)
 
 
 def _train(args: argparse.Namespace) -> int:
     from sohsm.train import TrainConfig, apply_overrides, resume_training, train
 
-    overrides = {field: getattr(args, dest) for dest, field in _TRAIN_FIELDS.items() if getattr(args, dest) is not None}
-    if overrides.get("optim.clip") == 0:
-        overrides["optim.clip"] = None
+    overrides = training_overrides(args)
+    options, update_every = requested_head_options(args)
     try:
         if args.resume:
+            if args.head is not None:
+                overrides.update(head_overrides(args.head, options, update_every))
+            else:
+                overrides.update({"head.options": options} if options else {})
+                overrides.update({"head.update_every": update_every} if update_every is not None else {})
             result = resume_training(args.run_dir, overrides, progress=not args.quiet)
         else:
-            missing = [flag for flag, field in (("--corpus", "data.corpus"), ("--head", "head.name"))
-                       if field not in overrides]
+            missing = [flag for flag, given in (("--corpus", "data.corpus" in overrides), ("--head", args.head))
+                       if not given]
             if missing:
                 raise CommandError(f"a new run needs {' and '.join(missing)} (or --resume to continue a run)")
+            overrides.update(head_overrides(args.head, options, update_every))
             result = train(apply_overrides(TrainConfig(), overrides), args.run_dir, progress=not args.quiet)
     except (ValueError, DataError) as error:
         raise CommandError(str(error)) from None

@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # for commands that quote themselves in what they write
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -1,6 +1,6 @@
 """Output layers. Every head implements :class:`Head`; importing each file here fills the registry."""
 from sohsm.heads.base import ClusterScores, Head, HeadOutput
-from sohsm.heads.registry import build_head, head_names, register_head
+from sohsm.heads.registry import HeadOption, build_head, check_head_options, head_names, head_options, register_head
 from sohsm.heads.full import FullSoftmax
 from sohsm.heads.two_level import TopKResult, TwoLevelSoftmax
 from sohsm.heads.self_organized import SelfOrganizedSoftmax
@@ -9,11 +9,14 @@ __all__ = [
     "ClusterScores",
     "FullSoftmax",
     "Head",
+    "HeadOption",
     "HeadOutput",
     "SelfOrganizedSoftmax",
     "TopKResult",
     "TwoLevelSoftmax",
     "build_head",
+    "check_head_options",
     "head_names",
+    "head_options",
     "register_head",
 ]

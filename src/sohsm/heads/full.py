@@ -60,6 +60,6 @@ class FullSoftmax(Head):
         return F.linear(self._flatten_hidden(hidden), self.weight, self.bias).argmax(dim=1)
 
 
-@register_head("full")
-def _full(in_features: int, n_classes: int, counts=None, seed: int = 0, **options) -> FullSoftmax:
+@register_head("full", builds=FullSoftmax)
+def _full(in_features: int, n_classes: int, counts=None, **options) -> FullSoftmax:
     return FullSoftmax(in_features, n_classes, **options)

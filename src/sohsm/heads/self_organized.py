@@ -367,6 +367,6 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         )
 
 
-@register_head("self_organized")
+@register_head("self_organized", builds=SelfOrganizedSoftmax)
 def _self_organized(in_features: int, n_classes: int, counts=None, **options) -> SelfOrganizedSoftmax:
     return SelfOrganizedSoftmax(in_features, n_classes, counts=counts, **options)

@@ -500,11 +500,11 @@ def _rebuild_layout_after_load(module: TwoLevelSoftmax, incompatible_keys) -> No
     module._grad.invalidate()
 
 
-@register_head("two_level_random")
+@register_head("two_level_random", builds=TwoLevelSoftmax, fixed=("assignment",))
 def _two_level_random(in_features: int, n_classes: int, counts=None, **options) -> TwoLevelSoftmax:
     return TwoLevelSoftmax(in_features, n_classes, assignment="random", **options)
 
 
-@register_head("two_level_frequency")
+@register_head("two_level_frequency", builds=TwoLevelSoftmax, fixed=("assignment",))
 def _two_level_frequency(in_features: int, n_classes: int, counts=None, **options) -> TwoLevelSoftmax:
     return TwoLevelSoftmax(in_features, n_classes, assignment="frequency", counts=counts, **options)

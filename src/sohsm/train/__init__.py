@@ -7,10 +7,14 @@
 * :mod:`sohsm.train.metrics`: ``metrics.jsonl`` (and TensorBoard when installed).
 * :mod:`sohsm.train.run`: :func:`load_run`, :func:`evaluate_run`, :func:`generate_text`.
 * :mod:`sohsm.train.clusters`: :func:`cluster_table` (the paper's Table 3).
+* :mod:`sohsm.train.progress`: the start-up lines and progress bar of a training session.
+* :mod:`sohsm.train.report`: :func:`summarise_run`, :func:`results_table` (a run's row in a results table).
+* :mod:`sohsm.train.compare`: :func:`plan_comparison`, :func:`run_comparison` (several heads, same settings).
 """
 from sohsm.train.builders import build_model_and_head, build_optimizer, run_signature
 from sohsm.train.checkpoint import format_signature, load_checkpoint, save_checkpoint
 from sohsm.train.clusters import ClusterSummary, cluster_of_word, cluster_table
+from sohsm.train.compare import PlannedRun, RunPlan, plan_comparison, run_comparison
 from sohsm.train.config import (
     OPTIMIZERS,
     RESUMABLE_FIELDS,
@@ -24,6 +28,7 @@ from sohsm.train.config import (
 from sohsm.train.evaluation import EvalResult, evaluate
 from sohsm.train.loop import STOP_REASONS, TrainResult, resume_training, train
 from sohsm.train.metrics import MetricsLog, read_metrics
+from sohsm.train.report import RunSummary, results_table, summarise_run
 from sohsm.train.run import Generation, LoadedRun, evaluate_run, generate_text, load_run
 
 __all__ = [
@@ -37,7 +42,10 @@ __all__ = [
     "ModelConfig",
     "OPTIMIZERS",
     "OptimConfig",
+    "PlannedRun",
     "RESUMABLE_FIELDS",
+    "RunPlan",
+    "RunSummary",
     "STOP_REASONS",
     "TrainConfig",
     "TrainResult",
@@ -52,9 +60,13 @@ __all__ = [
     "generate_text",
     "load_checkpoint",
     "load_run",
+    "plan_comparison",
     "read_metrics",
+    "results_table",
     "resume_training",
+    "run_comparison",
     "run_signature",
     "save_checkpoint",
+    "summarise_run",
     "train",
 ]

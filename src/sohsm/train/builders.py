@@ -9,7 +9,7 @@ from torch import nn
 
 from sohsm import __version__
 from sohsm.data.vocab import Vocabulary
-from sohsm.heads import Head, build_head
+from sohsm.heads import Head, build_head, head_options
 from sohsm.models.lstm_lm import LSTMLanguageModel
 from sohsm.train.config import TrainConfig
 
@@ -34,28 +34,20 @@ def resolve_device(name: str) -> torch.device:
 def build_run_head(config: TrainConfig, vocab: Vocabulary) -> Head:
     """The head named by ``config.head``, with the vocabulary's counts and the run's seed.
 
-    The run's seed goes to heads that take a ``seed`` (the random clusters of the
-    two-level heads) unless ``config.head.options`` sets one.
+    The run's seed goes to heads that take a ``seed`` option (the random clusters
+    of the two-level heads) unless ``config.head.options`` sets one.
 
     Raises:
-        ValueError: the head does not take one of the options.
+        ValueError: the head does not take one of the options (naming it and the
+            head's options), or refuses a value.
     """
+    name, d, n = config.head.name, config.model.hidden_size, len(vocab)
     options: dict[str, Any] = dict(config.head.options)
     if config.head.update_every is not None:
         options["update_every"] = config.head.update_every
-    counts = torch.from_numpy(vocab.counts.copy())
-    name, d, n = config.head.name, config.model.hidden_size, len(vocab)
-    if "seed" not in options:
-        try:
-            return build_head(name, d, n, counts=counts, seed=config.seed, **options)
-        except TypeError as error:
-            if "'seed'" not in str(error):
-                raise ValueError(f"head {name!r} does not accept the options {sorted(options)}: {error}") from None
-            # a head without random parts: build it without a seed
-    try:
-        return build_head(name, d, n, counts=counts, **options)
-    except TypeError as error:
-        raise ValueError(f"head {name!r} does not accept the options {sorted(options)}: {error}") from None
+    if "seed" not in options and "seed" in (head_options(name) or {}):
+        options["seed"] = config.seed
+    return build_head(name, d, n, counts=torch.from_numpy(vocab.counts.copy()), **options)
 
 
 def build_model_and_head(config: TrainConfig, vocab: Vocabulary,

@@ -60,6 +60,7 @@ from sohsm.train.checkpoint import (
 from sohsm.train.config import RESUMABLE_FIELDS, TrainConfig, apply_overrides, config_differences
 from sohsm.train.evaluation import EvalResult, evaluate
 from sohsm.train.metrics import MetricsLog
+from sohsm.train.progress import progress_bar
 
 #: why a training session ended
 STOP_REASONS = ("done", "max_tokens", "time_budget", "interrupted")
@@ -373,8 +374,7 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
     planned = config.epochs * tokens_per_epoch
     if config.max_tokens is not None:
         planned = min(planned, config.max_tokens)
-    bar = tqdm(total=planned, initial=min(p.tokens, planned), unit="tok", unit_scale=True, dynamic_ncols=True,
-               disable=not progress, desc="train", smoothing=0.05)
+    bar = progress_bar(config, corpus, model, head, device, planned, tokens_per_epoch, p.tokens, p.elapsed_s, progress)
 
     def epoch_float() -> float:
         return p.epoch + p.row / last_row

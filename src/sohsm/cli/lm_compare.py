@@ -1,0 +1,207 @@
+"""`sohsm lm compare`: train several heads under identical settings and report them side by side."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
+from sohsm.cli.train_options import (
+    add_training_options,
+    head_options_help,
+    head_overrides,
+    heads_with,
+    parse_option_list,
+    requested_head_options,
+    training_overrides,
+)
+from sohsm.data.errors import DataError
+from sohsm.heads import head_names, head_options
+
+#: the heads of a comparison when --heads is not given: the paper's method and its three baselines
+DEFAULT_HEADS = ("full", "self_organized", "two_level_frequency", "two_level_random")
+
+_EPILOG = """\
+Each head trains in OUT/<head> (a variant in OUT/<head>-<name>) with the same corpus, model, seed, data
+order and budget; every `lm train` option but --head, --run-dir and --resume is accepted and applies to
+every run (--update-every and --head-option to the heads that take them). Run the same command again to
+continue: finished runs are skipped, unfinished ones resumed, missing ones trained. A run directory made
+by `sohsm lm train --run-dir OUT/<head>` with the same options counts as that head's run.
+
+writes into OUT: results.md (the table, with this command), figure1.png (the paper's Figure 1 for all
+runs), clusters.md (the learned clusters of the self-organized runs), compare.json (the runs, in order).
+
+examples:
+  sohsm lm compare --corpus ptb --out runs/ptb-heads --epochs 2
+  sohsm lm compare --corpus wikitext-2 --out runs/wt2 --heads full,self_organized --time-budget 3600 \\
+      --emb-size 256 --hidden-size 256 --variant k200:self_organized:update_every=200,gamma=2
+  sohsm lm compare --out runs/ptb-heads --report-only          # rewrite the report from the runs
+"""
+
+
+def register_compare(sub: argparse._SubParsersAction) -> None:
+    """Add ``lm compare`` to the ``lm`` subcommands."""
+    p = sub.add_parser(
+        "compare", help="train several heads under identical settings and compare them", formatter_class=_RAW,
+        description=_wrap(
+            "Train a language model with each of several heads under identical settings, one run directory "
+            "per head in OUT, then write a results table, the Figure-1 plot and the learned clusters.",
+        ),
+        epilog=_EPILOG + "\n" + head_options_help(),
+    )
+    g = p.add_argument_group("comparison")
+    g.add_argument("--out", required=True, metavar="OUT", help="folder of the runs and the report")
+    g.add_argument("--heads", metavar="H1,H2,...",
+                   help=f"heads to train, comma-separated, in table order (default: {', '.join(DEFAULT_HEADS)})")
+    g.add_argument("--variant", action="append", default=[], metavar="NAME:HEAD:KEY=VALUE,...",
+                   help="one more run of HEAD with these head options, in OUT/HEAD-NAME (repeatable), e.g. "
+                   "k20:self_organized:update_every=20")
+    g.add_argument("--report-only", action="store_true",
+                   help="train nothing: rewrite the report from the runs in OUT")
+    add_training_options(p, compare=True)
+    p.set_defaults(func=_compare)
+
+
+# -- the runs -----------------------------------------------------------------------------------
+def _head_list(text: str | None) -> list[str]:
+    if text is None:
+        return list(DEFAULT_HEADS)
+    heads = [h.strip() for h in text.split(",") if h.strip()]
+    unknown = [h for h in heads if h not in head_names()]
+    if unknown:
+        raise CommandError(f"--heads: unknown head {unknown[0]!r}; known heads: {', '.join(head_names())}")
+    repeated = sorted({h for h in heads if heads.count(h) > 1})
+    if repeated:
+        raise CommandError(f"--heads names {repeated[0]!r} twice; use --variant for a second run of a head")
+    return heads
+
+
+def _variant(text: str) -> tuple[str, str, dict[str, Any]]:
+    """``"k20:self_organized:update_every=20"`` -> ``("self_organized-k20", "self_organized", {...})``."""
+    name, head, options = (text.split(":", 2) + ["", ""])[:3]
+    if not name or head not in head_names():
+        raise CommandError(f"--variant expects NAME:HEAD:KEY=VALUE,... with HEAD one of {', '.join(head_names())}, "
+                           f"got {text!r}")
+    try:
+        return f"{head}-{name}", head, parse_option_list(options)
+    except ValueError as error:
+        raise CommandError(f"--variant {name}: {error}") from None
+
+
+def _takes(head: str, option: str) -> bool:
+    accepted = head_options(head)
+    return accepted is None or option in accepted
+
+
+def _planned_runs(args: argparse.Namespace) -> list[Any]:
+    """One :class:`~sohsm.train.compare.PlannedRun` per head and variant, as `lm train` would configure it.
+
+    The shared --head-option and --update-every go to the heads that take them; a
+    variant's own options go to its head and win over the shared ones.
+    """
+    from sohsm.train import TrainConfig, apply_overrides
+    from sohsm.train.compare import PlannedRun
+
+    base = training_overrides(args)
+    if "data.corpus" not in base:
+        raise CommandError("a comparison needs --corpus (the same for every head)")
+    shared, update_every = requested_head_options(args)
+    specs = [(head, head, {}) for head in _head_list(args.heads)] + [_variant(text) for text in args.variant]
+    runs = []
+    for name, head, own in specs:
+        options = {k: v for k, v in shared.items() if _takes(head, k)}
+        k = update_every if _takes(head, "update_every") else None
+        own = dict(own)
+        if "update_every" in own:
+            k = own.pop("update_every")
+        options.update(own)
+        where = f"--variant {name.removeprefix(head + '-')}: " if name != head else ""
+        try:
+            overrides = {**base, **head_overrides(head, options, k)}
+            runs.append(PlannedRun(name, apply_overrides(TrainConfig(), overrides)))
+        except (CommandError, ValueError) as error:
+            raise CommandError(f"{where}{error}") from None
+    _refuse_unused(shared, update_every, [head for _, head, _ in specs])
+    return runs
+
+
+def _refuse_unused(shared: dict[str, Any], update_every: int | None, heads: list[str]) -> None:
+    """A shared head option that no head of the comparison takes is a mistake: say so."""
+    listed = ", ".join(dict.fromkeys(heads))
+    if update_every is not None and not any(_takes(h, "update_every") for h in heads):
+        raise CommandError(f"--update-every ({update_every}) means nothing for the heads {listed}: none re-clusters "
+                           f"(heads that do: {', '.join(heads_with('update_every'))})")
+    for key in shared:
+        if not any(_takes(h, key) for h in heads):
+            takers = heads_with(key)
+            raise CommandError(f"--head-option {key} means nothing for the heads {listed}; heads that take it: "
+                               f"{', '.join(takers) or 'none'}")
+
+
+# -- the command --------------------------------------------------------------------------------
+def _compare(args: argparse.Namespace) -> int:
+    from sohsm.train.compare import plan_comparison, run_comparison, save_comparison
+
+    if args.report_only:
+        return _report_only(args)
+    runs = _planned_runs(args)
+    command = "sohsm " + shlex.join(args.argv)
+    try:
+        plans = plan_comparison(args.out, runs)
+        _print_plan(args.out, plans)
+        save_comparison(args.out, plans, command)
+        outcome = run_comparison(plans, progress=not args.quiet, announce=_announce(len(plans)))
+    except (ValueError, DataError) as error:
+        raise CommandError(str(error)) from None
+    if outcome.interrupted:
+        print(f"interrupted: run the same command again to continue ({args.out})")
+        return 130
+    return _write_report(args.out, [p.path for p in plans], command)
+
+
+def _report_only(args: argparse.Namespace) -> int:
+    from sohsm.train.compare import load_comparison
+
+    command, dirs = load_comparison(args.out)
+    if args.heads is not None or args.variant:
+        dirs = [Path(args.out) / h for h in _head_list(args.heads)] + [Path(args.out) / _variant(v)[0]
+                                                                       for v in args.variant]
+    return _write_report(args.out, dirs, command, rewritten_by="sohsm " + shlex.join(args.argv))
+
+
+def _write_report(out: str, dirs: list[Path], command: str | None, rewritten_by: str | None = None) -> int:
+    from sohsm.results import write_comparison_report
+    from sohsm.train.report import results_table, summarise_run
+
+    try:
+        paths = write_comparison_report(out, dirs, command, rewritten_by=rewritten_by)
+        table = results_table([summarise_run(d) for d in dirs if (d / "metrics.jsonl").is_file()])
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    print("\n".join(table))
+    for key, path in paths.items():
+        print(f"{key:<11} {path}")
+    return 0
+
+
+def _print_plan(out: str, plans: list) -> None:
+    print(f"comparison  {out}: {len(plans)} runs with the same corpus, model, seed and budget")
+    width = max(len(p.run.name) for p in plans)
+    for p in plans:
+        what = {"new": "new run", "partial": f"resume at {p.tokens:,} tokens",
+                "done": f"done ({p.tokens:,} tokens), skipped"}[p.status]
+        head = p.run.config.head
+        options = dict(head.options, **({"update_every": head.update_every} if head.update_every is not None else {}))
+        extra = "  " + ", ".join(f"{k}={v}" for k, v in options.items()) if options else ""
+        print(f"  {p.run.name:<{width}}  {what}{extra}")
+    sys.stdout.flush()
+
+
+def _announce(total: int):
+    def announce(index: int, plan) -> None:
+        verb = "training" if plan.status == "new" else "resuming"
+        print(f"[{index + 1}/{total}] {plan.run.name}: {verb} in {plan.path}", flush=True)
+
+    return announce

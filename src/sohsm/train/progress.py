@@ -1,0 +1,146 @@
+"""What a training session shows before and while it trains: start-up lines and a progress bar.
+
+Before the bar, two lines on stderr say what is about to run and for how long::
+
+    ptb: 10,000 words, 887,521 train tokens | LSTM 1×512/512 | head self_organized: 5.2M parameters,
+        100 clusters, K 43 (auto, ≈8 per epoch) | 11M parameters in all | cpu
+    plan: 4,437,760 tokens (5 epochs)
+
+and once the first steps are timed, a third::
+
+    ≈ 12 min for 4,437,760 tokens at 6,400 tok/s (training time; dev evaluations come on top)
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+from tqdm import tqdm
+
+from sohsm.data.loading import Corpus
+from sohsm.heads import Head
+from sohsm.models.lstm_lm import LSTMLanguageModel
+from sohsm.train.config import TrainConfig
+
+#: steps left out of the speed estimate (lazy initialisation, allocator warm-up) and steps timed
+WARMUP_STEPS, TIMED_STEPS = 2, 20
+
+
+def _count(n: float) -> str:
+    """``5_200_000`` -> ``"5.2M"``, ``42_000`` -> ``"42k"``."""
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= limit:
+            return f"{n / limit:.1f}{suffix}" if n < 100 * limit else f"{n / limit:.0f}{suffix}"
+    return f"{n:.0f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _parameters(*modules: torch.nn.Module) -> int:
+    return sum(p.numel() for p in {id(p): p for m in modules for p in m.parameters()}.values())
+
+
+def describe_k(head: Head, config: TrainConfig) -> str | None:
+    """K of a re-clustering head, as the head will use it; ``None`` for heads that never re-cluster.
+
+    A self-organized head without a given K chooses it at its first batch from the
+    epoch length (``sum(counts) / (batch_size * bptt)`` steps) and its
+    ``reclusters_per_epoch``; this computes the same number in advance.
+    """
+    if not hasattr(head, "update_every"):
+        return None
+    k = head.update_every
+    if k == 0:
+        return "K 0 (never re-clusters)"
+    if k is not None:
+        return f"K {k}"
+    per_epoch = getattr(head, "reclusters_per_epoch", None)
+    counts = getattr(head, "counts", None)
+    if not getattr(head, "counts_given", False) or per_epoch is None or counts is None:
+        return "K auto"
+    steps_per_epoch = float(counts.sum()) / (config.batch_size * config.bptt)
+    return f"K {max(1, round(steps_per_epoch / per_epoch))} (auto, ≈{per_epoch:g} per epoch)"
+
+
+def startup_lines(config: TrainConfig, corpus: Corpus, model: LSTMLanguageModel, head: Head, device: torch.device,
+                  planned_tokens: int, tokens_per_epoch: int, done_tokens: int = 0) -> list[str]:
+    """The two lines a session prints before it trains: what runs (data, model, head, device) and the plan."""
+    m = config.model
+    head_facts = [f"{_count(_parameters(head))} parameters"]
+    if getattr(head, "n_clusters", None) is not None:
+        head_facts.append(f"{head.n_clusters} clusters")
+    k = describe_k(head, config)
+    if k is not None:
+        head_facts.append(k)
+    what = (f"{corpus.name}: {len(corpus.vocab):,} words, {corpus.train.numel():,} train tokens | "
+            f"LSTM {m.layers}×{m.emb_size}/{m.hidden_size} | head {config.head.name}: {', '.join(head_facts)} | "
+            f"{_count(_parameters(model, head))} parameters in all | {device}")
+    epochs = planned_tokens / tokens_per_epoch
+    if config.max_tokens is not None and config.max_tokens == planned_tokens:
+        plan = f"plan: {planned_tokens:,} tokens (max_tokens; {epochs:.2f} epochs)"
+    else:
+        plan = f"plan: {planned_tokens:,} tokens ({config.epochs} epochs)"
+    if config.time_budget is not None:
+        plan += f" or {_duration(config.time_budget)} of training (time_budget), whichever comes first"
+    if done_tokens:
+        plan += f"; resuming at {done_tokens:,}"
+    return [what, plan]
+
+
+class _EstimatingBar(tqdm):
+    """A tqdm bar of tokens that, after its first steps, prints how long the rest will take."""
+
+    def __init__(self, *args, time_left: float | None = None, cuda: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._time_left, self._cuda, self._updates, self._mark = time_left, cuda, 0, None
+        self._born = time.perf_counter()
+
+    def update(self, n: float = 1) -> bool | None:
+        shown = super().update(n)
+        if self.disable:
+            return shown
+        self._updates += 1
+        if self._updates in (WARMUP_STEPS, WARMUP_STEPS + TIMED_STEPS):
+            if self._cuda:
+                torch.cuda.synchronize()
+            now = time.perf_counter()
+            if self._mark is None:
+                self._mark = (now, self.n)
+            else:
+                self._estimate((self.n - self._mark[1]) / max(now - self._mark[0], 1e-9), now - self._born)
+        return shown
+
+    def _estimate(self, rate: float, spent: float) -> None:
+        left = max(self.total - self.n, 0) / rate
+        what = f"{self.total:,} tokens" if self.initial == 0 else \
+            f"the remaining {self.total - self.initial:,} of {self.total:,} tokens"
+        line = f"≈ {_duration(left + spent)} for {what} at {rate:,.0f} tok/s"
+        if self._time_left is not None and left + spent > self._time_left:
+            reach = self.n + rate * max(self._time_left - spent, 0)
+            line = (f"≈ {_duration(self._time_left)} (the time budget) for about {reach:,.0f} of {self.total:,} "
+                    f"planned tokens at {rate:,.0f} tok/s")
+        self.write(line + " (training time; dev evaluations come on top)", file=sys.stderr)
+
+
+def progress_bar(config: TrainConfig, corpus: Corpus, model: LSTMLanguageModel, head: Head, device: torch.device,
+                 planned_tokens: int, tokens_per_epoch: int, done_tokens: int, elapsed_s: float,
+                 enabled: bool) -> tqdm:
+    """Print the start-up lines (when ``enabled``) and return the session's tqdm bar of tokens.
+
+    The bar prints an estimate of the session's training time once it has timed
+    :data:`TIMED_STEPS` steps.
+    """
+    if enabled:
+        for line in startup_lines(config, corpus, model, head, device, planned_tokens, tokens_per_epoch, done_tokens):
+            print(line, file=sys.stderr, flush=True)
+    time_left = None if config.time_budget is None else max(config.time_budget - elapsed_s, 0.0)
+    return _EstimatingBar(total=planned_tokens, initial=min(done_tokens, planned_tokens), unit="tok",
+                          unit_scale=True, dynamic_ncols=True, disable=not enabled, desc="train", smoothing=0.05,
+                          time_left=time_left, cuda=device.type == "cuda")
