@@ -11,6 +11,7 @@ The output layers ("heads") share one interface, modelled on
 __version__ = "0.1.0"
 
 from sohsm.heads import (  # noqa: E402
+    AdaptiveSoftmax,
     ClusterScores,
     FullSoftmax,
     Head,
@@ -22,6 +23,7 @@ from sohsm.heads import (  # noqa: E402
 )
 
 __all__ = [
+    "AdaptiveSoftmax",
     "ClusterScores",
     "FullSoftmax",
     "Head",

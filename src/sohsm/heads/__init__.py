@@ -4,8 +4,10 @@ from sohsm.heads.registry import build_head, head_names, register_head
 from sohsm.heads.full import FullSoftmax
 from sohsm.heads.two_level import TopKResult, TwoLevelSoftmax
 from sohsm.heads.self_organized import SelfOrganizedSoftmax
+from sohsm.heads.adaptive import AdaptiveSoftmax
 
 __all__ = [
+    "AdaptiveSoftmax",
     "ClusterScores",
     "FullSoftmax",
     "Head",
