@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 from sohsm.heads import (  # noqa: E402
     AdaptiveSoftmax,
+    BinaryTreeSoftmax,
     ClusterScores,
     FullSoftmax,
     Head,
@@ -24,6 +25,7 @@ from sohsm.heads import (  # noqa: E402
 
 __all__ = [
     "AdaptiveSoftmax",
+    "BinaryTreeSoftmax",
     "ClusterScores",
     "FullSoftmax",
     "Head",

@@ -5,15 +5,18 @@ from sohsm.heads.full import FullSoftmax
 from sohsm.heads.two_level import TopKResult, TwoLevelSoftmax
 from sohsm.heads.self_organized import SelfOrganizedSoftmax
 from sohsm.heads.adaptive import AdaptiveSoftmax
+from sohsm.heads.tree import BinaryTreeSoftmax, TreeTopK
 
 __all__ = [
     "AdaptiveSoftmax",
+    "BinaryTreeSoftmax",
     "ClusterScores",
     "FullSoftmax",
     "Head",
     "HeadOutput",
     "SelfOrganizedSoftmax",
     "TopKResult",
+    "TreeTopK",
     "TwoLevelSoftmax",
     "build_head",
     "head_names",
