@@ -149,6 +149,8 @@ def test_bad_cutoffs_name_the_value(cutoffs):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="div_value"):
         AdaptiveSoftmax(D, N, div_value=0)
+    with pytest.raises(ValueError, match="leaves tail cluster 2 no dimension"):
+        AdaptiveSoftmax(8, N, cutoffs=[5, 20], div_value=4.0)
     with pytest.raises(ValueError, match=r"counts must have shape \[60\]"):
         AdaptiveSoftmax(D, N, counts=torch.ones(N + 1))
     with pytest.raises(ValueError, match="target values"):

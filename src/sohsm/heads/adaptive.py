@@ -96,6 +96,11 @@ class AdaptiveSoftmax(Head):
             raise ValueError(f"cutoffs must be increasing integers in [1, {n_classes - 1}], got {cutoffs}")
         if not float(div_value) > 0:
             raise ValueError(f"div_value must be positive, got {div_value}")
+        smallest = int(in_features // (float(div_value) ** len(cutoffs)))
+        if smallest < 1:
+            raise ValueError(f"div_value={div_value} leaves tail cluster {len(cutoffs)} no dimension "
+                             f"(in_features // div_value**{len(cutoffs)} = {smallest}); use a smaller div_value "
+                             f"or fewer cutoffs")
         #: torch's module; its class ids are frequency ranks
         self.asm = nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, [int(c) for c in cutoffs],
                                                  div_value=float(div_value), head_bias=head_bias)
