@@ -6,6 +6,7 @@ from sohsm.heads.two_level import TopKResult, TwoLevelSoftmax
 from sohsm.heads.self_organized import SelfOrganizedSoftmax
 from sohsm.heads.adaptive import AdaptiveSoftmax
 from sohsm.heads.tree import BinaryTreeSoftmax, TreeTopK
+from sohsm.heads.sampled import ImportanceSamplingSoftmax, NCESoftmax, PMISoftmax, SampledSoftmax
 
 __all__ = [
     "AdaptiveSoftmax",
@@ -14,6 +15,10 @@ __all__ = [
     "FullSoftmax",
     "Head",
     "HeadOutput",
+    "ImportanceSamplingSoftmax",
+    "NCESoftmax",
+    "PMISoftmax",
+    "SampledSoftmax",
     "SelfOrganizedSoftmax",
     "TopKResult",
     "TreeTopK",
