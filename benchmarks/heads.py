@@ -63,6 +63,7 @@ HEADS = (
     ("nce", "nce", {}),
     ("nce+sparse", "nce", {"sparse": True}),
     ("pmi", "pmi", {}),
+    ("dsoftmax", "dsoftmax", {}),
 )
 
 
@@ -241,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         "previous step. `adaptive` wraps `nn.AdaptiveLogSoftmaxWithLoss` (cutoffs: 2k/10k of 44k scaled to "
         "N, div_value 4). The sampled heads (importance_sampling, nce, pmi) time their training objective "
         "with k = 100 noise words per batch; `+sparse` rows give the word / node vectors row-sparse "
-        "gradients (an optimizer that takes them is needed).",
+        "gradients (an optimizer that takes them is needed). `dsoftmax` (differentiated softmax): the "
+        "adaptive head's cutoffs as frequency bands of d/2, d/4, d/4 dimensions.",
         "",
         "| N | head | fwd+bwd ms | speed-up vs full | peak activations MiB | memory vs full |",
         "|---:|---|---:|---:|---:|---:|",

@@ -9,7 +9,7 @@ import pytest
 from sohsm.train import read_metrics
 
 TOKENS_PER_STEP = 16 * 10  # batch 16 x BPTT 10
-OBJECTIVES = {"adaptive": "nll", "tree_huffman": "nll", "tree_random": "nll",
+OBJECTIVES = {"adaptive": "nll", "dsoftmax": "nll", "tree_huffman": "nll", "tree_random": "nll",
               "importance_sampling": "importance_sampling", "nce": "nce", "pmi": "negative_sampling"}
 
 

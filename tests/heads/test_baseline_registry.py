@@ -6,7 +6,7 @@ import inspect
 import pytest
 import torch
 
-from sohsm.heads import (AdaptiveSoftmax, BinaryTreeSoftmax, FullSoftmax, Head, ImportanceSamplingSoftmax, NCESoftmax,
+from sohsm.heads import (AdaptiveSoftmax, BinaryTreeSoftmax, DifferentiatedSoftmax, FullSoftmax, Head, ImportanceSamplingSoftmax, NCESoftmax,
                          PMISoftmax, build_head, head_names)
 from sohsm.heads.registry import _REGISTRY
 
@@ -19,6 +19,7 @@ BASELINES = {
                             {"n_samples", "noise_power", "bias", "remove_accidental_hits", "sparse"}),
     "nce": (NCESoftmax, "nce", {"n_samples", "noise_power", "sparse"}),
     "pmi": (PMISoftmax, "negative_sampling", {"n_samples", "noise_power", "sparse"}),
+    "dsoftmax": (DifferentiatedSoftmax, "nll", {"cutoffs", "dims", "bias"}),
 }
 
 

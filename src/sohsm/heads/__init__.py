@@ -6,12 +6,14 @@ from sohsm.heads.two_level import TopKResult, TwoLevelSoftmax
 from sohsm.heads.self_organized import SelfOrganizedSoftmax
 from sohsm.heads.adaptive import AdaptiveSoftmax
 from sohsm.heads.tree import BinaryTreeSoftmax, TreeTopK
+from sohsm.heads.dsoftmax import DifferentiatedSoftmax
 from sohsm.heads.sampled import ImportanceSamplingSoftmax, NCESoftmax, PMISoftmax, SampledSoftmax
 
 __all__ = [
     "AdaptiveSoftmax",
     "BinaryTreeSoftmax",
     "ClusterScores",
+    "DifferentiatedSoftmax",
     "FullSoftmax",
     "Head",
     "HeadOutput",
