@@ -5,7 +5,10 @@ import json
 import math
 
 import pytest
+import torch
 
+from sohsm.clustering import load_tree, tree_paths
+from sohsm.heads import build_head
 from sohsm.train import read_metrics
 
 TOKENS_PER_STEP = 16 * 10  # batch 16 x BPTT 10
@@ -60,3 +63,23 @@ def test_tree_head_generates_greedily(tmp_path, ptb_slice, small, cli, one_threa
     code, out, err = cli("lm", "generate", run_dir, "--prompt", "the company", "--length", 5, "--greedy")
     assert code == 0, err
     assert len(out.split()) >= 5
+
+
+def test_tree_build_writes_a_bootstrapped_tree(tmp_path, ptb_slice, small, cli, one_thread):
+    run_dir, output = tmp_path / "tree-random", tmp_path / "trees" / "bootstrap.pt"
+    assert cli("lm", "train", "--corpus", ptb_slice, "--head", "tree_random", "--run-dir", run_dir, *small,
+               "--max-tokens", 2 * TOKENS_PER_STEP)[0] == 0
+    code, out, err = cli("tree", "build", run_dir, "--output", output, "--variant", "balanced", "--max-tokens", 5000)
+    assert code == 0, err
+    assert str(output) in out and "balanced tree" in out and "tree_file" in out
+    vocab_size = len(json.loads((run_dir / "vocab.json").read_text())["itos"])
+    children, meta = load_tree(output, vocab_size)
+    assert meta["kind"] == "bootstrap" and meta["variant"] == "balanced" and meta["source_step"] == 2
+    lengths = tree_paths(children).lengths
+    assert int(lengths.max()) - int(lengths.min()) <= 1
+    head = build_head("tree_file", 32, vocab_size, path=str(output))
+    assert torch.equal(head.tree, children)
+    code, _, err = cli("tree", "build", run_dir, "--output", output)  # never overwrites
+    assert code == 2 and "exists" in err
+    code, _, err = cli("tree", "build", tmp_path / "no-run", "--output", tmp_path / "x.pt")
+    assert code == 2 and len(err.strip().splitlines()) == 1

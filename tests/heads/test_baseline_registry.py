@@ -29,6 +29,8 @@ def test_baselines_are_registered_with_explicit_options():
         parameters = inspect.signature(_REGISTRY[name]).parameters
         assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()), name
         assert set(parameters) == {"in_features", "n_classes", "counts", "seed"} | options, name
+    tree_file = inspect.signature(_REGISTRY["tree_file"]).parameters  # built in test_bootstrap_tree.py
+    assert set(tree_file) == {"in_features", "n_classes", "counts", "seed", "path", "sparse"}
 
 
 @pytest.mark.parametrize("name", sorted(BASELINES))

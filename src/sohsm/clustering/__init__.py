@@ -9,11 +9,13 @@ from sohsm.clustering.assignments import (
     greedy_assignment_reference,
     random_assignment,
 )
-from sohsm.clustering.trees import TreePaths, check_tree, huffman_tree, random_tree, tree_paths
+from sohsm.clustering.trees import TreePaths, check_tree, huffman_tree, load_tree, random_tree, save_tree, tree_paths
+from sohsm.clustering.bootstrap_tree import bootstrap_tree
 
 __all__ = [
     "GreedyResult",
     "TreePaths",
+    "bootstrap_tree",
     "check_assignment",
     "check_tree",
     "default_max_cluster_size",
@@ -22,7 +24,9 @@ __all__ = [
     "greedy_assignment",
     "greedy_assignment_reference",
     "huffman_tree",
+    "load_tree",
     "random_assignment",
     "random_tree",
+    "save_tree",
     "tree_paths",
 ]

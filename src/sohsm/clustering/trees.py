@@ -14,6 +14,7 @@ is code 0, to child 1 ("right") code 1, as in word2vec.
 """
 from __future__ import annotations
 
+import pickle
 from typing import NamedTuple
 
 import torch
@@ -189,3 +190,35 @@ def random_tree(n_words: int, generator: torch.Generator | None = None) -> Tenso
     word_at = torch.randperm(n_words, generator=generator)  # word at each leaf position
     children = torch.where(heap < n_internal, heap, n_internal + word_at[(heap - n_internal).clamp(min=0)])
     return check_tree(children, n_words)
+
+
+#: ``format`` field of a tree file
+TREE_FORMAT = "sohsm-tree-1"
+
+
+def save_tree(path, children: Tensor, **meta) -> None:
+    """Write a ``children`` table and JSON-like metadata (how it was built) to a ``.pt`` file.
+
+    The file is a plain dict, so ``torch.load(path, weights_only=True)`` reads it.
+    """
+    children = check_tree(children, children.size(0) + 1)
+    torch.save({"format": TREE_FORMAT, "n_words": children.size(0) + 1, "children": children, **meta}, path)
+
+
+def load_tree(path, n_words: int | None = None) -> tuple[Tensor, dict]:
+    """``(children, metadata)`` of a tree file written by :func:`save_tree`.
+
+    Raises:
+        ValueError: not a tree file, or a tree over another number of words than ``n_words``.
+    """
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"{path}: not a readable tree file ({reason})") from None
+    if not isinstance(data, dict) or data.get("format") != TREE_FORMAT:
+        raise ValueError(f"{path}: not a sohsm tree file (format {data.get('format') if isinstance(data, dict) else None!r})")
+    if n_words is not None and int(data["n_words"]) != int(n_words):
+        raise ValueError(f"{path}: the tree has {data['n_words']} words, the vocabulary {n_words}")
+    children = check_tree(data["children"], int(data["n_words"]))
+    return children, {k: v for k, v in data.items() if k not in ("format", "children")}

@@ -3,7 +3,8 @@
     log P(w | h) = sum over the internal nodes n on w's path of log sigma(s_n * v_n . h)
 
 with ``s_n = +1`` where the path goes to child 0 and ``-1`` where it goes to child 1.
-Trees come from :mod:`sohsm.clustering.trees` (Huffman, random balanced) or are given.
+Trees come from :mod:`sohsm.clustering` (Huffman, random balanced, bootstrapped from a
+trained model's context vectors) or are given; ``tree_file`` reads one from a tree file.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sohsm.clustering.trees import check_tree, huffman_tree, random_tree, tree_paths
+from sohsm.clustering.trees import check_tree, huffman_tree, load_tree, random_tree, tree_paths
 from sohsm.heads.base import Head, HeadOutput
 from sohsm.heads.registry import register_head
 
@@ -297,3 +298,13 @@ def _tree_huffman(in_features: int, n_classes: int, counts=None, seed: int = 0,
 def _tree_random(in_features: int, n_classes: int, counts=None, seed: int = 0,
                  sparse: bool = False) -> BinaryTreeSoftmax:
     return BinaryTreeSoftmax(in_features, n_classes, tree="random", seed=seed, sparse=sparse)
+
+
+@register_head("tree_file")
+def _tree_file(in_features: int, n_classes: int, counts=None, seed: int = 0, path: str | None = None,
+               sparse: bool = False) -> BinaryTreeSoftmax:
+    """A tree read from a file written by :func:`sohsm.clustering.save_tree` (e.g. a bootstrapped tree)."""
+    if path is None:
+        raise ValueError("head 'tree_file' needs the path of a tree file (path=...)")
+    children, _ = load_tree(path, n_classes)
+    return BinaryTreeSoftmax(in_features, n_classes, tree=children, sparse=sparse)
