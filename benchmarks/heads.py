@@ -11,12 +11,20 @@ forward + backward beyond what is alive before it (parameters and their
 gradients, which are kept between steps), read from the PyTorch profiler's
 allocation events.
 
-Exact top-1 decoding compares the full softmax's argmax with the
-self-organized head's best-first search over clusters. Best-first search pays
-off when the cluster distribution is peaked, as in a trained model; here the
-head is first trained for a few steps on a learnable synthetic task (hidden
-state = a fixed random vector of the target word + noise), and the mean number
-of clusters visited per token is reported beside the time.
+Every head is built by name with its defaults (``sohsm.build_head``), as
+``sohsm lm train --head NAME`` builds it; ``+sparse`` rows are the same
+head with ``sparse=True`` (row-sparse gradients, which need an optimizer that
+takes them). The sampled heads (importance sampling, NCE, PMI-LM) time their
+training objective with k = 100 noise words per batch; their exact evaluation
+costs what the full softmax costs.
+
+Exact top-1 decoding compares the full softmax's argmax with the best-first
+searches of the self-organized head (over clusters) and the Huffman tree head
+(over nodes). Best-first search pays off when the distribution is peaked, as in
+a trained model; here each head is first trained for a few steps on a learnable
+synthetic task (hidden state = a fixed random vector of the target word +
+noise), and the mean number of clusters / nodes visited per token is reported
+beside the time.
 
 Usage::
 
@@ -39,21 +47,24 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 import sohsm
-from sohsm import FullSoftmax, SelfOrganizedSoftmax, TwoLevelSoftmax
+from sohsm import BinaryTreeSoftmax, FullSoftmax, SelfOrganizedSoftmax, build_head
 
-HEADS = ("full", "adaptive (torch)", "two_level_random", "two_level_frequency", "self_organized")
-
-
-class TorchAdaptive(nn.Module):
-    """torch's AdaptiveLogSoftmaxWithLoss with cutoffs 2k / 10k / 50k (those below N), div_value 4."""
-
-    def __init__(self, d: int, n: int) -> None:
-        super().__init__()
-        cutoffs = [c for c in (2000, 10000, 50000) if c < n]
-        self.module = nn.AdaptiveLogSoftmaxWithLoss(d, n, cutoffs=cutoffs, div_value=4.0)
-
-    def forward(self, hidden, target):
-        return self.module(hidden, target)
+#: (row name, registered head, options), in table order
+HEADS = (
+    ("full", "full", {}),
+    ("adaptive", "adaptive", {}),
+    ("two_level_random", "two_level_random", {}),
+    ("two_level_frequency", "two_level_frequency", {}),
+    ("self_organized", "self_organized", {"update_every": 0}),
+    ("tree_huffman", "tree_huffman", {}),
+    ("tree_huffman+sparse", "tree_huffman", {"sparse": True}),
+    ("tree_random", "tree_random", {}),
+    ("importance_sampling", "importance_sampling", {}),
+    ("nce", "nce", {}),
+    ("nce+sparse", "nce", {"sparse": True}),
+    ("pmi", "pmi", {}),
+    ("dsoftmax", "dsoftmax", {}),
+)
 
 
 def zipf_probabilities(n: int) -> torch.Tensor:
@@ -61,14 +72,8 @@ def zipf_probabilities(n: int) -> torch.Tensor:
     return p / p.sum()
 
 
-def build_heads(n: int, d: int, counts: torch.Tensor) -> dict[str, nn.Module]:
-    return {
-        "full": FullSoftmax(d, n),
-        "adaptive (torch)": TorchAdaptive(d, n),
-        "two_level_random": TwoLevelSoftmax(d, n, assignment="random"),
-        "two_level_frequency": TwoLevelSoftmax(d, n, assignment="frequency", counts=counts),
-        "self_organized": SelfOrganizedSoftmax(d, n, counts=counts, update_every=0),
-    }
+def build_heads(n: int, d: int, counts: torch.Tensor, names: list[str]) -> dict[str, nn.Module]:
+    return {row: build_head(name, d, n, counts=counts, **options) for row, name, options in HEADS if row in names}
 
 
 def sync(device: torch.device) -> None:
@@ -112,7 +117,8 @@ def peak_activation_bytes(head: nn.Module, hidden: torch.Tensor, target: torch.T
 
 
 def decoding(n: int, d: int, counts, device, generator, train_steps: int, tokens: int) -> dict:
-    """Train a self-organized head briefly on a learnable task, then time exact top-1 against full argmax."""
+    """Train a self-organized and a Huffman tree head briefly on a learnable task, then time their
+    exact top-1 against the full softmax's argmax."""
     probs = zipf_probabilities(n)
     prototypes = torch.randn(n, d, generator=generator).to(device)
 
@@ -121,36 +127,43 @@ def decoding(n: int, d: int, counts, device, generator, train_steps: int, tokens
         noise = torch.randn(tokens, d, generator=generator).to(device)
         return prototypes[target] + 0.5 * noise, target
 
-    head = SelfOrganizedSoftmax(d, n, counts=counts, update_every=0).to(device)
+    heads = {"so": SelfOrganizedSoftmax(d, n, counts=counts, update_every=0).to(device),
+             "tree": BinaryTreeSoftmax(d, n, tree="huffman", counts=counts).to(device)}
     full = FullSoftmax(d, n).to(device)
-    optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
-    head.attach(optimizer)
-    for _ in range(train_steps):
-        hidden, target = batch()
-        optimizer.zero_grad()
-        head(hidden, target).loss.backward()
-        optimizer.step()
-    head.eval()
+    for head in heads.values():
+        optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+        head.attach(optimizer)
+        for _ in range(train_steps):
+            hidden, target = batch()
+            optimizer.zero_grad()
+            head(hidden, target).loss.backward()
+            optimizer.step()
+        head.eval()
     hidden, target = batch()
-    times = {"full": [], "so": []}
+    predictors = {"full": full.predict, **{name: head.predict for name, head in heads.items()}}
+    times = {name: [] for name in predictors}
     with torch.no_grad():
         for _ in range(3):
-            for name, fn in (("full", full.predict), ("so", head.predict)):
+            for name, fn in predictors.items():
                 sync(device)
                 start = time.perf_counter()
                 fn(hidden)
                 sync(device)
                 times[name].append(time.perf_counter() - start)
-        result = head.search_topk(hidden, 1)
-    accuracy = float((result.indices[:, 0] == target).double().mean())
-    full_s, so_s = min(times["full"]), min(times["so"])
+        so, tree = heads["so"].search_topk(hidden, 1), heads["tree"].search_topk(hidden, 1)
+    best = {name: min(t) for name, t in times.items()}
     return {
-        "full_ms": full_s * 1e3,
-        "so_ms": so_s * 1e3,
-        "speedup": full_s / so_s,
-        "visited": float(result.clusters_visited.double().mean()),
-        "n_clusters": head.n_clusters,
-        "accuracy": accuracy,
+        "full_ms": best["full"] * 1e3,
+        "so_ms": best["so"] * 1e3,
+        "speedup": best["full"] / best["so"],
+        "visited": float(so.clusters_visited.double().mean()),
+        "n_clusters": heads["so"].n_clusters,
+        "accuracy": float((so.indices[:, 0] == target).double().mean()),
+        "tree_ms": best["tree"] * 1e3,
+        "tree_speedup": best["full"] / best["tree"],
+        "tree_visited": float(tree.nodes_visited.double().mean()),
+        "tree_path": float(heads["tree"].path_lengths()[target].double().mean()),
+        "tree_accuracy": float((tree.indices[:, 0] == target).double().mean()),
     }
 
 
@@ -175,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-train-steps", type=int, default=100)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--heads", nargs="+", default=[row for row, _, _ in HEADS], choices=[row for row, _, _ in HEADS],
+                        help="rows to time (default: all; 'full' is always timed, the ratios need it)")
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parents[1] / "docs/benchmarks/heads.md")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -186,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         probs = zipf_probabilities(n)
         counts = (probs * 1e9).round().long()  # a large corpus with Zipf frequencies
         torch.manual_seed(args.seed)
-        heads = {name: head.to(device) for name, head in build_heads(n, d, counts).items()}
+        names = ["full"] + [row for row in args.heads if row != "full"]
+        heads = {name: head.to(device) for name, head in build_heads(n, d, counts, names).items()}
         hidden = torch.randn(tokens, d, generator=generator).to(device).requires_grad_()
         target = torch.multinomial(probs, tokens, replacement=True, generator=generator).to(device)
         times = {name: [] for name in heads}
@@ -206,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         dec = decoding(n, d, counts, device, generator, args.decode_train_steps, tokens)
         decode_rows.append((n, dec))
         print(f"N={n:>7} top-1: full argmax {dec['full_ms']:.1f} ms, self-organized {dec['so_ms']:.1f} ms "
-              f"({dec['speedup']:.1f}x), {dec['visited']:.2f} of {dec['n_clusters']} clusters visited", flush=True)
+              f"({dec['speedup']:.1f}x), {dec['visited']:.2f} of {dec['n_clusters']} clusters visited; "
+              f"Huffman tree {dec['tree_ms']:.1f} ms ({dec['tree_speedup']:.1f}x), {dec['tree_visited']:.1f} "
+              f"nodes visited (path {dec['tree_path']:.1f})", flush=True)
 
     command = "python benchmarks/heads.py " + " ".join(sys.argv[1:] if argv is None else argv)
     lines = [
@@ -217,11 +235,15 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Forward + backward of the output layer alone for {tokens} tokens, d = {d}, Zipf targets; "
         f"median of {args.repeats} interleaved repetitions after a warm-up; ratios are to the full softmax "
-        "of the same run. The two-level heads include the two d x d ReLU projections (Eq. 1); their "
-        "clusters: ceil(sqrt(N)), random / frequency binning / the self-organized head's random start "
-        "(clusters do not change during the timing). Peak activation memory: bytes allocated during one "
-        "forward + backward beyond parameters and gradients kept from the previous step. "
-        "`adaptive (torch)` is `nn.AdaptiveLogSoftmaxWithLoss` (cutoffs 2k/10k/50k below N, div_value 4).",
+        "of the same run. Every head is built by name with its defaults, as `sohsm lm train --head NAME` "
+        "builds it. The two-level heads' clusters: ceil(sqrt(N)), random / frequency binning / the "
+        "self-organized head's random start (clusters do not change during the timing). Peak activation "
+        "memory: bytes allocated during one forward + backward beyond parameters and gradients kept from the "
+        "previous step. `adaptive` wraps `nn.AdaptiveLogSoftmaxWithLoss` (cutoffs: 2k/10k of 44k scaled to "
+        "N, div_value 4). The sampled heads (importance_sampling, nce, pmi) time their training objective "
+        "with k = 100 noise words per batch; `+sparse` rows give the word / node vectors row-sparse "
+        "gradients (an optimizer that takes them is needed). `dsoftmax` (differentiated softmax): the "
+        "adaptive head's cutoffs as frequency bands of d/2, d/4, d/4 dimensions.",
         "",
         "| N | head | fwd+bwd ms | speed-up vs full | peak activations MiB | memory vs full |",
         "|---:|---|---:|---:|---:|---:|",
@@ -232,18 +254,22 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "## Exact top-1 decoding",
         "",
-        f"{tokens} hidden states; the self-organized head was trained for {args.decode_train_steps} Adagrad "
-        "steps on a learnable synthetic task (hidden = fixed random vector of the target word + noise), so "
-        "its cluster distribution is peaked as in a trained model. Best-first search over clusters is exact: "
-        "it returns the same word as the argmax of `log_prob`. Best of 3 timings.",
+        f"{tokens} hidden states; the self-organized head and the Huffman tree head were each trained for "
+        f"{args.decode_train_steps} Adagrad steps on a learnable synthetic task (hidden = fixed random vector "
+        "of the target word + noise), so their distributions are peaked as in a trained model. Best-first "
+        "search over clusters / nodes is exact: it returns the same word as the argmax of `log_prob`. Best "
+        "of 3 timings. Nodes visited: internal nodes whose branches were scored; the target's path length "
+        "is beside it.",
         "",
-        "| N | full argmax ms | self-organized top-1 ms | speed-up | clusters visited / token | of clusters |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| N | full argmax ms | self-organized top-1 ms | speed-up | clusters visited / token | of clusters "
+        "| tree top-1 ms | speed-up | nodes visited / token | target path |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, dec in decode_rows:
         lines.append(
             f"| {n:,} | {dec['full_ms']:.1f} | {dec['so_ms']:.1f} | {dec['speedup']:.1f}x | "
-            f"{dec['visited']:.2f} | {dec['n_clusters']} |"
+            f"{dec['visited']:.2f} | {dec['n_clusters']} | {dec['tree_ms']:.1f} | {dec['tree_speedup']:.1f}x | "
+            f"{dec['tree_visited']:.1f} | {dec['tree_path']:.1f} |"
         )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines) + "\n")

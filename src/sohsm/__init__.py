@@ -11,10 +11,16 @@ The output layers ("heads") share one interface, modelled on
 __version__ = "0.1.0"
 
 from sohsm.heads import (  # noqa: E402
+    AdaptiveSoftmax,
+    BinaryTreeSoftmax,
     ClusterScores,
+    DifferentiatedSoftmax,
     FullSoftmax,
     Head,
     HeadOutput,
+    ImportanceSamplingSoftmax,
+    NCESoftmax,
+    PMISoftmax,
     SelfOrganizedSoftmax,
     TwoLevelSoftmax,
     build_head,
@@ -23,10 +29,16 @@ from sohsm.heads import (  # noqa: E402
 )
 
 __all__ = [
+    "AdaptiveSoftmax",
+    "BinaryTreeSoftmax",
     "ClusterScores",
+    "DifferentiatedSoftmax",
     "FullSoftmax",
     "Head",
     "HeadOutput",
+    "ImportanceSamplingSoftmax",
+    "NCESoftmax",
+    "PMISoftmax",
     "SelfOrganizedSoftmax",
     "TwoLevelSoftmax",
     "build_head",

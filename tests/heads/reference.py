@@ -6,6 +6,7 @@ masked to the target word's cluster.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -92,3 +93,84 @@ def sequential_q_update(q: Tensor, target: Tensor, cluster_log_probs: Tensor, co
         lam = 1.0 / f if smoothing == "paper_literal" else 1.0 - 1.0 / f
         q[w] = lam * q[w] + (1.0 - lam) * log2_probs[t]
     return q
+
+
+# -- baselines: adaptive softmax, binary tree, sampled objectives -----------------------
+
+
+def adaptive_log_prob(head_weight: Tensor, head_bias: Tensor | None, tails: list[tuple[Tensor, Tensor]],
+                      cutoffs: list[int], word_of_rank: Tensor, hidden: Tensor) -> Tensor:
+    """``[B, N]`` adaptive softmax (Grave et al. 2017), word-id order, from its equations.
+
+    Ranks ``[0, cutoffs[0])`` are scored in the head softmax beside one entry per
+    tail cluster; rank ``r`` of tail cluster ``i`` is ``log P(cluster i) +
+    log_softmax((h P_i^T) Q_i^T)[r - start_i]``.
+    """
+    head_logits = hidden @ head_weight.t()
+    if head_bias is not None:
+        head_logits = head_logits + head_bias
+    head_lp = torch.log_softmax(head_logits, dim=1)
+    short = cutoffs[0]
+    parts = [head_lp[:, :short]]
+    for i, (projection, out) in enumerate(tails):
+        parts.append(head_lp[:, short + i : short + i + 1] + torch.log_softmax((hidden @ projection.t()) @ out.t(), dim=1))
+    by_rank = torch.cat(parts, dim=1)
+    rank_of_word = torch.argsort(word_of_rank)
+    return by_rank[:, rank_of_word]
+
+
+def tree_log_prob(tree: Tensor, node_weight: Tensor, hidden: Tensor) -> Tensor:
+    """``[B, N]`` binary-tree log-probabilities: for every word, walk up its parents in Python."""
+    n_internal = tree.size(0)
+    parent_of = {}
+    for n, (left, right) in enumerate(tree.tolist()):
+        parent_of[left] = (n, +1.0)
+        parent_of[right] = (n, -1.0)
+    scores = hidden @ node_weight.t()  # [B, N - 1]
+    columns = []
+    for w in range(n_internal + 1):
+        node, total = n_internal + w, torch.zeros_like(hidden[:, 0])
+        while node != 0:
+            parent, sign = parent_of[node]
+            total = total + torch.nn.functional.logsigmoid(sign * scores[:, parent])
+            node = parent
+        columns.append(total)
+    return torch.stack(columns, dim=1)
+
+
+def importance_sampling_output(weight, bias, log_q, hidden, target, noise, remove_hits: bool) -> Tensor:
+    """Per-row sampled-softmax estimate of log P(t | h), one row at a time."""
+    rows = []
+    for i in range(hidden.size(0)):
+        def score(w):
+            s = hidden[i] @ weight[w] + (bias[w] if bias is not None else 0.0)
+            return s - log_q[w]
+        terms = [score(int(target[i]))]
+        terms += [score(int(u)) for u in noise if not (remove_hits and int(u) == int(target[i]))]
+        rows.append(terms[0] - torch.logsumexp(torch.stack(terms), dim=0))
+    return torch.stack(rows)
+
+
+def nce_output(weight, bias, log_q, hidden, target, noise) -> Tensor:
+    """Per-row NCE objective with Z_c = 1 (Melamud et al. 2017, Eq. 2-3), one row at a time."""
+    k = len(noise)
+    rows = []
+    for i in range(hidden.size(0)):
+        def delta(w):
+            return hidden[i] @ weight[w] + bias[w] - log_q[w] - math.log(k)
+        total = torch.log(torch.sigmoid(delta(int(target[i]))))
+        for u in noise:
+            total = total + torch.log(1 - torch.sigmoid(delta(int(u))))
+        rows.append(total)
+    return torch.stack(rows)
+
+
+def negative_sampling_output(weight, hidden, target, noise) -> Tensor:
+    """Per-row NEG objective (Melamud et al. 2017, Eq. 4), one row at a time."""
+    rows = []
+    for i in range(hidden.size(0)):
+        total = torch.log(torch.sigmoid(hidden[i] @ weight[int(target[i])]))
+        for u in noise:
+            total = total + torch.log(torch.sigmoid(-(hidden[i] @ weight[int(u)])))
+        rows.append(total)
+    return torch.stack(rows)

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import sohsm
+from sohsm.clustering import random_tree, save_tree
 from sohsm.models import LSTMLanguageModel, detach_state, generate
 
 N, D = 50, 16
@@ -31,11 +32,13 @@ def test_carried_state_continues_the_text(model):
     torch.testing.assert_close(torch.cat([first, second]), whole, rtol=0, atol=1e-6)
 
 
-def test_hidden_states_feed_any_head(model):
+def test_hidden_states_feed_any_head(model, tmp_path):
     ids = torch.randint(0, N, (6, 2))
     hidden, _ = model(ids[:-1])
+    save_tree(tmp_path / "tree.pt", random_tree(N))
+    needed = {"tree_file": {"path": str(tmp_path / "tree.pt")}}  # heads with a required option
     for name in sohsm.head_names():
-        head = sohsm.build_head(name, D, N, counts=torch.arange(N, 0, -1))
+        head = sohsm.build_head(name, D, N, counts=torch.arange(N, 0, -1), **needed.get(name, {}))
         out = head.eval()(hidden, ids[1:])
         assert out.output.shape == (5 * 2,) and out.loss.ndim == 0
 

@@ -4,15 +4,27 @@ from sohsm.heads.registry import HeadOption, build_head, check_head_options, hea
 from sohsm.heads.full import FullSoftmax
 from sohsm.heads.two_level import TopKResult, TwoLevelSoftmax
 from sohsm.heads.self_organized import SelfOrganizedSoftmax
+from sohsm.heads.adaptive import AdaptiveSoftmax
+from sohsm.heads.tree import BinaryTreeSoftmax, TreeTopK
+from sohsm.heads.dsoftmax import DifferentiatedSoftmax
+from sohsm.heads.sampled import ImportanceSamplingSoftmax, NCESoftmax, PMISoftmax, SampledSoftmax
 
 __all__ = [
+    "AdaptiveSoftmax",
+    "BinaryTreeSoftmax",
     "ClusterScores",
+    "DifferentiatedSoftmax",
     "FullSoftmax",
     "Head",
     "HeadOption",
     "HeadOutput",
+    "ImportanceSamplingSoftmax",
+    "NCESoftmax",
+    "PMISoftmax",
+    "SampledSoftmax",
     "SelfOrganizedSoftmax",
     "TopKResult",
+    "TreeTopK",
     "TwoLevelSoftmax",
     "build_head",
     "check_head_options",

@@ -13,6 +13,14 @@ class HeadOutput(NamedTuple):
     Attributes:
         output: ``log P(target_i | hidden_i)`` for every row, shape ``[B]``.
         loss: the mean negative log-likelihood of the batch (nats), a scalar.
+
+    .. note::
+        A head trained with a sampled objective (``head.objective != "nll"``)
+        returns, in training mode, that objective's per-row term as ``output``
+        and ``-output.mean()`` as ``loss``: not a log-likelihood, not to be
+        read as a perplexity. In eval mode every head returns the exact
+        ``log P(target | hidden)`` and the NLL. :attr:`Head.loss_is_nll` says
+        which holds now.
     """
 
     output: Tensor
@@ -51,6 +59,11 @@ class Head(nn.Module):
         - target: ``[B]`` (or ``[*]``) of word ids in ``[0, N)``
     """
 
+    #: What ``forward``'s ``loss`` is in training mode: ``"nll"`` (the exact mean
+    #: negative log-likelihood) or the name of a sampled objective
+    #: (``"importance_sampling"``, ``"nce"``, ``"negative_sampling"``).
+    objective: str = "nll"
+
     def __init__(self, in_features: int, n_classes: int) -> None:
         super().__init__()
         if int(in_features) <= 0:
@@ -59,6 +72,15 @@ class Head(nn.Module):
             raise ValueError(f"n_classes must be at least 2, got {n_classes}")
         self.in_features = int(in_features)
         self.n_classes = int(n_classes)
+
+    @property
+    def loss_is_nll(self) -> bool:
+        """True when ``forward``'s ``loss`` is the exact mean NLL in the current mode.
+
+        Always true for exact heads; for sampled heads only in eval mode (in
+        training mode their loss is :attr:`objective`, which has no perplexity).
+        """
+        return self.objective == "nll" or not self.training
 
     # -- the interface -----------------------------------------------------------
     def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:  # pragma: no cover

@@ -395,13 +395,15 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
         nll = log_sum.item() / p.log_tokens  # the sync of a log point
         seconds = clock.now() - p.log_start_s
         record = base("train")
-        record.update(epoch=round(epoch_float(), 4), nll_nats=nll, ppl=math.exp(min(nll, 700.0)),
+        scores = (dict(nll_nats=nll, ppl=math.exp(min(nll, 700.0))) if head.loss_is_nll
+                  else dict(objective=head.objective, loss=nll))  # a sampled objective has no perplexity
+        record.update(epoch=round(epoch_float(), 4), **scores,
                       tokens_per_s=p.log_tokens / seconds if seconds > 0 else None,
                       lr=optimizer.param_groups[0]["lr"], interval_steps=p.log_steps)
         if partial:
             record["partial"] = True
         log.write(record)
-        bar.set_postfix(loss=f"{nll:.3f}", ppl=f"{math.exp(min(nll, 700.0)):.1f}", refresh=False)
+        bar.set_postfix(loss=f"{nll:.3f}", ppl=f"{scores['ppl']:.1f}" if "ppl" in scores else "-", refresh=False)
 
     def reset_interval() -> None:
         log_sum.zero_()

@@ -5,7 +5,9 @@ tokens so far) and ``elapsed_s`` (training seconds so far, evaluation excluded),
 then values whose names carry their units:
 
 * ``train``: ``nll_nats``, ``ppl`` (mean over the ``interval_steps`` steps since
-  the previous train record), ``tokens_per_s``, ``lr``, ``epoch``;
+  the previous train record), ``tokens_per_s``, ``lr``, ``epoch``; a head trained
+  on a sampled objective writes ``objective`` (its name) and ``loss`` instead of
+  ``nll_nats`` and ``ppl`` (its evaluation records are exact NLL and ppl);
 * ``eval``: ``split``, ``nll_nats``, ``ppl``, ``ppl_cluster``, ``ppl_in_cluster``
   (``null`` for heads without clusters), ``eval_tokens``, ``tokens_per_s``;
 * ``recluster``: ``change_rate``, ``moved_tf_mass``, ``empty_clusters``,

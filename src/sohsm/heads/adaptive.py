@@ -1,0 +1,145 @@
+"""Adaptive softmax (Grave et al. 2017): torch's own module behind the head interface."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from sohsm.heads.base import Head, HeadOutput
+from sohsm.heads.registry import register_head
+
+#: the text8 setting (2k / 10k of 44k words), as fractions of the vocabulary
+_TEXT8_CUTOFFS = (2000 / 44000, 10000 / 44000)
+
+
+def default_cutoffs(n_classes: int) -> list[int]:
+    """Cutoffs of the text8 setting (a 2k-word shortlist and a 10k-word boundary of 44k) scaled to ``N``.
+
+    >>> default_cutoffs(44000)
+    [2000, 10000]
+    >>> default_cutoffs(10000)
+    [455, 2273]
+    """
+    if int(n_classes) < 2:
+        raise ValueError(f"n_classes must be at least 2, got {n_classes}")
+    return sorted({min(max(1, round(n_classes * f)), n_classes - 1) for f in _TEXT8_CUTOFFS})
+
+
+def frequency_ranks(counts: Tensor | None, n_classes: int) -> Tensor:
+    """``[N]`` word ids by descending count (ties: lower id first); ``counts=None`` keeps id order."""
+    if counts is None:
+        return torch.arange(n_classes)
+    counts = torch.as_tensor(counts).reshape(-1)
+    if counts.numel() != n_classes:
+        raise ValueError(f"counts must have shape [{n_classes}] (one per word), got {tuple(counts.shape)}")
+    if bool((counts < 0).any()):
+        raise ValueError(f"counts must be non-negative, got min {counts.min().item()}")
+    return torch.sort(counts.to(torch.float64), descending=True, stable=True).indices
+
+
+class AdaptiveSoftmax(Head):
+    """Adaptive softmax: :class:`torch.nn.AdaptiveLogSoftmaxWithLoss` as a head.
+
+    The most frequent words form a shortlist scored with the clusters' entries
+    in one head softmax; rarer words sit in tail clusters whose vectors are
+    projected to ``d / div_value^i`` dimensions, so a batch pays the full ``d``
+    only for frequent words. Exact: ``log_prob`` is normalised over all words.
+
+    Paper: Grave, Joulin, Cissé, Grangier and Jégou (2017), "Efficient softmax
+    approximation for GPUs", https://arxiv.org/abs/1609.04309.
+
+    torch's module wants class ids sorted by frequency; this head ranks words by
+    ``counts`` and translates ids both ways, so any vocabulary order works.
+
+    Args:
+        in_features: size ``d`` of a hidden state.
+        n_classes: vocabulary size ``N``.
+        cutoffs: increasing frequency ranks in ``[1, N - 1]`` where clusters
+            start, e.g. ``[2000, 10000]`` for 44k words: a 2000-word shortlist,
+            then ranks 2000-9999 and 10000-43999 as two tail clusters. Default:
+            :func:`default_cutoffs` (that text8 setting scaled to ``N``).
+        div_value: the ``i``-th tail cluster projects to ``d // div_value**i``
+            dimensions. Default: ``4.0``.
+        head_bias: learn a bias in the head softmax. Default: ``False``.
+        counts: ``[N]`` training counts that rank the words. Default: ``None``
+            (word ids are taken to be frequency ranks, as sohsm's vocabularies are).
+
+    Shape:
+        - hidden: ``[B, d]`` (``[*, d]`` is flattened)
+        - target: ``[B]`` word ids in ``[0, N)``
+        - returns :class:`HeadOutput` with ``output`` ``[B]`` and scalar ``loss``
+
+    Example::
+
+        >>> head = AdaptiveSoftmax(16, 1000, cutoffs=[50, 300])
+        >>> output, loss = head(torch.randn(4, 16), torch.tensor([0, 7, 120, 999]))
+        >>> output.shape, loss.shape
+        (torch.Size([4]), torch.Size([]))
+        >>> bool(torch.allclose(head.log_prob(torch.randn(4, 16)).logsumexp(1), torch.zeros(4), atol=1e-5))
+        True
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        n_classes: int,
+        cutoffs: Sequence[int] | None = None,
+        div_value: float = 4.0,
+        head_bias: bool = False,
+        counts: Tensor | None = None,
+    ) -> None:
+        super().__init__(in_features, n_classes)
+        cutoffs = default_cutoffs(n_classes) if cutoffs is None else list(cutoffs)
+        if (not cutoffs or any(isinstance(c, bool) or int(c) != c for c in cutoffs)
+                or cutoffs != sorted(set(cutoffs)) or cutoffs[0] < 1 or cutoffs[-1] > n_classes - 1):
+            raise ValueError(f"cutoffs must be increasing integers in [1, {n_classes - 1}], got {cutoffs}")
+        if not float(div_value) > 0:
+            raise ValueError(f"div_value must be positive, got {div_value}")
+        smallest = int(in_features // (float(div_value) ** len(cutoffs)))
+        if smallest < 1:
+            raise ValueError(f"div_value={div_value} leaves tail cluster {len(cutoffs)} no dimension "
+                             f"(in_features // div_value**{len(cutoffs)} = {smallest}); use a smaller div_value "
+                             f"or fewer cutoffs")
+        #: torch's module; its class ids are frequency ranks
+        self.asm = nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, [int(c) for c in cutoffs],
+                                                 div_value=float(div_value), head_bias=head_bias)
+        word_of_rank = frequency_ranks(counts, n_classes)
+        rank_of_word = torch.empty_like(word_of_rank)
+        rank_of_word[word_of_rank] = torch.arange(n_classes)
+        self.register_buffer("word_of_rank", word_of_rank)
+        self.register_buffer("rank_of_word", rank_of_word)
+
+    @property
+    def cutoffs(self) -> list[int]:
+        """The cluster boundaries as given (without torch's trailing ``N``)."""
+        return self.asm.cutoffs[:-1]
+
+    def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
+        hidden, target = self._check_inputs(hidden, target)
+        output, loss = self.asm(hidden, self.rank_of_word[target])
+        return HeadOutput(output, loss)
+
+    def log_prob(self, hidden: Tensor) -> Tensor:
+        """Exact ``[B, N]`` log-probabilities in word-id order (every tail cluster is scored)."""
+        return self.asm.log_prob(self._flatten_hidden(hidden))[:, self.rank_of_word]
+
+    def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """Same as ``log_prob(hidden).topk(k)``."""
+        k = self._check_k(k)
+        values, ranks = self.asm.log_prob(self._flatten_hidden(hidden)).topk(k, dim=1)
+        return values, self.word_of_rank[ranks]
+
+    def predict(self, hidden: Tensor) -> Tensor:
+        """Same as ``log_prob(hidden).argmax(1)``; rows whose best head entry is a shortlist word skip the tails."""
+        return self.word_of_rank[self.asm.predict(self._flatten_hidden(hidden))]
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, n_classes={self.n_classes}, cutoffs={self.cutoffs}"
+
+
+@register_head("adaptive")
+def _adaptive(in_features: int, n_classes: int, counts=None, seed: int = 0, cutoffs: Sequence[int] | None = None,
+              div_value: float = 4.0, head_bias: bool = False) -> AdaptiveSoftmax:
+    return AdaptiveSoftmax(in_features, n_classes, cutoffs=cutoffs, div_value=div_value, head_bias=head_bias,
+                           counts=counts)

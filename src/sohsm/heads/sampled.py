@@ -1,0 +1,332 @@
+"""Sampled training objectives, exact at evaluation: importance sampling, NCE and PMI-LM.
+
+Each head keeps one output vector per word (and, for NCE, a bias). Training
+scores the target and ``k`` noise words drawn from the unigram distribution,
+shared by the whole batch, so a step costs ``O(B k d)`` instead of ``O(B N d)``;
+evaluation scores every word and normalises, so perplexities compare with every
+other head. The noise words come from a :class:`torch.Generator` that the head
+owns and saves in its state dict, so a resumed run draws the same samples.
+
+    objective            training score of word w for hidden h          test-time log P(w | h)
+    importance_sampling  s_w - log q(w), softmax over target + samples   log_softmax(h.u + b)_w
+    nce                  sigma(s_w - log(k q(w))), Z_c = 1, b = -log N   log_softmax(h.u + b)_w
+    negative_sampling    sigma(h.u_w)                                    log_softmax(h.u + log q)_w
+
+with ``s_w = h . u_w + b_w`` and ``q`` the noise distribution.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from sohsm.heads.base import Head, HeadOutput
+from sohsm.heads.registry import register_head
+
+
+def noise_distribution(counts: Tensor | None, n_classes: int, power: float = 1.0) -> Tensor:
+    """``[N]`` float64 noise probabilities ``q(w) ∝ max(count_w, 1) ** power``; uniform without counts.
+
+    A word never seen in training counts as seen once, so every word can be drawn
+    and has a finite ``log q``.
+
+    >>> noise_distribution(torch.tensor([3, 1, 0]), 3).tolist()
+    [0.6, 0.2, 0.2]
+    """
+    if counts is None:
+        return torch.full((n_classes,), 1.0 / n_classes, dtype=torch.float64)
+    counts = torch.as_tensor(counts).reshape(-1)
+    if counts.numel() != n_classes:
+        raise ValueError(f"counts must have shape [{n_classes}] (one per word), got {tuple(counts.shape)}")
+    if bool((counts < 0).any()):
+        raise ValueError(f"counts must be non-negative, got min {counts.min().item()}")
+    weights = counts.to(torch.float64).clamp(min=1.0) ** float(power)
+    return weights / weights.sum()
+
+
+class SampledSoftmax(Head):
+    """Base of the heads trained on ``k`` noise samples; exact log-probabilities at evaluation.
+
+    In training mode ``forward`` returns the objective's per-row term as
+    ``output`` and ``-output.mean()`` as ``loss`` (see :attr:`objective`); in eval
+    mode it returns the exact ``log P(target | hidden)`` and the NLL, like every
+    head. Subclasses define :meth:`sampled_output` and :meth:`logits`.
+
+    Args:
+        in_features: size ``d`` of a hidden state.
+        n_classes: vocabulary size ``N``.
+        counts: ``[N]`` training counts for the noise distribution. Default:
+            ``None`` (uniform noise).
+        n_samples: noise words ``k`` per batch, shared by all its rows.
+        noise_power: ``q(w) ∝ count_w ** noise_power`` (1 = unigram, word2vec uses 0.75).
+        bias: learn a bias per word.
+        seed: seed of the head's noise generator.
+        sparse: give the word vectors a row-sparse gradient (the batch's targets
+            and noise words only) as :class:`torch.nn.Embedding` does; it needs an
+            optimizer that takes sparse gradients (``SGD``, ``Adagrad``, ``SparseAdam``).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        n_classes: int,
+        counts: Tensor | None = None,
+        n_samples: int = 100,
+        noise_power: float = 1.0,
+        bias: bool = False,
+        seed: int = 0,
+        sparse: bool = False,
+    ) -> None:
+        super().__init__(in_features, n_classes)
+        if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
+            raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
+        if not math.isfinite(float(noise_power)) or float(noise_power) < 0:
+            raise ValueError(f"noise_power must be a non-negative number, got {noise_power}")
+        self.n_samples = n_samples
+        self.noise_power = float(noise_power)
+        self.sparse = bool(sparse)
+        self.weight = nn.Parameter(torch.empty(n_classes, in_features))
+        self.bias = nn.Parameter(torch.zeros(n_classes)) if bias else None
+        noise = noise_distribution(counts, n_classes, noise_power)
+        #: log q(w) of the noise distribution (float64, so sampling does not depend on the head's dtype)
+        self.register_buffer("noise_log_probs", noise.log())
+        self._cdf: Tensor | None = None
+        self.generator = torch.Generator().manual_seed(int(seed))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = self.in_features ** -0.5
+        nn.init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    # -- the noise ----------------------------------------------------------------
+    def get_extra_state(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.generator.set_state(state["generator"].cpu())
+
+    def _apply(self, fn, recurse=True):
+        self._cdf = None  # the noise buffer may have changed dtype or device
+        return super()._apply(fn, recurse)
+
+    def noise_samples(self, n: int | None = None) -> Tensor:
+        """Draw ``n`` (default :attr:`n_samples`) word ids from the noise distribution, with replacement.
+
+        Uniform numbers come from :attr:`generator` on the CPU and are looked up
+        in the cumulative distribution, so the samples do not depend on the device.
+        """
+        if self._cdf is None:
+            cdf = self.noise_log_probs.detach().double().cpu().exp().cumsum(0)
+            self._cdf = cdf / cdf[-1]
+        n = self.n_samples if n is None else n
+        uniform = torch.rand(n, generator=self.generator, dtype=torch.float64)
+        ids = torch.searchsorted(self._cdf, uniform, right=True).clamp_(max=self.n_classes - 1)
+        return ids.to(self.weight.device)
+
+    # -- scores -------------------------------------------------------------------
+    def _scores(self, hidden: Tensor, target: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+        """``(s_target [B], s_noise [B, k])`` with ``s_w = h . u_w + b_w``, gathering only those rows."""
+        target_vectors = F.embedding(target, self.weight, sparse=self.sparse)  # [B, d]
+        noise_vectors = F.embedding(noise, self.weight, sparse=self.sparse)  # [k, d]
+        s_target = (hidden * target_vectors).sum(dim=1)  # [B]
+        s_noise = hidden @ noise_vectors.t()  # [B, k]
+        if self.bias is not None:
+            s_target = s_target + self.bias[target]
+            s_noise = s_noise + self.bias[noise]
+        return s_target, s_noise
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """``[B, N]`` unnormalised test-time log-scores; ``log_prob`` is their log-softmax."""
+        return F.linear(hidden, self.weight, self.bias)
+
+    def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:  # pragma: no cover
+        """The objective's per-row term for checked ``hidden`` ``[B, d]``, ``target`` ``[B]`` and ``noise`` ``[k]``."""
+        raise NotImplementedError
+
+    # -- the interface ------------------------------------------------------------
+    def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
+        hidden, target = self._check_inputs(hidden, target)
+        if self.training:
+            output = self.sampled_output(hidden, target, self.noise_samples())
+        else:
+            output = -F.cross_entropy(self.logits(hidden), target, reduction="none")
+        return HeadOutput(output, -output.mean())
+
+    def log_prob(self, hidden: Tensor) -> Tensor:
+        """Exact ``[B, N]`` test-time log-probabilities: every word is scored and the scores normalised."""
+        return F.log_softmax(self.logits(self._flatten_hidden(hidden)), dim=1)
+
+    def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """Same as ``log_prob(hidden).topk(k)``; the normaliser is computed once, after the top-k."""
+        k = self._check_k(k)
+        logits = self.logits(self._flatten_hidden(hidden))
+        values, indices = logits.topk(k, dim=1)
+        return values - logits.logsumexp(dim=1, keepdim=True), indices
+
+    def predict(self, hidden: Tensor) -> Tensor:
+        """Same as ``log_prob(hidden).argmax(1)``, without normalising."""
+        return self.logits(self._flatten_hidden(hidden)).argmax(dim=1)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, n_classes={self.n_classes}, objective={self.objective}, "
+                f"n_samples={self.n_samples}, noise_power={self.noise_power}, bias={self.bias is not None}, "
+                f"sparse={self.sparse}")
+
+
+class ImportanceSamplingSoftmax(SampledSoftmax):
+    """Softmax trained by importance sampling; exact softmax at evaluation.
+
+    The normaliser is estimated from ``k`` words drawn from the noise
+    distribution ``q``, each score corrected by ``-log q(w)``: the training
+    output of a row is the estimate
+    ``s~_t - logsumexp(s~_t, s~_u1, ..., s~_uk)`` of ``log P(t | h)``, with
+    ``s~_w = h . u_w + b_w - log q(w)``. Noise words equal to the row's target
+    are left out of its sum (``remove_accidental_hits``).
+
+    Papers: Bengio and Senécal (2008), "Adaptive importance sampling to
+    accelerate training of a neural probabilistic language model"; the form
+    with the target in the normaliser is Jean et al. (2015),
+    https://arxiv.org/abs/1412.2007, as in Jozefowicz et al. (2016).
+
+    Args:
+        remove_accidental_hits: drop noise words equal to the target. Default: ``True``.
+        others: see :class:`SampledSoftmax` (``bias`` defaults to ``False`` here,
+            as in :class:`~sohsm.heads.FullSoftmax`).
+
+    Example::
+
+        >>> head = ImportanceSamplingSoftmax(8, 50, counts=torch.arange(50, 0, -1), n_samples=10)
+        >>> head.objective, head.loss_is_nll
+        ('importance_sampling', False)
+        >>> output, loss = head(torch.randn(4, 8), torch.tensor([0, 1, 2, 49]))  # the sampled estimate
+        >>> _ = head.eval()
+        >>> head.loss_is_nll  # exact log P(target | hidden) and NLL in eval mode
+        True
+    """
+
+    objective = "importance_sampling"
+
+    def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
+                 noise_power: float = 1.0, bias: bool = False, remove_accidental_hits: bool = True, seed: int = 0,
+                 sparse: bool = False) -> None:
+        super().__init__(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
+                         bias=bias, seed=seed, sparse=sparse)
+        self.remove_accidental_hits = bool(remove_accidental_hits)
+
+    def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:
+        s_target, s_noise = self._scores(hidden, target, noise)
+        log_q = self.noise_log_probs.to(hidden.dtype)
+        s_target = s_target - log_q[target]  # [B]
+        s_noise = s_noise - log_q[noise]  # [B, k]
+        if self.remove_accidental_hits:
+            s_noise = s_noise.masked_fill(noise[None, :] == target[:, None], float("-inf"))
+        return s_target - torch.cat([s_target[:, None], s_noise], dim=1).logsumexp(dim=1)
+
+
+class NCESoftmax(SampledSoftmax):
+    """Softmax trained by noise-contrastive estimation; exact softmax at evaluation.
+
+    Each (target, hidden) pair is told apart from ``k`` noise words by a logistic
+    classifier on ``Δ_w = h . u_w + b_w - log Z_c - log(k q(w))`` with ``Z_c = 1``;
+    the training output of a row is ``log σ(Δ_t) + Σ_j log σ(-Δ_uj)``. The bias
+    starts at ``-log N`` so that ``exp(s_w)`` starts near a normalised ``1 / N``.
+    At evaluation ``P(w | h) = softmax(h . u + b)_w``, normalised exactly.
+
+    Papers: Gutmann and Hyvärinen (2012); Mnih and Teh (2012),
+    https://arxiv.org/abs/1206.6426; the ``Z_c = 1`` and bias heuristics of Vaswani
+    et al. (2013) and Zoph et al. (2016), as described by Melamud et al. (2017) §2,
+    https://arxiv.org/abs/1708.01276.
+
+    Args:
+        see :class:`SampledSoftmax`; the bias is always learned.
+
+    Example::
+
+        >>> head = NCESoftmax(8, 50, counts=torch.arange(50, 0, -1), n_samples=10)
+        >>> bool(torch.allclose(head.bias.detach(), torch.full((50,), -math.log(50))))
+        True
+    """
+
+    objective = "nce"
+
+    def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
+                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False) -> None:
+        super().__init__(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
+                         bias=True, seed=seed, sparse=sparse)
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        nn.init.constant_(self.bias, -math.log(self.n_classes))
+
+    def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:
+        s_target, s_noise = self._scores(hidden, target, noise)
+        log_kq = self.noise_log_probs.to(hidden.dtype) + math.log(self.n_samples)
+        delta_target = s_target - log_kq[target]  # log Z_c = 0
+        delta_noise = s_noise - log_kq[noise]
+        return F.logsigmoid(delta_target) + F.logsigmoid(-delta_noise).sum(dim=1)
+
+
+class PMISoftmax(SampledSoftmax):
+    """PMI language model: word2vec's negative-sampling objective, normalised at test time.
+
+    Training maximises ``log σ(u_t . h) + Σ_j log σ(-u_uj . h)`` with ``u_j ~ q``,
+    which drives ``u_w . h`` towards ``PMI_k(w, h) = log(P(w | h) / (k q(w)))``.
+    At test time ``P(w | h) = exp(u_w . h) q(w) / Σ_v exp(u_v . h) q(v)``: the
+    unigram distribution (the noise distribution for ``noise_power != 1``)
+    puts back what the PMI divides out. No bias, no normalising constant.
+
+    Paper: Melamud, Dagan and Goldberger (2017), "A Simple Language Model based
+    on PMI Matrix Approximations", https://arxiv.org/abs/1708.01276 (§3, Algorithm 1).
+
+    Args:
+        see :class:`SampledSoftmax`.
+
+    Example::
+
+        >>> head = PMISoftmax(8, 50, counts=torch.arange(50, 0, -1), n_samples=10)
+        >>> head.objective
+        'negative_sampling'
+        >>> head.eval().log_prob(torch.randn(3, 8)).shape
+        torch.Size([3, 50])
+    """
+
+    objective = "negative_sampling"
+
+    def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
+                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False) -> None:
+        super().__init__(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
+                         bias=False, seed=seed, sparse=sparse)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return F.linear(hidden, self.weight) + self.noise_log_probs.to(hidden.dtype)
+
+    def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:
+        s_target, s_noise = self._scores(hidden, target, noise)
+        return F.logsigmoid(s_target) + F.logsigmoid(-s_noise).sum(dim=1)
+
+
+@register_head("importance_sampling")
+def _importance_sampling(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
+                         noise_power: float = 1.0, bias: bool = False, remove_accidental_hits: bool = True,
+                         sparse: bool = False) -> ImportanceSamplingSoftmax:
+    return ImportanceSamplingSoftmax(in_features, n_classes, counts=counts, n_samples=n_samples,
+                                     noise_power=noise_power, bias=bias,
+                                     remove_accidental_hits=remove_accidental_hits, seed=seed, sparse=sparse)
+
+
+@register_head("nce")
+def _nce(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
+         noise_power: float = 1.0, sparse: bool = False) -> NCESoftmax:
+    return NCESoftmax(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
+                      seed=seed, sparse=sparse)
+
+
+@register_head("pmi")
+def _pmi(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
+         noise_power: float = 1.0, sparse: bool = False) -> PMISoftmax:
+    return PMISoftmax(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
+                      seed=seed, sparse=sparse)
