@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from sohsm.heads.base import Head
+from sohsm.heads.base import Head, check_counts, check_size
 
 HeadFactory = Callable[..., Head]
 _REGISTRY: dict[str, HeadFactory] = {}
@@ -36,9 +36,15 @@ def head_names() -> list[str]:
 
 
 def build_head(name: str, in_features: int, n_classes: int, counts=None, **options) -> Head:
-    """Build the head registered as ``name``; unknown names raise a ValueError listing the known ones."""
+    """Build the head registered as ``name``; unknown names raise a ValueError listing the known ones.
+
+    ``counts`` are checked for every head (:func:`~sohsm.heads.base.check_counts`), also for
+    heads that do not use them, so bad counts are refused alike whichever head is chosen.
+    """
     if name not in _REGISTRY:
         raise ValueError(f"unknown head {name!r}; known heads: {', '.join(head_names())}")
+    if counts is not None:
+        counts = check_counts(counts, check_size("n_classes", n_classes, 2))
     head = _REGISTRY[name](in_features, n_classes, counts=counts, **options)
     if not isinstance(head, Head):
         raise TypeError(f"factory for {name!r} returned {type(head).__name__}, not a Head")
