@@ -6,6 +6,7 @@ import json
 import shlex
 import sys
 
+from sohsm.cli.flags import name_flags
 from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
 from sohsm.data.errors import DataError
 from sohsm.heads import head_names
@@ -17,7 +18,7 @@ from sohsm.train.config import DEFAULT_LR, OPTIMIZERS
 #: option dest -> config field it sets (options left out keep the config default, or the run's on --resume)
 _TRAIN_FIELDS = {
     "corpus": "data.corpus", "data_dir": "data.data_dir", "cache_dir": "data.cache_dir",
-    "min_count": "data.min_count", "max_size": "data.max_size",
+    "min_count": "data.min_count", "max_size": "data.max_size", "text_mode": "data.text_mode",
     "emb_size": "model.emb_size", "hidden_size": "model.hidden_size", "layers": "model.layers",
     "dropout": "model.dropout", "tie_weights": "model.tie_weights",
     "head": "head.name", "update_every": "head.update_every",
@@ -80,6 +81,8 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
                    help="cache of tokenised corpora (default: $SOHSM_CACHE, else ~/.cache/sohsm/cache)")
     g.add_argument("--min-count", type=int, metavar="N", help="words seen fewer times become <unk>")
     g.add_argument("--max-size", type=int, metavar="N", help="at most N vocabulary entries")
+    g.add_argument("--text-mode", choices=("lines", "running"),
+                   help="your own text: 'lines' (an end-of-line token after each line, default) or 'running'")
 
     g = p.add_argument_group("model and head")
     g.add_argument("--head", choices=head_names(), help="output layer (required for a new run)")
@@ -138,9 +141,10 @@ def _train(args: argparse.Namespace) -> int:
                 raise CommandError(f"a new run needs {' and '.join(missing)} (or --resume to continue a run)")
             result = train(apply_overrides(TrainConfig(), overrides), args.run_dir, progress=not args.quiet)
     except (ValueError, DataError) as error:
-        raise CommandError(str(error)) from None
+        typed = [dest for dest in _TRAIN_FIELDS if getattr(args, dest) is not None]
+        raise CommandError(name_flags(str(error), _TRAIN_FIELDS, typed)) from None
     _print_summary(result)
-    return 130 if result.stopped == "interrupted" else 0
+    return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0  # 130 for Ctrl-C
 
 
 def _fmt(value: float | None) -> str:
@@ -149,10 +153,12 @@ def _fmt(value: float | None) -> str:
 
 def _print_summary(result) -> None:
     from sohsm.train import format_signature
+    from sohsm.train.guard import signal_name
 
     run = shlex.quote(str(result.run_dir))
+    interrupted = f"interrupted ({signal_name(result.stop_signal)})" if result.stop_signal else "interrupted"
     why = {"done": "all epochs done", "max_tokens": "token budget spent", "time_budget": "time budget spent",
-           "interrupted": "interrupted"}[result.stopped]
+           "interrupted": interrupted}[result.stopped]
     speed = result.tokens / result.elapsed_s if result.elapsed_s > 0 else 0.0
     print(f"stopped     {why}: step {result.step:,}, {result.tokens:,} tokens, epoch {result.epoch:.2f}, "
           f"{result.elapsed_s:.1f} s of training ({speed:,.0f} tokens/s)")
@@ -162,7 +168,8 @@ def _print_summary(result) -> None:
               f"{_fmt(e.ppl_in_cluster)} (best ppl {_fmt(result.best_ppl)})")
     print(f"signature   {format_signature(result.signature)}")
     print(f"metrics     {result.paths['metrics']}")
-    print(f"checkpoints {result.paths['last']}, {result.paths['best']}")
+    saved = [str(result.paths[k]) for k in ("last", "best") if result.paths[k].is_file()]
+    print(f"checkpoints {', '.join(saved) or 'none yet'}")
     print(f"evaluate    sohsm lm eval {run} --split valid")
     print(f"plot        sohsm plot {run}            # writes {result.run_dir / 'figure1.png'}")
     if result.signature.get("clusters") is not None:
