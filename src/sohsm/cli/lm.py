@@ -69,7 +69,8 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         description=_wrap(
             "Train an LSTM language model with the chosen head in RUN_DIR: config.json, vocab.json, "
             "metrics.jsonl, last.pt and best.pt (best dev perplexity). Stops when the epochs, --max-tokens or "
-            "--time-budget run out, or on Ctrl-C (after saving a checkpoint).",
+            "--time-budget run out, or on Ctrl-C, kill (SIGTERM) or a closed terminal (SIGHUP), after saving a "
+            "checkpoint; a run whose loss or gradient becomes NaN or infinite stops and keeps its last good one.",
         ),
         epilog=_TRAIN_EPILOG,
     )

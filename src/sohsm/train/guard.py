@@ -71,8 +71,8 @@ class StopSignals:
         self.request(signum)
 
     def __exit__(self, *exc) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+        for signum, previous in self._previous.items():  # None: a handler not set from Python
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
 
 
