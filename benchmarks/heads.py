@@ -34,8 +34,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import math
+import os
 import platform
 import statistics
 import sys
@@ -102,7 +104,7 @@ def peak_activation_bytes(head: nn.Module, hidden: torch.Tensor, target: torch.T
         head(hidden, target).loss.backward()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         head(hidden, target).loss.backward()
     events = sorted(
         (e.start_ns(), e.nbytes())
@@ -114,6 +116,21 @@ def peak_activation_bytes(head: nn.Module, hidden: torch.Tensor, target: torch.T
         live += nbytes
         peak = max(peak, live)
     return peak
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Drop what is written to file descriptor 2 meanwhile: the profiler's C++ side logs
+    two lines ("profiler_start", "profiler_stop") per use, dozens in a run, and no setting turns them off."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def decoding(n: int, d: int, counts, device, generator, train_steps: int, tokens: int) -> dict:

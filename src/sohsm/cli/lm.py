@@ -6,8 +6,10 @@ import json
 import shlex
 import sys
 
+from sohsm.cli.flags import name_flags
 from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
 from sohsm.cli.train_options import (
+    TRAIN_FIELDS,
     add_training_options,
     head_options_help,
     head_overrides,
@@ -63,7 +65,8 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         description=_wrap(
             "Train an LSTM language model with the chosen head in RUN_DIR: config.json, vocab.json, "
             "metrics.jsonl, last.pt and best.pt (best dev perplexity). Stops when the epochs, --max-tokens or "
-            "--time-budget run out, or on Ctrl-C (after saving a checkpoint).",
+            "--time-budget run out, or on Ctrl-C, kill (SIGTERM) or a closed terminal (SIGHUP), after saving a "
+            "checkpoint; a run whose loss or gradient becomes NaN or infinite stops and keeps its last good one.",
         ),
         epilog=_TRAIN_EPILOG + "\n" + head_options_help(),
     )
@@ -92,9 +95,11 @@ def _train(args: argparse.Namespace) -> int:
             overrides.update(head_overrides(args.head, options, update_every))
             result = train(apply_overrides(TrainConfig(), overrides), args.run_dir, progress=not args.quiet)
     except (ValueError, DataError) as error:
-        raise CommandError(str(error)) from None
+        fields = {**TRAIN_FIELDS, "head": "head.name", "update_every": "head.update_every"}
+        typed = [dest for dest in fields if getattr(args, dest, None) is not None]
+        raise CommandError(name_flags(str(error), fields, typed)) from None
     _print_summary(result)
-    return 130 if result.stopped == "interrupted" else 0
+    return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0  # 130 for Ctrl-C
 
 
 def _fmt(value: float | None) -> str:
@@ -103,10 +108,12 @@ def _fmt(value: float | None) -> str:
 
 def _print_summary(result) -> None:
     from sohsm.train import format_signature
+    from sohsm.train.guard import signal_name
 
     run = shlex.quote(str(result.run_dir))
+    interrupted = f"interrupted ({signal_name(result.stop_signal)})" if result.stop_signal else "interrupted"
     why = {"done": "all epochs done", "max_tokens": "token budget spent", "time_budget": "time budget spent",
-           "interrupted": "interrupted"}[result.stopped]
+           "interrupted": interrupted}[result.stopped]
     speed = result.tokens / result.elapsed_s if result.elapsed_s > 0 else 0.0
     print(f"stopped     {why}: step {result.step:,}, {result.tokens:,} tokens, epoch {result.epoch:.2f}, "
           f"{result.elapsed_s:.1f} s of training ({speed:,.0f} tokens/s)")
@@ -116,7 +123,8 @@ def _print_summary(result) -> None:
               f"{_fmt(e.ppl_in_cluster)} (best ppl {_fmt(result.best_ppl)})")
     print(f"signature   {format_signature(result.signature)}")
     print(f"metrics     {result.paths['metrics']}")
-    print(f"checkpoints {result.paths['last']}, {result.paths['best']}")
+    saved = [str(result.paths[k]) for k in ("last", "best") if result.paths[k].is_file()]
+    print(f"checkpoints {', '.join(saved) or 'none yet'}")
     print(f"evaluate    sohsm lm eval {run} --split valid")
     print(f"plot        sohsm plot {run}            # writes {result.run_dir / 'figure1.png'}")
     if result.signature.get("clusters") is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import textwrap
 
@@ -59,6 +60,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `sohsm ... | head`: the reader has gone, and so has the reason to write
+        _stdout_to_devnull()
+        return 141  # 128 + SIGPIPE, as a process killed by it would report
+    except OSError as error:  # a full disk, a read-only folder: the machine's state, one line
+        print(f"sohsm {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
+        return 1
+
+
+def describe_os_error(error: OSError) -> str:
+    """``runs/x/last.pt: No space left on device``: the file (if known) and the system's reason."""
+    reason = error.strerror or str(error)
+    return f"{error.filename}: {reason}" if error.filename else reason
+
+
+def _stdout_to_devnull() -> None:
+    """Point standard output to ``os.devnull``, so that Python's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # a replaced stdout (tests) has no descriptor
+        pass
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
+from sohsm.cli.main import RAW as _RAW, CommandError, describe_os_error, wrap as _wrap
 
 
 
@@ -30,7 +30,9 @@ def _plot(args: argparse.Namespace) -> int:
 
     try:
         path = figure1(args.runs, args.output)
-    except (ValueError, OSError) as error:
+    except ValueError as error:
         raise CommandError(str(error)) from None
+    except OSError as error:  # a read-only or missing folder
+        raise CommandError(f"cannot write the figure: {describe_os_error(error)}") from None
     print(path)
     return 0

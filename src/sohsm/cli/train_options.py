@@ -20,7 +20,7 @@ from sohsm.train.config import DEFAULT_LR, OPTIMIZERS
 #: the head's fields (--head, --update-every, --head-option) are set by :func:`head_overrides`
 TRAIN_FIELDS = {
     "corpus": "data.corpus", "data_dir": "data.data_dir", "cache_dir": "data.cache_dir",
-    "min_count": "data.min_count", "max_size": "data.max_size",
+    "min_count": "data.min_count", "max_size": "data.max_size", "text_mode": "data.text_mode",
     "emb_size": "model.emb_size", "hidden_size": "model.hidden_size", "layers": "model.layers",
     "dropout": "model.dropout", "tie_weights": "model.tie_weights",
     "optimizer": "optim.optimizer", "lr": "optim.lr", "clip": "optim.clip", "weight_decay": "optim.weight_decay",
@@ -74,6 +74,8 @@ def add_training_options(p: argparse.ArgumentParser, *, compare: bool = False) -
                    help="cache of tokenised corpora (default: $SOHSM_CACHE, else ~/.cache/sohsm/cache)")
     g.add_argument("--min-count", type=int, metavar="N", help="words seen fewer times become <unk>")
     g.add_argument("--max-size", type=int, metavar="N", help="at most N vocabulary entries")
+    g.add_argument("--text-mode", choices=("lines", "running"),
+                   help="your own text: 'lines' (an end-of-line token after each line, default) or 'running'")
 
     g = p.add_argument_group("model and head")
     if not compare:

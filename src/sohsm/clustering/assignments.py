@@ -12,14 +12,22 @@ import torch
 from torch import Tensor
 
 
+def _word_count(n_words) -> int:
+    """``n_words`` as an int; a float such as 10.5 or a string such as '10' is refused, not rounded."""
+    if isinstance(n_words, bool) or not hasattr(n_words, "__index__") or int(n_words) < 1:
+        raise ValueError(f"the number of words (n_classes) must be a positive integer, got {n_words!r} "
+                         f"({type(n_words).__name__})")
+    return int(n_words)
+
+
 def default_n_clusters(n_words: int) -> int:
     """``ceil(sqrt(N))`` clusters, as in the paper."""
-    return math.ceil(math.sqrt(n_words))
+    return math.ceil(math.sqrt(_word_count(n_words)))
 
 
 def default_max_cluster_size(n_words: int, gamma: float = 1.5) -> int:
     """Largest size a cluster may reach under the rule ``|c| < gamma * sqrt(N)`` (checked before adding)."""
-    return math.ceil(gamma * math.sqrt(n_words))
+    return math.ceil(gamma * math.sqrt(_word_count(n_words)))
 
 
 def check_assignment(assignment: Tensor, n_words: int, n_clusters: int) -> Tensor:

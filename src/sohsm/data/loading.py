@@ -37,14 +37,16 @@ from sohsm.data.files import cached_sha256, remove_tree, resolve_cache_dir, reso
 from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
 
 #: bumped whenever tokenisation or the cache layout changes, so old entries are ignored
-CACHE_VERSION = 1
+#: (2: a UTF-8 byte-order mark is no longer part of the first word)
+CACHE_VERSION = 2
 _CHUNK_CHARS = 1 << 22
 _WS = re.compile(r"\s")
 
 
 def _read_text(path: Path) -> str:
+    """The file's text; a UTF-8 byte-order mark (as some editors write) is dropped, not read as a word."""
     try:
-        with open(path, encoding="utf-8", newline=None) as handle:
+        with open(path, encoding="utf-8-sig", newline=None) as handle:
             return handle.read()
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not utf-8 text ({error.reason} at byte {error.start})") from None
@@ -311,6 +313,9 @@ def _tokenise(plan: _Plan, config: VocabConfig) -> Corpus:
     file_key, a, b = ranges["train"]
     for tokens in _token_chunks(texts[file_key], a, b, plan.lines):
         counter.update(tokens)
+    if not any(word != EOS for word in counter):
+        raise DataError(f"{plan.paths[file_key]}: the train split of {plan.name!r} has no words "
+                        "(it is empty or only whitespace)")
     vocab = Vocabulary.from_counts(counter, config.min_count, config.max_size, unk=UNK,
                                    eos=EOS if plan.lines else None)
     encoded: dict[str, Tensor] = {}

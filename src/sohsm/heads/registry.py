@@ -28,7 +28,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Union
 
-from sohsm.heads.base import Head
+from sohsm.heads.base import Head, check_counts, check_size
 
 HeadFactory = Callable[..., Head]
 
@@ -117,17 +117,25 @@ def check_head_options(name: str, options: Mapping[str, Any]) -> None:
 def build_head(name: str, in_features: int, n_classes: int, counts=None, **options) -> Head:
     """Build the head registered as ``name`` with ``options`` (see :func:`head_options`).
 
+    ``counts`` are checked for every head (:func:`~sohsm.heads.base.check_counts`), also for
+    heads that do not use them, so bad counts are refused alike whichever head is chosen.
+
     Raises:
-        ValueError: an unknown name (listing the known ones), an option the head
-            does not take (listing its options), a value of the wrong type, or a
+        ValueError: an unknown name (listing the known ones), bad counts, an option the
+            head does not take (listing its options), a value of the wrong type, or a
             value the head refuses.
     """
     entry = _entry(name)
+    in_features = check_size("in_features", in_features, 1)
+    n_classes = check_size("n_classes", n_classes, 2)
     check_head_options(name, options)
+    if counts is not None:
+        counts = check_counts(counts, n_classes)
     try:
         head = entry.factory(in_features, n_classes, counts=counts, **options)
     except ValueError as error:  # a value the head refuses: say which head refused it
-        raise ValueError(f"head {name!r}: {error}") from error
+        message = str(error)
+        raise ValueError(message if message.startswith(f"head {name!r}") else f"head {name!r}: {message}") from error
     if not isinstance(head, Head):
         raise TypeError(f"factory for {name!r} returned {type(head).__name__}, not a Head")
     return head

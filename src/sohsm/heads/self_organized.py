@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from sohsm.clustering import default_max_cluster_size, default_n_clusters, greedy_assignment
+from sohsm.heads.base import check_counts
 from sohsm.heads.registry import register_head
 from sohsm.heads.two_level import TwoLevelSoftmax
 
@@ -141,9 +142,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
                 f"in {n_clusters} clusters"
             )
         if counts is not None:
-            counts = self._check_counts(counts)
-            if counts.numel() != n_classes:
-                raise ValueError(f"counts must have shape [{n_classes}], got {tuple(counts.shape)}")
+            counts = check_counts(counts, n_classes)
         if init == "frequency" and counts is None:
             raise ValueError("init='frequency' needs the word counts (counts=...)")
         super().__init__(
@@ -220,11 +219,19 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         ``q[w]`` keeps ``prod_t lambda_t`` of its old row and token ``t`` enters with weight
         ``(1 - lambda_t) * prod_{s after t} lambda_s`` (products over the occurrences of ``w``).
 
+        Rows with a NaN or ``+inf`` log-probability (a non-finite hidden state) are
+        skipped: folded in, they would poison their word's row of ``q`` for good.
+
         Args:
             target: ``[B]`` word ids.
             cluster_log_probs: ``[B, n_clusters]`` natural-log ``log P(c | h)`` of each row.
         """
         target = target.reshape(-1)
+        bad = (cluster_log_probs.isnan() | (cluster_log_probs == math.inf)).any(dim=1)
+        if bool(bad.any()):
+            target, cluster_log_probs = target[~bad], cluster_log_probs[~bad]
+            if target.numel() == 0:
+                return
         n = target.numel()
         words, inverse, repeats = torch.unique(target, return_inverse=True, return_counts=True)
         # order the tokens by word, keeping batch order within a word; rank = occurrence number
@@ -255,11 +262,16 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
 
         Registers a post-step hook on the optimizer; the optimizer's state for
         :attr:`weight` then follows the words when they move. Call once after
-        building the optimizer (again after re-building it). Returns the hook handle.
+        building the optimizer (again after re-building it). Attaching the same
+        optimizer again changes nothing (its steps are counted once) and returns
+        the same handle. The head holds its optimizers weakly: one its owner drops
+        is not kept alive. Returns the hook handle.
         """
-        if all(optimizer is not o for o in self._optimizers):
-            self._optimizers.append(optimizer)
-        return optimizer.register_step_post_hook(self._after_optimizer_step)
+        handle = self._optimizers.get(optimizer)
+        if handle is None:
+            handle = optimizer.register_step_post_hook(self._after_optimizer_step)
+            self._optimizers[optimizer] = handle
+        return handle
 
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         if not self.training:

@@ -16,6 +16,7 @@ moves every word's row, its gradient and its optimizer state together.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
-from sohsm.heads.base import ClusterScores, Head, HeadOutput
+from sohsm.heads.base import ClusterScores, Head, HeadOutput, check_counts
 from sohsm.heads.registry import register_head
 
 
@@ -239,7 +240,7 @@ class TwoLevelSoftmax(Head):
             elif assignment == "frequency":
                 if counts is None:
                     raise ValueError("assignment='frequency' needs the word counts (counts=...)")
-                assignment = frequency_binning(self._check_counts(counts), n_clusters)
+                assignment = frequency_binning(check_counts(counts, self.n_classes), n_clusters)
             else:
                 raise ValueError(f"assignment must be a tensor, 'random' or 'frequency', got {assignment!r}")
         else:
@@ -256,7 +257,8 @@ class TwoLevelSoftmax(Head):
         self.register_buffer("assignment", assignment.clone())
         self._layout = _Layout(self.assignment, self.n_clusters)
         self._grad = _GradientBuffer()
-        self._optimizers: list[torch.optim.Optimizer] = []
+        #: optimizers given to :meth:`attach`, held weakly, each with its hook handle (or ``None``)
+        self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.register_load_state_dict_post_hook(_rebuild_layout_after_load)
         self.reset_parameters()
 
@@ -273,13 +275,6 @@ class TwoLevelSoftmax(Head):
         self._layout = _Layout(self.assignment, self.n_clusters)
         self._grad = _GradientBuffer()
         return result
-
-    @staticmethod
-    def _check_counts(counts) -> Tensor:
-        counts = torch.as_tensor(counts).reshape(-1).to(torch.float64)
-        if bool((counts < 0).any()):
-            raise ValueError("counts must be non-negative")
-        return counts
 
     def clusters(self) -> list[Tensor]:
         """Word ids of each cluster (ascending), one tensor per cluster; empty clusters give empty tensors."""
@@ -426,9 +421,12 @@ class TwoLevelSoftmax(Head):
         """
         k = self._check_k(k)
         hidden = self._flatten_hidden(hidden)
+        batch, device = hidden.size(0), hidden.device
+        if batch == 0:  # as log_prob(hidden).topk(k) does: empty results
+            return TopKResult(hidden.new_empty(0, k), torch.empty(0, k, dtype=torch.long, device=device),
+                              torch.empty(0, dtype=torch.long, device=device))
         hidden_c, hidden_w = self._split_hidden(hidden)
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        batch, device = hidden.size(0), hidden.device
         best_values = hidden.new_full((batch, k), float("-inf"))
         best_words = torch.zeros(batch, k, dtype=torch.long, device=device)
         rows = torch.arange(batch, device=device)

@@ -5,6 +5,8 @@
 * :mod:`sohsm.train.evaluation`: :func:`evaluate` (ppl, cluster ppl, in-cluster ppl).
 * :mod:`sohsm.train.checkpoint`: the files of a run directory, atomic checkpoints.
 * :mod:`sohsm.train.metrics`: ``metrics.jsonl`` (and TensorBoard when installed).
+* :mod:`sohsm.train.guard`: stop signals, divergence checks; :mod:`sohsm.train.lock`: one trainer per run;
+  :mod:`sohsm.train.preflight`: the checks made before a run directory is written.
 * :mod:`sohsm.train.run`: :func:`load_run`, :func:`evaluate_run`, :func:`generate_text`.
 * :mod:`sohsm.train.clusters`: :func:`cluster_table` (the paper's Table 3).
 * :mod:`sohsm.train.progress`: the start-up lines and progress bar of a training session.

@@ -21,9 +21,18 @@ OPTIMIZER_CLASSES: dict[str, type[torch.optim.Optimizer]] = {
 }
 
 
+#: device types a run can train and evaluate on
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
 def resolve_device(name: str) -> torch.device:
-    """``torch.device(name)``, refusing a device this machine does not have."""
+    """``torch.device(name)``, refusing a device this machine does not have or that cannot run a model.
+
+    ``meta`` (shapes without data) and other special devices are refused by name.
+    """
     device = torch.device(name)
+    if device.type not in DEVICE_TYPES:
+        raise ValueError(f"device {name!r} cannot train or evaluate a model; use one of {', '.join(DEVICE_TYPES)}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} was requested but CUDA is not available on this machine")
     if device.type == "mps" and not torch.backends.mps.is_available():

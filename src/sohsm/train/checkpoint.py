@@ -3,6 +3,7 @@
 A run directory holds::
 
     config.json     the TrainConfig (written once, at the start)
+    .lock           held by the trainer writing the run (:mod:`sohsm.train.lock`)
     vocab.json      the vocabulary (also inside every checkpoint)
     metrics.jsonl   one JSON record per line: kind = train / eval / recluster
     last.pt         the latest checkpoint (every checkpoint_every steps and at the end)
@@ -21,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,27 +36,59 @@ METRICS_FILE = "metrics.jsonl"
 LAST = "last.pt"
 BEST = "best.pt"
 CHECKPOINTS = {"last": LAST, "best": BEST}
+#: the files of a run directory that are written atomically (through a temporary file next to them)
+RUN_FILES = (CONFIG_FILE, VOCAB_FILE, METRICS_FILE, LAST, BEST)
 
 
 def write_atomic(path: str | os.PathLike[str], write) -> None:
     """Call ``write(binary_file)`` on a temporary file next to ``path``, then ``os.replace`` it.
 
-    ``path`` is either left as it was or replaced whole, never half-written.
+    ``path`` is either left as it was or replaced whole, never half-written. A
+    process killed mid-write leaves the temporary file behind;
+    :func:`remove_orphans` deletes it at the next start.
+
+    Raises:
+        OSError: the write failed (a full disk, for instance); its ``filename``
+            is ``path``, so the error names the file meant, not the temporary one.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(error, OSError) and error.errno is not None:
+            raise OSError(error.errno, error.strerror, str(path)) from None
         raise
+
+
+def remove_orphans(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files a killed write left in ``run_dir``; returns what was removed.
+
+    Only the temporary files of :data:`RUN_FILES` (``.last.pt.*.tmp``, ``.vocab.json.*.part``, ...)
+    are touched. Call it only while holding the run's lock: a running trainer's
+    temporary file is not an orphan.
+    """
+    removed = []
+    for name in RUN_FILES:
+        for suffix in ("tmp", "part"):
+            for path in Path(run_dir).glob(f".{name}.*.{suffix}"):
+                try:
+                    path.unlink()
+                    removed.append(path)
+                except OSError:
+                    pass
+    return removed
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> None:
@@ -83,6 +118,26 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: not a sohsm language-model checkpoint")
     return checkpoint
+
+
+@contextmanager
+def reading_checkpoint(path: str | os.PathLike[str], values: bool = False) -> Iterator[None]:
+    """Turn the errors of using a hand-edited or foreign checkpoint's contents into one ValueError.
+
+    A checkpoint that passes :func:`load_checkpoint` can still lack a key, hold a
+    value of the wrong type, or tensors of the wrong shape for its config
+    (``load_state_dict`` then raises a many-line RuntimeError). With ``values``, a
+    ValueError (a config or vocabulary inside that does not parse) is one of them.
+    """
+    errors: tuple[type[Exception], ...] = (KeyError, TypeError, AttributeError, IndexError, RuntimeError)
+    try:
+        yield
+    except errors + ((ValueError,) if values else ()) as error:
+        detail = " ".join(str(error).split())
+        if len(detail) > 200:
+            detail = detail[:200] + " ..."
+        what = f"missing {detail}" if isinstance(error, KeyError) else detail
+        raise ValueError(f"{path}: a damaged or foreign checkpoint, not one this run wrote ({what})") from None
 
 
 def checkpoint_path(run_dir: str | os.PathLike[str], which: str = "best") -> Path:

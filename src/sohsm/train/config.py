@@ -55,6 +55,8 @@ class DataConfig:
     min_count: int | None = None
     #: ``None``: the corpus's own default
     max_size: int | None = None
+    #: your own text only: ``"lines"`` (an ``<eos>`` after each line) or ``"running"``; ``None``: ``"lines"``
+    text_mode: str | None = None
 
 
 @dataclass
@@ -212,6 +214,8 @@ class TrainConfig:
             raise ValueError(f"time_budget must be positive or None, got {self.time_budget}")
         if self.data.min_count is not None and self.data.min_count < 1:
             raise ValueError(f"data.min_count must be >= 1 or None, got {self.data.min_count}")
+        if self.data.text_mode not in (None, "lines", "running"):
+            raise ValueError(f"data.text_mode must be 'lines', 'running' or None, got {self.data.text_mode!r}")
         if self.data.max_size is not None and self.data.max_size < 2:
             raise ValueError(f"data.max_size must be >= 2 or None, got {self.data.max_size}")
         if self.model.tie_weights and self.model.emb_size != self.model.hidden_size:

@@ -10,20 +10,24 @@ previous window of the same epoch::
 
 A run stops when ``epochs`` are done, ``max_tokens`` training tokens have been
 read or ``time_budget`` seconds of training have passed (all sessions together;
-evaluation and checkpointing are not counted), or on Ctrl-C (the step in flight
-finishes first; a second Ctrl-C aborts at once). It then evaluates on dev (unless
-interrupted) and writes ``last.pt``, from which :func:`resume_training`
-continues exactly: with the same seed the losses are those of an uninterrupted
-run. Files of a run directory: :mod:`sohsm.train.checkpoint`; records:
-:mod:`sohsm.train.metrics`.
+evaluation and checkpointing are not counted), or on Ctrl-C, ``kill`` (SIGTERM) or a
+closed terminal (SIGHUP): the step in flight finishes first; a second signal
+aborts at once. It then evaluates on dev (unless interrupted) and writes
+``last.pt``, from which :func:`resume_training` continues exactly: with the same
+seed the losses are those of an uninterrupted run. A non-finite loss, gradient
+or parameter stops the run with :class:`~sohsm.train.guard.DivergenceError` and
+leaves the checkpoints as they were (:mod:`sohsm.train.guard`).
+
+Before anything is written, the settings are checked against the corpus and the
+device (:mod:`sohsm.train.preflight`); while a session trains it holds the run
+directory's lock (:mod:`sohsm.train.lock`). Files of a run directory:
+:mod:`sohsm.train.checkpoint`; records: :mod:`sohsm.train.metrics`.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,12 +58,25 @@ from sohsm.train.checkpoint import (
     METRICS_FILE,
     VOCAB_FILE,
     load_checkpoint,
+    reading_checkpoint,
+    remove_orphans,
     save_checkpoint,
     write_json,
 )
 from sohsm.train.config import RESUMABLE_FIELDS, TrainConfig, apply_overrides, config_differences
 from sohsm.train.evaluation import EvalResult, evaluate
-from sohsm.train.metrics import MetricsLog
+from sohsm.train.guard import (
+    StopSignals,
+    check_eval,
+    check_finite_parameters,
+    check_loaded_parameters,
+    check_step,
+    gradient_norm,
+    write_line,
+)
+from sohsm.train.lock import RunLock
+from sohsm.train.metrics import MetricsLog, read_metrics
+from sohsm.train.preflight import check_run_fits
 from sohsm.train.progress import progress_bar
 
 #: why a training session ended
@@ -77,6 +94,9 @@ class TrainResult:
         best_ppl: best dev perplexity so far (``None`` before any evaluation).
         last_eval: the last dev evaluation of this session, if any.
         signature: head, clusters, K, vocabulary, corpus, seed, version.
+        paths: the run's files (``metrics``, ``last``, ``best``, ...), whether written yet or not.
+        stop_signal: for ``stopped == "interrupted"``, the signal that asked
+            (``signal.SIGINT``, ``SIGTERM``, ``SIGHUP``, or ``SIGPIPE`` when standard output closed).
     """
 
     run_dir: Path
@@ -89,6 +109,7 @@ class TrainResult:
     last_eval: EvalResult | None
     signature: dict[str, Any]
     paths: dict[str, Path] = field(default_factory=dict)
+    stop_signal: int | None = None
 
 
 @dataclass
@@ -129,31 +150,15 @@ class _Clock:
         return self.total + (time.perf_counter() - self._start if self._start is not None else 0.0)
 
 
-class _InterruptGuard:
-    """Turns the first Ctrl-C into a request to stop after the current step; a second one aborts."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self) -> _InterruptGuard:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-
 # -- public entry points ---------------------------------------------------------------------
 def train(config: TrainConfig, run_dir: str | os.PathLike[str], *, progress: bool = True) -> TrainResult:
     """Train a new run in ``run_dir`` (created if needed) until a budget is spent.
+
+    Every check that can run before training does (settings, corpus, batch sizes
+    against the splits, memory) before ``run_dir`` is created, so a refused run
+    leaves nothing behind. A directory left by a run stopped before its first
+    step (``config.json``, ``vocab.json``, no records, no checkpoint) counts as
+    empty. A relative corpus path, data or cache directory is stored absolute.
 
     Args:
         config: the run's configuration (validated again here).
@@ -164,8 +169,10 @@ def train(config: TrainConfig, run_dir: str | os.PathLike[str], *, progress: boo
         :class:`TrainResult`.
 
     Raises:
-        ValueError: ``run_dir`` already holds a run or cannot be written, bad config
-            values, or the head does not take its options.
+        ValueError: ``run_dir`` already holds a run, is in use or cannot be written,
+            bad config values, settings that do not fit the corpus or the device,
+            or the head does not take its options.
+        sohsm.train.guard.DivergenceError: the loss, a gradient or a parameter became non-finite.
         sohsm.data.DataError: the corpus is unknown, missing or corrupt.
     """
     config.validate()
@@ -173,24 +180,48 @@ def train(config: TrainConfig, run_dir: str | os.PathLike[str], *, progress: boo
     if _holds_run(run_dir):
         raise ValueError(f"{run_dir} already holds a training run; resume it or choose another directory")
     _check_writable(run_dir)
-    config = apply_overrides(config, {"data.corpus": _normalise_corpus(config.data.corpus)})
+    d = config.data
+    config = apply_overrides(config, _absolute_locations(
+        {"data.corpus": d.corpus, "data.data_dir": d.data_dir, "data.cache_dir": d.cache_dir}))
+    return _start(config, run_dir, progress, restart=False)
+
+
+def _start(config: TrainConfig, run_dir: Path, progress: bool, restart: bool) -> TrainResult:
+    """Load and check everything, then create ``run_dir`` and train from step 0 under its lock.
+
+    ``restart``: ``run_dir`` holds a run stopped before its first checkpoint, whose
+    records (if any) are dropped.
+    """
     device = resolve_device(config.device)
     corpus = _load(config)
+    check_run_fits(config, corpus, device)
     model, head = build_model_and_head(config, corpus.vocab, device)
     optimizer = build_optimizer(config, model, head)
     head.attach(optimizer)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_json(run_dir / CONFIG_FILE, config.to_dict())
-        corpus.vocab.save(run_dir / VOCAB_FILE)
     except OSError as error:
         raise ValueError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
-    return _run(config, run_dir, corpus, model, head, optimizer, _Progress(), device, progress, resumed=False)
+    with RunLock(run_dir):
+        if (run_dir / LAST).exists() or (not restart and _holds_run(run_dir)):  # another trainer was quicker
+            raise ValueError(f"{run_dir} already holds a training run; resume it or choose another directory")
+        remove_orphans(run_dir)
+        try:
+            (run_dir / METRICS_FILE).unlink(missing_ok=True)  # records of a session that left no checkpoint
+            write_json(run_dir / CONFIG_FILE, config.to_dict())
+            corpus.vocab.save(run_dir / VOCAB_FILE)
+        except OSError as error:
+            raise ValueError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
+        return _run(config, run_dir, corpus, model, head, optimizer, _Progress(), device, progress, resumed=False)
 
 
 def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None, *,
                     progress: bool = True) -> TrainResult:
     """Continue the run in ``run_dir`` from its ``last.pt`` exactly where it stopped.
+
+    A run stopped before its first checkpoint (killed while loading, or by
+    ``kill -9`` before ``checkpoint_every`` steps) starts again from step 0 with
+    its saved config; its records are dropped.
 
     Args:
         run_dir: a run directory written by :func:`train`.
@@ -201,52 +232,67 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
         progress: as in :func:`train`.
 
     Raises:
-        ValueError: no run or no checkpoint in ``run_dir``; an override that changes
-            the run; the corpus's vocabulary or files differ from the checkpoint's.
+        ValueError: no run in ``run_dir``, or another trainer holds it; an override
+            that changes the run; a damaged checkpoint; the corpus's vocabulary or
+            files differ from the checkpoint's.
+        sohsm.train.guard.DivergenceError: as in :func:`train`.
     """
     run_dir = Path(run_dir)
-    overrides = dict(overrides or {})
-    if "data.corpus" in overrides:
-        overrides["data.corpus"] = _normalise_corpus(overrides["data.corpus"])
+    overrides = _absolute_locations(dict(overrides or {}))
     if not (run_dir / CONFIG_FILE).is_file():
         raise ValueError(f"{run_dir} holds no training run to resume (no {CONFIG_FILE})")
-    if not (run_dir / LAST).is_file():
-        raise ValueError(f"{run_dir} holds no checkpoint ({LAST}) to resume from: the run stopped before its "
-                         "first one; delete the directory to start over")
     saved = _read_config(run_dir / CONFIG_FILE)
     differences = config_differences(saved, overrides)
     if differences:
         raise ValueError(f"cannot resume {run_dir} with other settings: " + "; ".join(differences))
     config = apply_overrides(saved, {k: v for k, v in overrides.items() if k in RESUMABLE_FIELDS})
-    device = resolve_device(config.device)
-    checkpoint = load_checkpoint(run_dir / LAST, map_location=device)
-    if checkpoint["signature"]["head"] != config.head.name:
-        raise ValueError(f"{run_dir / LAST} holds a {checkpoint['signature']['head']!r} head but the run "
-                         f"config names {config.head.name!r}")
     _check_writable(run_dir)
+    if not (run_dir / LAST).is_file():
+        return _start(config, run_dir, progress, restart=True)
+    with RunLock(run_dir):
+        remove_orphans(run_dir)
+        return _resume(config, saved, run_dir, progress)
+
+
+def _resume(config: TrainConfig, saved: TrainConfig, run_dir: Path, progress: bool) -> TrainResult:
+    """Rebuild the run from ``last.pt`` and train on (the caller holds the lock)."""
+    device = resolve_device(config.device)
+    path = run_dir / LAST
+    checkpoint = load_checkpoint(path, map_location=device)
+    with reading_checkpoint(path, values=True):
+        trained_head, trained_on = checkpoint["signature"]["head"], checkpoint["signature"]["corpus"]
+        trained_vocab = Vocabulary.from_dict(checkpoint["vocab"])
+    if trained_head != config.head.name:
+        raise ValueError(f"{path} holds a {trained_head!r} head but the run config names {config.head.name!r}")
     corpus = _load(config)
-    check_vocabulary(corpus, Vocabulary.from_dict(checkpoint["vocab"]), checkpoint["signature"]["corpus"],
-                     run_dir / LAST)
+    check_vocabulary(corpus, trained_vocab, trained_on, path)
+    check_run_fits(config, corpus, device)
     model, head = build_model_and_head(config, corpus.vocab, device)
-    model.load_state_dict(checkpoint["model"])
-    head.load_state_dict(checkpoint["head"])
     optimizer = build_optimizer(config, model, head)
     head.attach(optimizer)
-    optimizer.load_state_dict(checkpoint["optimizer"])
-    _set_rng_state(checkpoint["rng"], device)
-    position = checkpoint["position"]
+    with reading_checkpoint(path):
+        model.load_state_dict(checkpoint["model"])
+        head.load_state_dict(checkpoint["head"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        _set_rng_state(checkpoint["rng"], device)
+        progress_state = _progress_of(checkpoint, device)
+    check_loaded_parameters((model, head), path)
+    if config.to_dict() != saved.to_dict():
+        write_json(run_dir / CONFIG_FILE, config.to_dict())
+    return _run(config, run_dir, corpus, model, head, optimizer, progress_state, device, progress, resumed=True)
+
+
+def _progress_of(checkpoint: Mapping[str, Any], device: torch.device) -> _Progress:
+    """Where a checkpoint's run stood: step, tokens, clock, position in the epoch, LSTM state, open log interval."""
+    position, log = checkpoint["position"], checkpoint["log"]
     state = position["state"]
-    log = checkpoint["log"]
-    progress_state = _Progress(
+    return _Progress(
         step=int(checkpoint["step"]), tokens=int(checkpoint["tokens"]), elapsed_s=float(checkpoint["elapsed_s"]),
         epoch=int(position["epoch"]), row=int(position["row"]),
         state=None if state is None else (state[0].to(device), state[1].to(device)),
         best_ppl=checkpoint["best_ppl"], log_sum=float(log["sum"]), log_tokens=int(log["tokens"]),
         log_steps=int(log["steps"]), log_start_s=float(log["start_s"]),
     )
-    if config.to_dict() != saved.to_dict():
-        write_json(run_dir / CONFIG_FILE, config.to_dict())
-    return _run(config, run_dir, corpus, model, head, optimizer, progress_state, device, progress, resumed=True)
 
 
 def check_vocabulary(corpus: Corpus, vocab: Vocabulary, trained_on: str, where: str | os.PathLike[str]) -> None:
@@ -263,17 +309,41 @@ def check_vocabulary(corpus: Corpus, vocab: Vocabulary, trained_on: str, where: 
     """
     if vocab != corpus.vocab:
         raise ValueError(
-            f"the vocabulary of {where} ({len(vocab):,} words) differs from that of corpus "
-            f"{corpus.name!r} as loaded now ({len(corpus.vocab):,} words); the data or its vocabulary "
-            "options changed since the run started"
+            f"the vocabulary of {where} differs from that of corpus {corpus.name!r} as loaded now "
+            f"({_vocabulary_difference(vocab, corpus.vocab)}); the data or its vocabulary options changed "
+            "since the run started"
         )
     if trained_on != corpus.signature:
         raise ValueError(f"{where} was trained on [{trained_on}] but the corpus is now [{corpus.signature}]")
 
 
+def _vocabulary_difference(saved: Vocabulary, now: Vocabulary) -> str:
+    """What tells two vocabularies apart, for a message: their sizes, the first word, or a count."""
+    if len(saved) != len(now):
+        return f"{len(saved):,} words in the checkpoint, {len(now):,} now"
+    for i, (a, b) in enumerate(zip(saved.itos, now.itos)):
+        if a != b:
+            return f"both have {len(saved):,} words, but word {i:,} is {a!r} in the checkpoint and {b!r} now"
+    for word, a, b in zip(saved.itos, saved.counts.tolist(), now.counts.tolist()):
+        if a != b:
+            return f"the same {len(saved):,} words, but {word!r} was seen {a:,} times then and {b:,} times now"
+    return f"the same {len(saved):,} words and counts, but other special tokens"
+
+
 # -- helpers ------------------------------------------------------------------------------------
 def _holds_run(run_dir: Path) -> bool:
-    return any((run_dir / name).exists() for name in (CONFIG_FILE, LAST, BEST, METRICS_FILE))
+    """Whether ``run_dir`` holds a run that got somewhere: a checkpoint, or records of its steps.
+
+    ``config.json`` and ``vocab.json`` alone are what a run stopped before its first
+    step leaves; such a directory may be trained in again.
+    """
+    if any((run_dir / name).exists() for name in (LAST, BEST)):
+        return True
+    metrics = run_dir / METRICS_FILE
+    try:
+        return metrics.is_file() and bool(read_metrics(metrics))
+    except (OSError, UnicodeDecodeError):
+        return True
 
 
 def _check_writable(run_dir: Path) -> None:
@@ -287,6 +357,20 @@ def _check_writable(run_dir: Path) -> None:
         raise ValueError(f"cannot write to run directory {run_dir}: {path} is not a directory")
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"cannot write to run directory {run_dir}: {path} is not writable")
+
+
+def _absolute_locations(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The overrides with a relative corpus path, data or cache directory made absolute.
+
+    A run found from another working directory (``--resume``, ``eval``) must find them again.
+    """
+    out = dict(overrides)
+    if out.get("data.corpus") is not None:
+        out["data.corpus"] = _normalise_corpus(out["data.corpus"])
+    for key in ("data.data_dir", "data.cache_dir"):
+        if isinstance(out.get(key), str):
+            out[key] = str(Path(out[key]).expanduser().resolve())
+    return out
 
 
 def _normalise_corpus(corpus: str) -> str:
@@ -307,7 +391,8 @@ def _read_config(path: Path) -> TrainConfig:
 
 def _load(config: TrainConfig) -> Corpus:
     d = config.data
-    return load_corpus(d.corpus, d.data_dir, min_count=d.min_count, max_size=d.max_size, cache_dir=d.cache_dir)
+    return load_corpus(d.corpus, d.data_dir, min_count=d.min_count, max_size=d.max_size, cache_dir=d.cache_dir,
+                       text_mode=d.text_mode)
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -326,6 +411,7 @@ def _set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
 def _checkpoint(config: TrainConfig, model: LSTMLanguageModel, head: Head, optimizer: torch.optim.Optimizer,
                 vocab: Vocabulary, signature: dict[str, Any], p: _Progress, log_sum: Tensor,
                 device: torch.device) -> dict[str, Any]:
+    check_finite_parameters((model, head), p.step)  # never save a diverged model over a good checkpoint
     return {
         "format": CHECKPOINT_FORMAT,
         "model": model.state_dict(),
@@ -415,6 +501,7 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
         clock.pause()
         p.elapsed_s = clock.total
         result = evaluate(model, head, corpus.valid, config.eval_batch_size, config.bptt)
+        check_eval(result.nll_nats, p.step)
         record = base("eval")
         record.update(split="valid", epoch=round(epoch_float(), 4), nll_nats=result.nll_nats, ppl=result.ppl,
                       ppl_cluster=result.ppl_cluster, ppl_in_cluster=result.ppl_in_cluster,
@@ -422,8 +509,9 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
         log.write(record)
         last_eval, last_eval_step = result, p.step
         if progress:
-            tqdm.write(f"step {p.step:,} | epoch {epoch_float():.2f} | valid ppl {result.ppl:.2f} | "
-                       f"cluster ppl {_fmt(result.ppl_cluster)} | in-cluster ppl {_fmt(result.ppl_in_cluster)}")
+            write_line(f"step {p.step:,} | epoch {epoch_float():.2f} | valid ppl {result.ppl:.2f} | "
+                       f"cluster ppl {_fmt(result.ppl_cluster)} | in-cluster ppl {_fmt(result.ppl_in_cluster)}",
+                       guard)
         if p.best_ppl is None or result.ppl < p.best_ppl:
             p.best_ppl = result.ppl
             save_checkpoint(run_dir / BEST, _checkpoint(config, model, head, optimizer, vocab, signature, p,
@@ -439,7 +527,7 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
 
     stopped: str | None = None
     first_step = p.step
-    with MetricsLog(run_dir, keep_until_step=p.step if resumed else None) as log, _InterruptGuard() as guard:
+    with MetricsLog(run_dir, keep_until_step=p.step if resumed else None) as log, StopSignals() as guard:
         try:
             model.train()
             head.train()
@@ -452,8 +540,8 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
                     loss = head(hidden, targets).loss  # the head flattens [t, B, d] -> [t*B, d]
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
-                    if clip is not None:
-                        torch.nn.utils.clip_grad_norm_(params, clip)
+                    norm = torch.nn.utils.clip_grad_norm_(params, clip) if clip is not None else gradient_norm(params)
+                    check_step(loss, norm, p.step + 1)  # before the update: the model stays the last good one
                     optimizer.step()  # a self-organising head may re-cluster here (its post-step hook)
                     n = targets.numel()
                     log_sum.add_(loss.detach().to(torch.float64) * n)
@@ -497,4 +585,4 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
     p.elapsed_s = clock.total
     return TrainResult(run_dir=run_dir, stopped=stopped or "done", step=p.step, tokens=p.tokens,
                        elapsed_s=p.elapsed_s, epoch=epoch_float(), best_ppl=p.best_ppl, last_eval=last_eval,
-                       signature=signature, paths=paths)
+                       signature=signature, paths=paths, stop_signal=guard.signum)

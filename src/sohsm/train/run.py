@@ -14,9 +14,10 @@ from sohsm.heads import Head
 from sohsm.models.generate import generate
 from sohsm.models.lstm_lm import LSTMLanguageModel
 from sohsm.train.builders import build_model_and_head, resolve_device
-from sohsm.train.checkpoint import checkpoint_path, load_checkpoint
+from sohsm.train.checkpoint import checkpoint_path, load_checkpoint, reading_checkpoint
 from sohsm.train.config import TrainConfig
 from sohsm.train.evaluation import EvalResult, evaluate
+from sohsm.train.guard import check_loaded_parameters
 from sohsm.train.loop import check_vocabulary
 
 
@@ -53,23 +54,28 @@ def load_run(run_dir: str | os.PathLike[str], checkpoint: str = "best", device: 
     Torch's global random state is left as it was.
 
     Raises:
-        ValueError: not a run directory, no such checkpoint, or an unreadable one.
+        ValueError: not a run directory, no such checkpoint, an unreadable, damaged or
+            foreign one, or one whose weights are not finite (a diverged model).
     """
     run_dir = Path(run_dir)
     path = checkpoint_path(run_dir, checkpoint)
     dev = resolve_device(device)
     data = load_checkpoint(path, map_location=dev)
-    config = TrainConfig.from_dict(data["config"])
-    vocab = Vocabulary.from_dict(data["vocab"])
-    with torch.random.fork_rng(devices=[]):
-        model, head = build_model_and_head(config, vocab, dev)
-    model.load_state_dict(data["model"])
-    head.load_state_dict(data["head"])
+    with reading_checkpoint(path, values=True):
+        config = TrainConfig.from_dict(data["config"])
+        vocab = Vocabulary.from_dict(data["vocab"])
+    with reading_checkpoint(path):
+        with torch.random.fork_rng(devices=[]):
+            model, head = build_model_and_head(config, vocab, dev)
+        model.load_state_dict(data["model"])
+        head.load_state_dict(data["head"])
+        loaded = LoadedRun(run_dir=run_dir, path=path, config=config, vocab=vocab, model=model, head=head,
+                           step=int(data["step"]), tokens=int(data["tokens"]), best_ppl=data.get("best_ppl"),
+                           signature=dict(data["signature"]))
+    check_loaded_parameters((model, head), path)
     model.eval()
     head.eval()
-    return LoadedRun(run_dir=run_dir, path=path, config=config, vocab=vocab, model=model, head=head,
-                     step=int(data["step"]), tokens=int(data["tokens"]), best_ppl=data.get("best_ppl"),
-                     signature=dict(data["signature"]))
+    return loaded
 
 
 def evaluate_run(run_dir: str | os.PathLike[str], split: str = "valid", checkpoint: str = "best", *,
@@ -95,7 +101,8 @@ def evaluate_run(run_dir: str | os.PathLike[str], split: str = "valid", checkpoi
     run = load_run(run_dir, checkpoint, device)
     d = run.config.data
     corpus = load_corpus(d.corpus, data_dir if data_dir is not None else d.data_dir, min_count=d.min_count,
-                         max_size=d.max_size, cache_dir=cache_dir if cache_dir is not None else d.cache_dir)
+                         max_size=d.max_size, cache_dir=cache_dir if cache_dir is not None else d.cache_dir,
+                         text_mode=d.text_mode)
     check_vocabulary(corpus, run.vocab, run.signature["corpus"], run.path)
     ids = getattr(corpus, split)
     if ids is None:

@@ -1,0 +1,186 @@
+"""What keeps a training run's work safe: stop signals, divergence checks, and output that may vanish.
+
+* :class:`StopSignals`: Ctrl-C (SIGINT), ``kill`` / ``timeout`` / a scheduler's
+  preemption (SIGTERM) and a closed terminal (SIGHUP) all ask the loop to stop
+  after the step in flight; the loop then writes ``last.pt`` and returns, so
+  nothing since the last checkpoint is lost. A second signal aborts at once.
+* :func:`check_step` and :func:`check_finite_parameters`: a non-finite loss,
+  gradient or parameter stops the run with :class:`DivergenceError` before
+  anything non-finite is stepped into the model or written to a checkpoint,
+  so ``last.pt`` and ``best.pt`` stay the last good ones.
+* :func:`write_line`: a progress line whose reader went away (``sohsm lm train
+  ... | head``) stops the run like a signal instead of killing it mid-step.
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+#: the signals that ask a run to stop after its current step (SIGHUP does not exist on Windows)
+STOP_SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s is not None)
+
+
+class DivergenceError(ValueError):
+    """Training produced a non-finite loss, gradient or parameter; nothing of that step was saved."""
+
+
+class StopSignals:
+    """Turns SIGINT, SIGTERM and SIGHUP into a request to stop after the current step.
+
+    Use as a context manager around the loop and read :attr:`requested` after
+    each step; :attr:`signum` says which signal (or ``SIGPIPE``, see
+    :func:`write_line`) asked. A second signal raises ``KeyboardInterrupt`` at
+    once. After SIGHUP, standard output and error that were a terminal point to
+    ``os.devnull`` (the terminal is gone; writing to it would fail mid-save).
+    Outside the main thread signals cannot be caught, and the guard does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        """Whether a stop was asked for."""
+        return self.signum is not None
+
+    def request(self, signum: int) -> None:
+        """Ask for a stop as if ``signum`` had arrived (the first request wins)."""
+        if self.signum is None:
+            self.signum = int(signum)
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        if signum == getattr(signal, "SIGHUP", None):
+            silence_terminal()
+        self.request(signum)
+
+    def __exit__(self, *exc) -> None:
+        for signum, previous in self._previous.items():  # None: a handler not set from Python
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+
+def silence_terminal() -> None:
+    """Point standard output and error to ``os.devnull`` where they are a terminal."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+            if os.isatty(fd):
+                _to_devnull(fd)
+        except (AttributeError, OSError, ValueError):  # a replaced stream without a file descriptor
+            continue
+
+
+def _to_devnull(fd: int) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def write_line(text: str, stop: StopSignals) -> None:
+    """Print a progress line above the bar; if nobody reads standard output any more, stop the run.
+
+    A closed pipe (``| head``) raises ``BrokenPipeError`` on the write. The run
+    then stops after its step as on a signal (``SIGPIPE``), and standard output
+    points to ``os.devnull`` so the rest of the session (and Python's exit) can
+    still write.
+    """
+    try:
+        tqdm.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        try:
+            _to_devnull(sys.stdout.fileno())
+        except (AttributeError, OSError, ValueError):
+            pass
+        stop.request(getattr(signal, "SIGPIPE", 13))
+
+
+def signal_name(signum: int) -> str:
+    """``"SIGTERM"`` for 15, and so on."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+# -- divergence ---------------------------------------------------------------------------------
+def gradient_norm(params: Iterable[torch.nn.Parameter]) -> Tensor:
+    """The 2-norm of all gradients together (what ``clip_grad_norm_`` returns), without changing them."""
+    norms = [torch.linalg.vector_norm(p.grad.detach()) for p in params if p.grad is not None]
+    if not norms:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack(norms))
+
+
+def check_step(loss: Tensor, grad_norm: Tensor, step: int) -> None:
+    """Refuse a step whose loss or gradient is not finite, before the optimizer applies it.
+
+    One device sync per step.
+
+    Raises:
+        DivergenceError: naming the step and what went wrong.
+    """
+    values = torch.stack([loss.detach().float().reshape(()), grad_norm.detach().float().reshape(()).to(loss.device)])
+    if bool(torch.isfinite(values).all()):
+        return
+    loss_value, norm_value = values.tolist()
+    what = (f"the loss is {loss_value}" if not math.isfinite(loss_value)
+            else f"the gradient norm is {norm_value}")
+    raise DivergenceError(f"training diverged at step {step}: {what}; {_KEPT}")
+
+
+def check_eval(nll_nats: float, step: int) -> None:
+    """Refuse a dev evaluation whose mean loss is NaN (an infinite one, a word of probability 0, may stand).
+
+    Raises:
+        DivergenceError: naming the step.
+    """
+    if math.isnan(nll_nats):
+        raise DivergenceError(f"training diverged at step {step}: the dev loss is nan; {_KEPT}")
+
+
+def check_finite_parameters(modules: Iterable[torch.nn.Module], step: int) -> None:
+    """Refuse to checkpoint a model with a non-finite parameter (an update that overflowed).
+
+    Raises:
+        DivergenceError: naming the step and the first such parameter.
+    """
+    for module in modules:
+        for name, param in module.named_parameters():
+            if not bool(torch.isfinite(param).all()):
+                raise DivergenceError(f"training diverged at step {step}: parameter {name} is not finite; {_KEPT}")
+
+
+def check_loaded_parameters(modules: Iterable[torch.nn.Module], path) -> None:
+    """Refuse a checkpoint whose weights are not finite (saved by a diverged run of an older version).
+
+    Raises:
+        ValueError: naming the checkpoint.
+    """
+    try:
+        check_finite_parameters(modules, 0)
+    except DivergenceError:
+        raise ValueError(f"{path} holds weights that are not finite (a diverged model); it cannot be used") from None
+
+
+_KEPT = ("the checkpoints were left as they were (the last good ones); a lower learning rate or "
+         "gradient clipping may help")

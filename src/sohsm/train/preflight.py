@@ -1,0 +1,108 @@
+"""Checks that can run before training starts, so a refused run is refused before it writes anything.
+
+:func:`check_run_fits` is called once the corpus is loaded and before the model
+is built or the run directory created: a batch wider than the training split,
+an evaluation batch wider than the dev split, and a model too large for the
+device's memory would otherwise fail only after training began (the evaluation
+batch at the first evaluation, which then loses the step's checkpoint).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from sohsm.data.loading import Corpus
+from sohsm.train.config import TrainConfig
+
+#: bytes of a float32 value
+_FLOAT = 4
+#: optimizer state per parameter value (Adagrad's sum, Adam's two moments; SGD without momentum keeps none)
+_OPTIMIZER_STATE = {"adagrad": 1, "adam": 2, "sgd": 0}
+
+
+def check_run_fits(config: TrainConfig, corpus: Corpus, device: torch.device) -> None:
+    """Refuse settings that cannot train on ``corpus`` on ``device``.
+
+    Raises:
+        ValueError: a split too short for its batch size, or a model whose
+            parameters, gradients and optimizer state alone exceed the device's memory.
+    """
+    _check_split("training", corpus.train.numel(), "batch_size", config.batch_size)
+    _check_split("dev", corpus.valid.numel(), "eval_batch_size", config.eval_batch_size)
+    check_memory(config, len(corpus.vocab), device)
+
+
+def _check_split(what: str, tokens: int, field: str, batch_size: int) -> None:
+    """``batchify`` needs two rows of ``batch_size`` columns: a window and its next row."""
+    if tokens < 2 * batch_size:
+        raise ValueError(f"the {what} split has {tokens:,} tokens, too few for {field}={batch_size} "
+                         f"(two tokens per column are needed; at most {max(1, tokens // 2):,} columns)")
+
+
+def estimate_bytes(config: TrainConfig, n_words: int) -> tuple[int, str]:
+    """A lower bound on the memory a training step needs, and what it covers.
+
+    Counts the parameters of the LSTM and the head, their gradients and the
+    optimizer's state (float32), the self-organized head's statistics ``q``, and
+    for the full softmax its ``[bptt * batch_size, N]`` logits and their gradient.
+    Activations of the LSTM are left out: the bound stays a bound.
+    """
+    m, h = config.model, config.model.hidden_size
+    lstm = sum(4 * h * ((m.emb_size if layer == 0 else h) + h) + 8 * h for layer in range(m.layers))
+    clusters = math.ceil(math.sqrt(n_words))
+    head = n_words * h
+    if config.head.name == "full":
+        head -= n_words * h if m.tie_weights else 0
+    else:
+        head += clusters * h
+        if config.head.options.get("projection"):
+            head += 2 * h * h
+    params = n_words * m.emb_size + lstm + head
+    total = params * _FLOAT * (2 + _OPTIMIZER_STATE.get(config.optim.optimizer, 2))
+    if config.head.name == "self_organized":
+        total += n_words * clusters * _FLOAT
+    if config.head.name == "full":
+        total += 2 * config.bptt * config.batch_size * n_words * _FLOAT
+        return total, "parameters, gradients, optimizer state and output logits"
+    return total, "parameters, gradients and optimizer state"
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Total memory of ``device`` in bytes (the machine's RAM for the CPU), or ``None`` if unknown."""
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.get_device_properties(device.index or 0).total_memory)
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        return None
+
+
+def check_memory(config: TrainConfig, n_words: int, device: torch.device) -> None:
+    """Refuse a model that cannot fit in ``device``'s memory, before allocating any of it.
+
+    Raises:
+        ValueError: naming the estimate, the memory available and the settings that set the size.
+    """
+    available = device_memory(device)
+    if available is None:
+        return
+    needed, covers = estimate_bytes(config, n_words)
+    if needed > available:
+        m = config.model
+        raise ValueError(
+            f"the model does not fit: its {covers} need at least {format_bytes(needed)}, more than the "
+            f"{format_bytes(available)} of memory of {device} (model.emb_size={m.emb_size}, "
+            f"model.hidden_size={m.hidden_size}, model.layers={m.layers}, batch_size={config.batch_size}, "
+            f"{n_words:,} words)"
+        )
+
+
+def format_bytes(n: float) -> str:
+    """``16.0 TB``, ``125.6 GB``, ``512 B`` (powers of 1000)."""
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"  # pragma: no cover

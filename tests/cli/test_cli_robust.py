@@ -1,0 +1,276 @@
+"""`sohsm lm train` in the real world: signals, divergence, refused runs, locks, damaged files, odd text."""
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import sohsm.train.loop as loop
+from sohsm.cli.main import main
+from sohsm.train import read_metrics
+from sohsm.train.lock import RunLock
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOKENS_PER_STEP = 16 * 10  # batch 16 x BPTT 10
+
+
+def _one_line_error(code, err, expected_code=2):
+    assert code == expected_code, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "error" in lines[0] and "Traceback" not in err, err
+    return lines[0]
+
+
+def _train(cli, run_dir, corpus, small, *extra):
+    return cli("lm", "train", "--corpus", corpus, "--head", "full", "--run-dir", run_dir, *small, *extra)
+
+
+# -- signals -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_save_a_checkpoint_and_exit_like_ctrl_c(signum, tmp_path, ptb_slice, small, cli):
+    """A real process: the signal arrives mid-training, long before the first checkpoint would."""
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"), OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "sohsm", "lm", "train", "--corpus", str(ptb_slice), "--head", "self_organized",
+            "--run-dir", str(run_dir), *small, "--log-every", "1", "--eval-every", "0", "--checkpoint-every", "0"]
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (run_dir / "metrics.jsonl").is_file() or not read_metrics(run_dir / "metrics.jsonl"):
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+            time.sleep(0.05)
+        child.send_signal(signum)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 128 + signum, err
+    name = signal.Signals(signum).name
+    assert f"interrupted ({name})" in out and "Traceback" not in err
+    checkpoint = torch.load(run_dir / "last.pt", weights_only=True)
+    assert checkpoint["step"] >= 1 and not (run_dir / "best.pt").exists()
+    assert "best.pt" not in out  # the summary lists only the checkpoints that exist
+    steps = checkpoint["step"]
+    code, out, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet",
+                         "--max-tokens", (steps + 2) * TOKENS_PER_STEP)
+    assert code == 0 and f"step {steps + 2}" in out, err
+
+
+def test_ctrl_c_before_any_evaluation_lists_no_best_checkpoint(tmp_path, ptb_slice, small, cli, monkeypatch):
+    check_step = loop.check_step
+
+    def interrupt_at_step_3(loss, norm, step):
+        if step == 3:
+            signal.raise_signal(signal.SIGINT)
+        return check_step(loss, norm, step)
+
+    monkeypatch.setattr(loop, "check_step", interrupt_at_step_3)
+    code, out, err = _train(cli, tmp_path / "run", ptb_slice, small, "--eval-every", 0)
+    assert code == 130 and "interrupted (SIGINT): step 3" in out
+    assert f"checkpoints {tmp_path / 'run' / 'last.pt'}\n" in out and not (tmp_path / "run" / "best.pt").exists()
+
+
+def test_a_run_stopped_before_its_first_step_can_be_started_again_or_resumed(tmp_path, ptb_slice, small, cli,
+                                                                             monkeypatch):
+    def killed(*args, **kwargs):
+        raise SystemExit(143)  # what a SIGTERM during start-up leaves: config.json and vocab.json only
+
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "_run", killed)
+        assert _train(cli, run_dir, ptb_slice, small)[0] == 143
+    assert {p.name for p in run_dir.iterdir()} >= {"config.json", "vocab.json"}
+    assert not (run_dir / "last.pt").exists()
+    code, out, err = _train(cli, run_dir, ptb_slice, small, "--max-tokens", 3 * TOKENS_PER_STEP)
+    assert code == 0, err
+
+    # a run that logged steps but died (kill -9) before its first checkpoint: --resume starts it again
+    again = tmp_path / "again"
+    assert _train(cli, again, ptb_slice, small, "--max-tokens", 2 * TOKENS_PER_STEP, "--log-every", 1)[0] == 0
+    (again / "last.pt").unlink()
+    (again / "best.pt").unlink()
+    code, out, err = cli("lm", "train", "--run-dir", again, "--resume", "--quiet", "--max-tokens",
+                         3 * TOKENS_PER_STEP)
+    assert code == 0 and "step 3" in out, err
+    assert [r["step"] for r in read_metrics(again / "metrics.jsonl") if r["kind"] == "train"] == [1, 2, 3]
+
+
+# -- divergence --------------------------------------------------------------------------------------------
+def test_an_infinite_learning_rate_stops_with_one_line_and_saves_nothing(tmp_path, ptb_slice, small, cli):
+    run_dir = tmp_path / "run"
+    line = _one_line_error(*_train(cli, run_dir, ptb_slice, small, "--lr", "inf", "--checkpoint-every", 1,
+                                   "--eval-every", 1)[::2])
+    assert "diverged at step 1" in line
+    assert not (run_dir / "last.pt").exists() and not (run_dir / "best.pt").exists()
+
+
+def test_divergence_keeps_the_last_good_checkpoints(tmp_path, ptb_slice, small, cli, monkeypatch):
+    run_dir = tmp_path / "run"
+    options = ["--eval-every", 5, "--checkpoint-every", 5, "--log-every", 1]
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "self_organized", "--run-dir", run_dir,
+                       *small, *options, "--max-tokens", 5 * TOKENS_PER_STEP)
+    assert code == 0, err
+    before = {name: (run_dir / name).read_bytes() for name in ("last.pt", "best.pt")}
+    forward = loop.LSTMLanguageModel.forward
+
+    def nan_from_step_7(self, *args, **kwargs):
+        hidden, state = forward(self, *args, **kwargs)
+        nan_from_step_7.calls += 1
+        return (hidden * float("nan") if nan_from_step_7.calls >= 2 and self.training else hidden), state
+
+    nan_from_step_7.calls = 0
+    monkeypatch.setattr(loop.LSTMLanguageModel, "forward", nan_from_step_7)
+    code, out, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet",
+                         "--max-tokens", 20 * TOKENS_PER_STEP)
+    assert "diverged at step 7: the loss is nan" in _one_line_error(code, err)
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    monkeypatch.undo()
+    assert cli("lm", "eval", run_dir)[0] == 0  # the good model still evaluates
+
+
+# -- refused runs leave nothing behind -----------------------------------------------------------------------
+@pytest.mark.parametrize("options, words", [
+    (["--batch-size", 100_000], "--batch-size 100000"),
+    (["--eval-batch-size", 5000], "--eval-batch-size 5000"),
+    (["--hidden-size", 1_000_000], "--hidden-size 1000000"),
+    (["--device", "meta"], "--device 'meta'"),
+])
+def test_settings_that_cannot_train_are_refused_before_the_run_directory_exists(options, words, tmp_path,
+                                                                                ptb_slice, small, cli):
+    line = _one_line_error(*_train(cli, tmp_path / "run", ptb_slice, small, *options)[::2])
+    assert words in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_whitespace_only_text_is_refused_before_the_run_directory_exists(tmp_path, small, cli):
+    text = tmp_path / "blank.txt"
+    text.write_text("   \n\t\n \n" * 50)
+    line = _one_line_error(*_train(cli, tmp_path / "run", text, small)[::2])
+    assert "no words" in line and not (tmp_path / "run").exists()
+
+
+# -- one trainer per run directory ------------------------------------------------------------------------------
+def test_a_second_trainer_on_a_locked_run_is_refused(tmp_path, ptb_slice, small, cli):
+    run_dir = tmp_path / "run"
+    assert _train(cli, run_dir, ptb_slice, small, "--max-tokens", 2 * TOKENS_PER_STEP)[0] == 0
+    metrics = (run_dir / "metrics.jsonl").read_bytes()
+    with RunLock(run_dir):  # as a first trainer would hold it
+        line = _one_line_error(*cli("lm", "train", "--run-dir", run_dir, "--resume", "--max-tokens", 10_000)[::2])
+    assert "in use by another trainer" in line and str(os.getpid()) in line
+    assert (run_dir / "metrics.jsonl").read_bytes() == metrics
+
+
+def test_orphan_temporary_files_are_cleaned_at_the_next_start(tmp_path, ptb_slice, small, cli):
+    run_dir = tmp_path / "run"
+    assert _train(cli, run_dir, ptb_slice, small, "--max-tokens", 2 * TOKENS_PER_STEP)[0] == 0
+    orphan = run_dir / ".last.pt.x8y7z6.tmp"  # what kill -9 during a checkpoint write leaves
+    orphan.write_bytes(b"\0" * 1000)
+    assert cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet")[0] == 0
+    assert not orphan.exists()
+
+
+def test_relative_data_and_cache_directories_are_stored_absolute(tmp_path, ptb_slice, small, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _train(cli, "run", ptb_slice, small, "--max-tokens", TOKENS_PER_STEP, "--data-dir", "data",
+                          "--cache-dir", "cache")
+    assert code == 0, err
+    data = json.loads((tmp_path / "run" / "config.json").read_text())["data"]
+    assert data["data_dir"] == str(tmp_path / "data") and data["cache_dir"] == str(tmp_path / "cache")
+
+
+# -- errors a user can act on ----------------------------------------------------------------------------------------
+def test_a_full_disk_during_a_checkpoint_is_one_line(tmp_path, ptb_slice, small, cli, monkeypatch):
+    def full_disk(obj, handle):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    code, _, err = _train(cli, tmp_path / "run", ptb_slice, small, "--max-tokens", TOKENS_PER_STEP)
+    line = _one_line_error(code, err, expected_code=1)
+    assert line.endswith(f"{tmp_path / 'run'}/best.pt: No space left on device")
+    assert not [p for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.fixture()
+def short_run(tmp_path, ptb_slice, small, cli):
+    run_dir = tmp_path / "run"
+    assert _train(cli, run_dir, ptb_slice, small, "--max-tokens", 2 * TOKENS_PER_STEP)[0] == 0
+    return run_dir
+
+
+@pytest.mark.parametrize("damage", ["drop the model", "wrong shape", "config", "nan weights"])
+def test_a_hand_edited_checkpoint_is_one_line(damage, short_run, cli):
+    path = short_run / "last.pt"
+    checkpoint = torch.load(path, weights_only=True)
+    if damage == "drop the model":
+        del checkpoint["model"]
+    elif damage == "wrong shape":
+        checkpoint["model"]["embedding.weight"] = torch.zeros(3, 3)
+    elif damage == "config":
+        checkpoint["config"]["model"]["hidden_size"] = "big"
+    else:  # what a diverged run saved before runs stopped on divergence
+        checkpoint["model"]["embedding.weight"].fill_(float("nan"))
+    torch.save(checkpoint, path)
+    line = _one_line_error(*cli("lm", "eval", short_run, "--checkpoint", "last")[::2])
+    assert str(path) in line
+    line = _one_line_error(*cli("lm", "generate", short_run, "--checkpoint", "last", "--prompt", "the")[::2])
+    assert str(path) in line
+    if damage != "config":  # a resume reads the run's config.json, not the checkpoint's copy
+        line = _one_line_error(*cli("lm", "train", "--run-dir", short_run, "--resume", "--quiet",
+                                    "--max-tokens", 10_000)[::2])
+        assert str(path) in line
+
+
+class _ClosedPipe(io.StringIO):
+    """Standard output whose reader has gone (`| head`): every write fails."""
+
+    def write(self, text):
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+def test_a_broken_pipe_stops_training_with_a_checkpoint(tmp_path, ptb_slice, small, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    run_dir = tmp_path / "run"
+    options = [o for o in small if o != "--quiet"]  # evaluation lines go to standard output
+    code = main(["lm", "train", "--corpus", str(ptb_slice), "--head", "full", "--run-dir", str(run_dir),
+                 *map(str, options), "--eval-every", "2", "--max-tokens", str(50 * TOKENS_PER_STEP)])
+    assert code == 141
+    assert torch.load(run_dir / "last.pt", weights_only=True)["step"] == 2  # stopped at the first line written
+
+
+def test_a_plot_that_cannot_be_written_is_one_line(short_run, tmp_path, cli):
+    (tmp_path / "a-file").write_text("x")
+    line = _one_line_error(*cli("plot", short_run, "-o", tmp_path / "a-file" / "figure.png")[::2])
+    assert "cannot write the figure" in line
+
+
+# -- your own text ----------------------------------------------------------------------------------------------------
+def test_text_mode_flag_and_the_suggestion_that_names_it(tmp_path, small, cli, ptb_slice):
+    one_line = tmp_path / "one.txt"
+    one_line.write_text("a b c d e f g h " * 200 + "\n")
+    line = _one_line_error(*_train(cli, tmp_path / "run", one_line, small)[::2])
+    assert "--text-mode running" in line and not (tmp_path / "run").exists()
+    code, _, err = _train(cli, tmp_path / "run", one_line, [*small[:4], "--batch-size", "4", "--bptt", "5",
+                                                            "--quiet"], "--text-mode", "running",
+                          "--max-tokens", 40, "--eval-batch-size", 4)
+    assert code == 0, err
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["data"]["text_mode"] == "running"
+    assert "<eos>" not in json.loads((tmp_path / "run" / "vocab.json").read_text())["itos"]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path, small, cli):
+    text = tmp_path / "bom.txt"
+    text.write_bytes(b"\xef\xbb\xbfhello world\n" + b"hello there world\n" * 300)
+    code, _, err = _train(cli, tmp_path / "run", text, small, "--max-tokens", TOKENS_PER_STEP)
+    assert code == 0, err
+    words = json.loads((tmp_path / "run" / "vocab.json").read_text())["itos"]
+    assert "hello" in words and not any(w.startswith("\ufeff") for w in words)
