@@ -309,3 +309,14 @@ def test_help_has_runnable_examples(cli):
                  ["lm", "generate", "--help"]):
         code, out, _ = cli(*argv)
         assert code == 0 and "examples:" in out and "sohsm lm" in out
+
+
+def test_auto_k_is_recorded_in_the_signature(tmp_path, ptb_slice, small, cli, private_env, one_thread):
+    """With no --update-every the head picks K at its first batch; checkpoints and the summary carry that K."""
+    run_dir = tmp_path / "auto-k"
+    code, out, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "self_organized", "--run-dir", run_dir,
+                         *small, "--max-tokens", 20 * TOKENS_PER_STEP)
+    assert code == 0, err
+    k = torch.load(run_dir / "last.pt", weights_only=False)["signature"]["K"]
+    assert isinstance(k, int) and k >= 1
+    assert f"K:{k}" in out

@@ -427,7 +427,7 @@ def _checkpoint(config: TrainConfig, model: LSTMLanguageModel, head: Head, optim
         "elapsed_s": p.elapsed_s,
         "best_ppl": p.best_ppl,
         "log": {"sum": float(log_sum), "tokens": p.log_tokens, "steps": p.log_steps, "start_s": p.log_start_s},
-        "signature": signature,
+        "signature": {**signature, "K": getattr(head, "update_every", signature.get("K"))},  # K may be set at step 1
     }
 
 
@@ -585,4 +585,5 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
     p.elapsed_s = clock.total
     return TrainResult(run_dir=run_dir, stopped=stopped or "done", step=p.step, tokens=p.tokens,
                        elapsed_s=p.elapsed_s, epoch=epoch_float(), best_ppl=p.best_ppl, last_eval=last_eval,
-                       signature=signature, paths=paths, stop_signal=guard.signum)
+                       signature={**signature, "K": getattr(head, "update_every", signature.get("K"))}, paths=paths,
+                       stop_signal=guard.signum)
