@@ -52,6 +52,15 @@ def check_counts(counts, n_classes: int) -> Tensor:
     return values
 
 
+def upcast(scores: Tensor) -> Tensor:
+    """``scores`` in float32 if they are float16 or bfloat16 (as ``torch.autocast`` makes them), else unchanged.
+
+    Heads normalise (log-softmax, log-sigmoid, log-sum-exp) in at least float32: in half
+    precision a log-probability near -10 keeps only 2-3 significant digits.
+    """
+    return scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
+
+
 class HeadOutput(NamedTuple):
     """What ``head(hidden, target)`` returns.
 

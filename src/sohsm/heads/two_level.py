@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
-from sohsm.heads.base import ClusterScores, Head, HeadOutput, check_counts
+from sohsm.heads.base import ClusterScores, Head, HeadOutput, check_counts, upcast
 from sohsm.heads.registry import register_head
 
 
@@ -328,7 +328,7 @@ class TwoLevelSoftmax(Head):
     # -- the forward pass ---------------------------------------------------------
     def _cluster_log_probs(self, hidden_c: Tensor) -> Tensor:
         """``[B, C]`` log P(c | h); a cluster without words gets probability 0."""
-        logits = F.linear(hidden_c, self.cluster_weight)
+        logits = upcast(F.linear(hidden_c, self.cluster_weight))
         empty = self._layout.empty_clusters
         if empty is not None:
             logits = logits.masked_fill(empty, float("-inf"))
@@ -347,8 +347,10 @@ class TwoLevelSoftmax(Head):
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
         target_cluster = self.assignment[target]
         cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
+        # the in-cluster kernel scores in the weight's dtype (it is bound by reading the weight, not
+        # by arithmetic, so half-precision products would not pay for a converted copy of it)
         word_part = _InClusterLogProb.apply(
-            hidden_w, self.weight, target_cluster, self._layout.position_of_word[target], self
+            hidden_w.to(self.weight.dtype), self.weight, target_cluster, self._layout.position_of_word[target], self
         )
         if self.training:
             self._observe(target, cluster_log_probs.detach())
@@ -394,7 +396,7 @@ class TwoLevelSoftmax(Head):
         hidden = self._flatten_hidden(hidden)
         hidden_c, hidden_w = self._split_hidden(hidden)
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        logits = F.linear(hidden_w, self.weight)  # [B, N], slot order
+        logits = upcast(F.linear(hidden_w, self.weight))  # [B, N], slot order
         layout = self._layout
         index = layout.cluster_of_slot.expand_as(logits)
         shape = (logits.size(0), self.n_clusters)
@@ -426,8 +428,9 @@ class TwoLevelSoftmax(Head):
             return TopKResult(hidden.new_empty(0, k), torch.empty(0, k, dtype=torch.long, device=device),
                               torch.empty(0, dtype=torch.long, device=device))
         hidden_c, hidden_w = self._split_hidden(hidden)
+        hidden_w = hidden_w.to(self.weight.dtype)  # the kernel scores in the weight's dtype
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        best_values = hidden.new_full((batch, k), float("-inf"))
+        best_values = cluster_log_probs.new_full((batch, k), float("-inf"))
         best_words = torch.zeros(batch, k, dtype=torch.long, device=device)
         rows = torch.arange(batch, device=device)
         first = cluster_log_probs.argmax(dim=1)  # [B]
