@@ -76,32 +76,48 @@ class _GradientBuffer:
     clusters present in a batch into this buffer and hands it over as the
     weight's ``.grad``. Blocks written by an earlier step and absent now are
     zeroed; everything else is known to be zero already.
+
+    Anyone else may write into the buffer while it is ``.grad`` (DDP's all-reduce
+    copies the mean gradient of *all* ranks' clusters into it; clipping scales it).
+    The tensor's version counter tells: after a write the head did not make, the
+    next step zeroes the whole buffer (one ``memset``, still far cheaper than a
+    fresh allocation) instead of trusting its record of the written blocks.
     """
 
     def __init__(self) -> None:
         self.tensor: Tensor | None = None
         self.dirty: set[int] | None = None  # clusters whose block may be non-zero; None = unknown
+        self.version = -1  # the tensor's version after the head's last write
 
     def invalidate(self) -> None:
         self.dirty = None
+
+    def known(self) -> bool:
+        """Whether :attr:`dirty` holds: no one but the head has written into the buffer since."""
+        return self.dirty is not None and self.tensor is not None and self.tensor._version == self.version
 
     def fresh(self, weight: Tensor, layout: _Layout, present: list[int]) -> Tensor:
         """The buffer, zero outside the blocks of ``present`` (which the caller overwrites)."""
         t = self.tensor
         if t is None or t.shape != weight.shape or t.dtype != weight.dtype or t.device != weight.device:
             self.tensor = t = torch.zeros_like(weight, memory_format=torch.contiguous_format)
-        elif self.dirty is None:
+        elif not self.known():
             t.zero_()
         else:
             keep = set(present)
             for c in self.dirty - keep:
                 t[layout.offsets[c] : layout.offsets[c + 1]].zero_()
-        self.dirty = set(present)
+        self.dirty = set()
+        self.version = t._version
         return t
 
-    def mark(self, present: list[int]) -> None:
-        if self.dirty is not None:
+    def written(self, present: list[int], known: bool) -> None:
+        """The head has just written the blocks of ``present``; ``known``: :meth:`known` held before."""
+        if known:
             self.dirty.update(present)
+        else:
+            self.dirty = None
+        self.version = self.tensor._version
 
 
 class _Groups(NamedTuple):
@@ -382,13 +398,14 @@ class TwoLevelSoftmax(Head):
             raise RuntimeError("TwoLevelSoftmax.weight.grad must be a dense tensor shaped like the weight")
         beta = 0.0 if fresh else 1.0  # a fresh buffer's present blocks are overwritten, not added to
         sizes, row_counts = layout.sizes, groups.row_counts
+        known = grad is self._grad.tensor and self._grad.known()
         grad_blocks = grad.split(sizes)
         for c, g_c, h_c in zip(groups.clusters, grad_logits.split(row_counts), hidden_sorted.split(row_counts)):
             grad_blocks[c].addmm_(g_c[:, : sizes[c]].t(), h_c, beta=beta)
         if fresh:
             weight.grad = grad
-        elif grad is self._grad.tensor:
-            self._grad.mark(groups.clusters)
+        if grad is self._grad.tensor:
+            self._grad.written(groups.clusters, known)
 
     # -- evaluation ---------------------------------------------------------------
     def log_prob(self, hidden: Tensor) -> Tensor:
