@@ -46,6 +46,8 @@ class _Layout:
     """Derived, non-persistent view of an assignment: where each word's row sits."""
 
     def __init__(self, assignment: Tensor, n_clusters: int) -> None:
+        #: version of the ``assignment`` tensor this layout was derived from (see ``TwoLevelSoftmax._layout``)
+        self.version = assignment._version
         n_words = assignment.numel()
         device = assignment.device
         # words sorted by (cluster, word id): a stable sort keeps word-id order inside a cluster
@@ -271,7 +273,7 @@ class TwoLevelSoftmax(Head):
         #: word vectors U^V, rows grouped by cluster (see the module docstring)
         self.weight = nn.Parameter(torch.empty(n_classes, in_features))
         self.register_buffer("assignment", assignment.clone())
-        self._layout = _Layout(self.assignment, self.n_clusters)
+        self._layout_cache = _Layout(self.assignment, self.n_clusters)
         self._grad = _GradientBuffer()
         #: optimizers given to :meth:`attach`, held weakly, each with its hook handle (or ``None``)
         self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -285,6 +287,49 @@ class TwoLevelSoftmax(Head):
             self.projection.reset_parameters()
         nn.init.uniform_(self.cluster_weight, -bound, bound)
         nn.init.uniform_(self.weight, -bound, bound)
+
+    @property
+    def _layout(self) -> _Layout:
+        """Where each word's row sits, derived again if someone wrote into :attr:`assignment`.
+
+        DDP's buffer broadcast (at construction, and every forward with
+        ``broadcast_buffers=True``) copies rank 0's assignment in place, together
+        with rank 0's weights at construction: the rows are then laid out for it.
+        """
+        layout = self._layout_cache
+        assignment = self.assignment
+        if assignment._version != layout.version:
+            if torch.equal(layout.cluster_of_slot[layout.slot_of_word], assignment):
+                layout.version = assignment._version
+            else:
+                self._layout = _Layout(assignment, self.n_clusters)
+                self._grad.invalidate()
+        return self._layout_cache
+
+    @_layout.setter
+    def _layout(self, layout: _Layout) -> None:
+        self._layout_cache = layout
+
+    def _replicate_for_data_parallel(self):
+        raise RuntimeError(
+            f"{type(self).__name__} cannot run under nn.DataParallel on several devices: it writes its "
+            "weight gradient into weight.grad itself, and a replica's weight is a copy, so the gradient "
+            "would be lost. Use DistributedDataParallel (one process per device)."
+        )
+
+    def _check_weight_is_whole(self) -> None:
+        """Refuse a sharded or flattened :attr:`weight` (FSDP, tensor parallel): the kernel needs all its rows."""
+        weight = self.weight
+        sharded = any(cls.__name__ == "DTensor" for cls in type(weight).__mro__)
+        flattened = not isinstance(weight, nn.Parameter) or (
+            weight.untyped_storage().nbytes() != weight.numel() * weight.element_size())
+        if sharded or flattened:
+            raise RuntimeError(
+                f"{type(self).__name__}.weight is {'sharded' if sharded else 'a view into a larger flat buffer'} "
+                "(FSDP, ZeRO-3 or tensor parallelism?): the two-level kernel re-lays out every row of the "
+                "weight and writes its gradient itself, so it cannot run on a shard. Leave the head out of "
+                "the sharded modules (e.g. FSDP's ignored_modules) and wrap it in DistributedDataParallel."
+            )
 
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the layout on the same device
         result = super()._apply(fn, recurse)
@@ -337,6 +382,7 @@ class TwoLevelSoftmax(Head):
                     if isinstance(value, Tensor) and value.shape == self.weight.shape:
                         value.copy_(value[permutation])
         self.assignment.copy_(new)
+        new_layout.version = self.assignment._version
         self._layout = new_layout
         self._grad.invalidate()
         return moved
@@ -359,6 +405,8 @@ class TwoLevelSoftmax(Head):
 
     def _parts(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            self._check_weight_is_whole()
         hidden_c, hidden_w = self._split_hidden(hidden)
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
         target_cluster = self.assignment[target]
