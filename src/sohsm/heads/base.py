@@ -118,6 +118,12 @@ class Head(nn.Module):
     #: (``"importance_sampling"``, ``"nce"``, ``"negative_sampling"``).
     objective: str = "nll"
 
+    #: Check that every target is in ``[0, N)`` (a ValueError naming the bad values). The check
+    #: reads the result on the host, which waits for the device and breaks a ``torch.compile``
+    #: graph; set it to ``False`` for speed once the data are known to be good. An out-of-range
+    #: target then fails inside an indexing kernel, or on a GPU may be read out of bounds.
+    check_targets: bool = True
+
     def __init__(self, in_features: int, n_classes: int) -> None:
         super().__init__()
         self.in_features = check_size("in_features", in_features, 1)
@@ -193,7 +199,7 @@ class Head(nn.Module):
                 f"hidden and target must have the same number of rows, got "
                 f"{hidden.size(0)} hidden rows and {target.size(0)} targets"
             )
-        if target.numel() and bool(((target < 0) | (target >= self.n_classes)).any()):
+        if self.check_targets and target.numel() and bool(((target < 0) | (target >= self.n_classes)).any()):
             raise ValueError(
                 f"target values must be in [0, {self.n_classes}), got min "
                 f"{int(target.min())} and max {int(target.max())}"

@@ -113,6 +113,7 @@ class SampledSoftmax(Head):
         self._cdf = None  # the noise buffer may have changed dtype or device
         return super()._apply(fn, recurse)
 
+    @torch.compiler.disable  # drawn on the host from the head's own generator; torch.compile cannot trace it
     def noise_samples(self, n: int | None = None) -> Tensor:
         """Draw ``n`` (default :attr:`n_samples`) word ids from the noise distribution, with replacement.
 

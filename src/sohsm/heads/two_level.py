@@ -231,10 +231,19 @@ class TwoLevelSoftmax(Head):
 
     .. note::
         The gradient of :attr:`weight` is written directly into ``weight.grad``
-        by a hand-written backward (a buffer reused across steps), so tensor hooks
-        registered on ``weight`` do not fire, and ``torch.autograd.grad`` cannot
-        return it. Optimizers, ``zero_grad`` (both modes), gradient clipping and
-        gradient accumulation work as usual. :attr:`weight` cannot be tied to an
+        by a hand-written backward (a buffer reused across steps), so a tensor hook
+        registered on ``weight`` (``register_hook``) is called with ``None``, and
+        ``torch.autograd.grad`` cannot return it; a post-accumulate-grad hook
+        (``register_post_accumulate_grad_hook``) runs once ``weight.grad`` holds the
+        batch's gradient. Optimizers, ``zero_grad`` (both modes), gradient clipping,
+        gradient accumulation, activation checkpointing and DistributedDataParallel
+        (any bucket settings) work as usual; ``nn.DataParallel`` on several devices
+        and sharded or flattened weights (FSDP, ZeRO-3) are refused.
+
+        Under ``torch.autocast`` the cluster softmax is normalised in float32 and the
+        in-cluster kernel scores in the weight's dtype. Under ``torch.compile`` the
+        data-dependent part (which clusters a batch holds) runs eagerly; set
+        ``head.check_targets = False`` to drop the host-side target check as well. :attr:`weight` cannot be tied to an
         embedding: its rows are grouped by cluster (use :meth:`word_vectors`).
     """
 
@@ -390,7 +399,10 @@ class TwoLevelSoftmax(Head):
     # -- the forward pass ---------------------------------------------------------
     def _cluster_log_probs(self, hidden_c: Tensor) -> Tensor:
         """``[B, C]`` log P(c | h); a cluster without words gets probability 0."""
-        logits = upcast(F.linear(hidden_c, self.cluster_weight))
+        return self._normalise_clusters(F.linear(hidden_c, self.cluster_weight))
+
+    def _normalise_clusters(self, logits: Tensor) -> Tensor:
+        logits = upcast(logits)
         empty = self._layout.empty_clusters
         if empty is not None:
             logits = logits.masked_fill(empty, float("-inf"))
@@ -405,10 +417,20 @@ class TwoLevelSoftmax(Head):
 
     def _parts(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
+        hidden_c, hidden_w = self._split_hidden(hidden)
+        return self._score(F.linear(hidden_c, self.cluster_weight), hidden_w, target)
+
+    @torch.compiler.disable
+    def _score(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The data-dependent rest of :meth:`_parts`, which ``torch.compile`` runs eagerly.
+
+        Its per-cluster loop, and the layout it reads, depend on which clusters a
+        batch holds: traced, they would break the graph several times and
+        recompile for every new set of clusters.
+        """
         if torch.is_grad_enabled() and self.weight.requires_grad:
             self._check_weight_is_whole()
-        hidden_c, hidden_w = self._split_hidden(hidden)
-        cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
+        cluster_log_probs = self._normalise_clusters(cluster_logits)  # [B, C]
         target_cluster = self.assignment[target]
         cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
         # the in-cluster kernel scores in the weight's dtype (it is bound by reading the weight, not
