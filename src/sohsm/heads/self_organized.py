@@ -9,6 +9,8 @@ predictions.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 
 import torch
@@ -24,6 +26,15 @@ _LN2 = math.log(2.0)
 
 #: smoothing rules of the cluster statistics q (Eq. 10)
 SMOOTHING = ("epoch", "paper_literal")
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` that makes a warning point at the first frame outside torch and these heads."""
+    inside = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1  # level 1: the function that warns
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class SelfOrganizedSoftmax(TwoLevelSoftmax):
@@ -327,7 +338,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
             warnings.warn(
                 "SelfOrganizedSoftmax is training without an attached optimizer, so its clusters "
                 "are not re-learned; call head.attach(optimizer) once, or head.reassign() yourself",
-                stacklevel=6,  # the caller of head(...): forward, Module call frames, user
+                stacklevel=_user_stacklevel(),
             )
             self._warned_unattached = True
         if group is None:
