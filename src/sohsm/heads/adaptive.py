@@ -115,24 +115,35 @@ class AdaptiveSoftmax(Head):
         """The cluster boundaries as given (without torch's trailing ``N``)."""
         return self.asm.cutoffs[:-1]
 
+    def _run(self, method, hidden: Tensor, *args):
+        """``method(hidden, *args)`` of torch's module outside ``torch.autocast``, in the weights' dtype.
+
+        torch's module mixes the dtypes autocast gives its products and fails (``index_copy_``
+        of bf16 into float32); the head is cheap enough to score in the weights' precision.
+        """
+        if not torch.is_autocast_enabled(hidden.device.type):
+            return method(hidden, *args)
+        with torch.autocast(hidden.device.type, enabled=False):
+            return method(hidden.to(self.asm.head.weight.dtype), *args)
+
     def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
         hidden, target = self._check_inputs(hidden, target)
-        output, loss = self.asm(hidden, self.rank_of_word[target])
+        output, loss = self._run(self.asm, hidden, self.rank_of_word[target])
         return HeadOutput(output, loss)
 
     def log_prob(self, hidden: Tensor) -> Tensor:
         """Exact ``[B, N]`` log-probabilities in word-id order (every tail cluster is scored)."""
-        return self.asm.log_prob(self._flatten_hidden(hidden))[:, self.rank_of_word]
+        return self._run(self.asm.log_prob, self._flatten_hidden(hidden))[:, self.rank_of_word]
 
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """Same as ``log_prob(hidden).topk(k)``."""
         k = self._check_k(k)
-        values, ranks = self.asm.log_prob(self._flatten_hidden(hidden)).topk(k, dim=1)
+        values, ranks = self._run(self.asm.log_prob, self._flatten_hidden(hidden)).topk(k, dim=1)
         return values, self.word_of_rank[ranks]
 
     def predict(self, hidden: Tensor) -> Tensor:
         """Same as ``log_prob(hidden).argmax(1)``; rows whose best head entry is a shortlist word skip the tails."""
-        return self.word_of_rank[self.asm.predict(self._flatten_hidden(hidden))]
+        return self.word_of_rank[self._run(self.asm.predict, self._flatten_hidden(hidden))]
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, n_classes={self.n_classes}, cutoffs={self.cutoffs}"

@@ -52,6 +52,15 @@ def check_counts(counts, n_classes: int) -> Tensor:
     return values
 
 
+def upcast(scores: Tensor) -> Tensor:
+    """``scores`` in float32 if they are float16 or bfloat16 (as ``torch.autocast`` makes them), else unchanged.
+
+    Heads normalise (log-softmax, log-sigmoid, log-sum-exp) in at least float32: in half
+    precision a log-probability near -10 keeps only 2-3 significant digits.
+    """
+    return scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
+
+
 class HeadOutput(NamedTuple):
     """What ``head(hidden, target)`` returns.
 
@@ -108,6 +117,12 @@ class Head(nn.Module):
     #: negative log-likelihood) or the name of a sampled objective
     #: (``"importance_sampling"``, ``"nce"``, ``"negative_sampling"``).
     objective: str = "nll"
+
+    #: Check that every target is in ``[0, N)`` (a ValueError naming the bad values). The check
+    #: reads the result on the host, which waits for the device and breaks a ``torch.compile``
+    #: graph; set it to ``False`` for speed once the data are known to be good. An out-of-range
+    #: target then fails inside an indexing kernel, or on a GPU may be read out of bounds.
+    check_targets: bool = True
 
     def __init__(self, in_features: int, n_classes: int) -> None:
         super().__init__()
@@ -184,7 +199,7 @@ class Head(nn.Module):
                 f"hidden and target must have the same number of rows, got "
                 f"{hidden.size(0)} hidden rows and {target.size(0)} targets"
             )
-        if target.numel() and bool(((target < 0) | (target >= self.n_classes)).any()):
+        if self.check_targets and target.numel() and bool(((target < 0) | (target >= self.n_classes)).any()):
             raise ValueError(
                 f"target values must be in [0, {self.n_classes}), got min "
                 f"{int(target.min())} and max {int(target.max())}"

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.heads.adaptive import default_cutoffs, frequency_ranks
-from sohsm.heads.base import Head, HeadOutput
+from sohsm.heads.base import Head, HeadOutput, upcast
 from sohsm.heads.registry import register_head
 
 
@@ -106,7 +106,7 @@ class DifferentiatedSoftmax(Head):
     def _rank_logits(self, hidden: Tensor) -> Tensor:
         """``[B, N]`` logits in frequency-rank order: band ``i`` scored on its segment of ``hidden``."""
         segments = hidden.split(self.dims, dim=1)
-        logits = torch.cat([F.linear(h, w) for h, w in zip(segments, self.weights)], dim=1)
+        logits = upcast(torch.cat([F.linear(h, w) for h, w in zip(segments, self.weights)], dim=1))
         return logits if self.bias is None else logits + self.bias
 
     def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:

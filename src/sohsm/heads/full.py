@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sohsm.heads.base import Head, HeadOutput
+from sohsm.heads.base import Head, HeadOutput, upcast
 from sohsm.heads.registry import register_head
 
 
@@ -41,17 +41,17 @@ class FullSoftmax(Head):
 
     def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
         hidden, target = self._check_inputs(hidden, target)
-        output = -F.cross_entropy(F.linear(hidden, self.weight, self.bias), target, reduction="none")
+        output = -F.cross_entropy(upcast(F.linear(hidden, self.weight, self.bias)), target, reduction="none")
         return HeadOutput(output, -output.mean())
 
     def log_prob(self, hidden: Tensor) -> Tensor:
         hidden = self._flatten_hidden(hidden)
-        return F.log_softmax(F.linear(hidden, self.weight, self.bias), dim=1)
+        return F.log_softmax(upcast(F.linear(hidden, self.weight, self.bias)), dim=1)
 
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """Same as ``log_prob(hidden).topk(k)``; the normaliser is computed once, after the top-k."""
         k = self._check_k(k)
-        logits = F.linear(self._flatten_hidden(hidden), self.weight, self.bias)
+        logits = upcast(F.linear(self._flatten_hidden(hidden), self.weight, self.bias))
         values, indices = logits.topk(k, dim=1)
         return values - logits.logsumexp(dim=1, keepdim=True), indices
 

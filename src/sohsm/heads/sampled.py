@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sohsm.heads.base import Head, HeadOutput
+from sohsm.heads.base import Head, HeadOutput, upcast
 from sohsm.heads.registry import register_head
 
 
@@ -113,6 +113,7 @@ class SampledSoftmax(Head):
         self._cdf = None  # the noise buffer may have changed dtype or device
         return super()._apply(fn, recurse)
 
+    @torch.compiler.disable  # drawn on the host from the head's own generator; torch.compile cannot trace it
     def noise_samples(self, n: int | None = None) -> Tensor:
         """Draw ``n`` (default :attr:`n_samples`) word ids from the noise distribution, with replacement.
 
@@ -132,8 +133,8 @@ class SampledSoftmax(Head):
         """``(s_target [B], s_noise [B, k])`` with ``s_w = h . u_w + b_w``, gathering only those rows."""
         target_vectors = F.embedding(target, self.weight, sparse=self.sparse)  # [B, d]
         noise_vectors = F.embedding(noise, self.weight, sparse=self.sparse)  # [k, d]
-        s_target = (hidden * target_vectors).sum(dim=1)  # [B]
-        s_noise = hidden @ noise_vectors.t()  # [B, k]
+        s_target = upcast((hidden * target_vectors).sum(dim=1))  # [B]
+        s_noise = upcast(hidden @ noise_vectors.t())  # [B, k]
         if self.bias is not None:
             s_target = s_target + self.bias[target]
             s_noise = s_noise + self.bias[noise]
@@ -141,7 +142,7 @@ class SampledSoftmax(Head):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """``[B, N]`` unnormalised test-time log-scores; ``log_prob`` is their log-softmax."""
-        return F.linear(hidden, self.weight, self.bias)
+        return upcast(F.linear(hidden, self.weight, self.bias))
 
     def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:  # pragma: no cover
         """The objective's per-row term for checked ``hidden`` ``[B, d]``, ``target`` ``[B]`` and ``noise`` ``[k]``."""
@@ -219,7 +220,7 @@ class ImportanceSamplingSoftmax(SampledSoftmax):
 
     def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:
         s_target, s_noise = self._scores(hidden, target, noise)
-        log_q = self.noise_log_probs.to(hidden.dtype)
+        log_q = self.noise_log_probs.to(s_target.dtype)
         s_target = s_target - log_q[target]  # [B]
         s_noise = s_noise - log_q[noise]  # [B, k]
         if self.remove_accidental_hits:
@@ -264,7 +265,7 @@ class NCESoftmax(SampledSoftmax):
 
     def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:
         s_target, s_noise = self._scores(hidden, target, noise)
-        log_kq = self.noise_log_probs.to(hidden.dtype) + math.log(self.n_samples)
+        log_kq = self.noise_log_probs.to(s_target.dtype) + math.log(self.n_samples)
         delta_target = s_target - log_kq[target]  # log Z_c = 0
         delta_noise = s_noise - log_kq[noise]
         return F.logsigmoid(delta_target) + F.logsigmoid(-delta_noise).sum(dim=1)
@@ -302,7 +303,8 @@ class PMISoftmax(SampledSoftmax):
                          bias=False, seed=seed, sparse=sparse)
 
     def logits(self, hidden: Tensor) -> Tensor:
-        return F.linear(hidden, self.weight) + self.noise_log_probs.to(hidden.dtype)
+        logits = upcast(F.linear(hidden, self.weight))
+        return logits + self.noise_log_probs.to(logits.dtype)
 
     def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:
         s_target, s_noise = self._scores(hidden, target, noise)

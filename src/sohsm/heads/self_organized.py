@@ -9,9 +9,12 @@ predictions.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from sohsm.clustering import default_max_cluster_size, default_n_clusters, greedy_assignment
@@ -23,6 +26,15 @@ _LN2 = math.log(2.0)
 
 #: smoothing rules of the cluster statistics q (Eq. 10)
 SMOOTHING = ("epoch", "paper_literal")
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` that makes a warning point at the first frame outside torch and these heads."""
+    inside = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1  # level 1: the function that warns
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class SelfOrganizedSoftmax(TwoLevelSoftmax):
@@ -169,12 +181,17 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         self.register_buffer(
             "counts", counts.round().long() if counts is not None else torch.zeros(n_classes, dtype=torch.long)
         )
-        # start from "no information": the uniform cluster distribution
-        self.register_buffer("q", torch.full((n_classes, self.n_clusters), -math.log2(self.n_clusters)))
+        # start from "no information": the uniform cluster distribution. Saved in the state dict like
+        # a buffer, but not registered as one: DDP would broadcast all N x C of it every forward.
+        self.q = torch.full((n_classes, self.n_clusters), -math.log2(self.n_clusters))
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
         #: one dict per re-assignment: step, change_rate, moved_tf_mass, empty_clusters, fallback_words
         self.history: list[dict] = []
         self._warned_unattached = False
+        #: ranks whose tokens feed ``q``: ``None`` one process; ``"auto"`` the DDP module the head runs in
+        self._group_option = "auto"
+        self._group = None  # the process group found, once the head has run in one
+        self._pending: list[tuple[Tensor, Tensor]] = []  # observations not yet merged across ranks
 
     # -- cluster statistics (Eq. 9-10) ---------------------------------------------
     def _smoothing_factor(self, counts: Tensor) -> Tensor:
@@ -194,21 +211,141 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         steps_per_epoch = float(self.counts.sum()) / batch_tokens
         self.update_every = max(1, round(steps_per_epoch / self.reclusters_per_epoch))
 
+    # -- q and tensors that are not buffers -------------------------------------------------
+    def _apply(self, fn, recurse=True):
+        result = super()._apply(fn, recurse)
+        self.q = fn(self.q)
+        return result
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        destination[prefix + "q"] = self.q
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        key = prefix + "q"
+        if key in unexpected_keys:
+            unexpected_keys.remove(key)
+        if key not in state_dict:
+            missing_keys.append(key)
+        elif state_dict[key].shape != self.q.shape:
+            error_msgs.append(f"size mismatch for {key}: copying a param with shape {tuple(state_dict[key].shape)} "
+                              f"from checkpoint, the shape in current model is {tuple(self.q.shape)}.")
+        else:
+            with torch.no_grad():
+                self.q.copy_(state_dict[key])
+
+    # -- several processes ----------------------------------------------------------------------
+    def set_process_group(self, group="auto") -> None:
+        """Which processes' tokens feed the statistics and share one assignment.
+
+        ``"auto"`` (default): the process group of the
+        :class:`~torch.nn.parallel.DistributedDataParallel` module the head runs
+        inside, found at the first training forward; one process when there is
+        none. ``None``: this process alone (every rank keeps its own clusters).
+        A process group: those ranks, e.g. when gradients are all-reduced by hand.
+
+        With several ranks, a training forward keeps its targets and cluster
+        log-probabilities; after each optimizer step :meth:`merge_statistics` folds
+        all ranks' batches into ``q`` as one process would fold them concatenated
+        in rank order, and a re-assignment runs Algorithm 1 on rank 0 and
+        broadcasts the result (:meth:`broadcast_assignment`): every rank then moves
+        its words, weights and optimizer state the same way.
+        """
+        self._group_option = group
+        self._group = None if group == "auto" else group
+
+    def _find_group(self):
+        """The process group of the statistics (``None``: one process), found at the first training forward."""
+        if self._group is not None or self._group_option != "auto":
+            return self._group
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        ddp = torch.nn.parallel.DistributedDataParallel._get_active_ddp_module()
+        if ddp is not None and any(m is self for m in ddp.module.modules()) and (
+                dist.get_world_size(ddp.process_group) > 1):
+            self._group = ddp.process_group
+        return self._group
+
+    @torch.no_grad()
+    def merge_statistics(self) -> None:
+        """Fold the batches every rank observed since the last merge into ``q`` (a collective).
+
+        Every rank of the process group must call it at the same point (the head
+        does so itself after each step of an attached optimizer). The union is
+        folded in rank order, each rank's batches in the order it saw them, so
+        every rank ends with the same ``q`` that one process gets from that batch.
+        Nothing to do in one process (each batch is folded at its forward).
+        """
+        group = self._group
+        if group is None:
+            return
+        pending, self._pending = self._pending, []
+        device = self.q.device
+        target = torch.cat([t for t, _ in pending]) if pending else torch.zeros(0, dtype=torch.long, device=device)
+        log_probs = (torch.cat([lp for _, lp in pending]) if pending
+                     else torch.zeros(0, self.n_clusters, dtype=torch.float32, device=device))
+        world = dist.get_world_size(group)
+        size = torch.tensor([target.numel()], device=device)
+        sizes = [torch.zeros_like(size) for _ in range(world)]
+        dist.all_gather(sizes, size, group=group)
+        sizes = [int(n) for n in sizes]
+        width = max(sizes)
+        if width == 0:
+            return
+        pad = width - target.numel()
+        target = torch.cat([target, target.new_zeros(pad)])
+        log_probs = torch.cat([log_probs, log_probs.new_zeros(pad, self.n_clusters)])
+        targets = [torch.empty_like(target) for _ in range(world)]
+        all_log_probs = [torch.empty_like(log_probs) for _ in range(world)]
+        dist.all_gather(targets, target, group=group)
+        dist.all_gather(all_log_probs, log_probs, group=group)
+        target = torch.cat([t[:n] for t, n in zip(targets, sizes)])
+        log_probs = torch.cat([lp[:n] for lp, n in zip(all_log_probs, sizes)])
+        self.tokens_seen += target.numel()
+        self.update_statistics(target, log_probs)
+
+    @torch.no_grad()
+    def broadcast_assignment(self, assignment: Tensor | None, fallback_words: int = 0) -> tuple[Tensor, int]:
+        """Rank 0's ``(assignment, fallback_words)`` on every rank of the process group (a collective).
+
+        Rank 0 passes its Algorithm 1 result; the others may pass ``None``. The
+        assignment is sent, not recomputed on each rank: on a GPU, ``index_add_``
+        is not bit-deterministic, so ranks' ``q`` may differ in the last bits.
+        """
+        group = self._group
+        if group is None:
+            return assignment, fallback_words
+        payload = torch.zeros(self.n_classes + 1, dtype=torch.long, device=self.assignment.device)
+        if dist.get_rank(group) == 0:
+            payload[:-1] = assignment
+            payload[-1] = fallback_words
+        dist.broadcast(payload, src=dist.get_global_rank(group, 0), group=group)
+        return payload[:-1], int(payload[-1])
+
+    # -- cluster statistics (Eq. 9-10) ---------------------------------------------------------
     @torch.no_grad()
     def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
-        if self.frozen:
-            return
+        if self.frozen or torch._C._current_graph_task_id() != -1:
+            return  # a forward recomputed during backward (activation checkpointing) was already seen
+        group = self._find_group()
+        world = 1 if group is None else dist.get_world_size(group)
         if self.update_every is None:
-            self._resolve_update_every(target.numel())
-        self.tokens_seen += target.numel()
+            self._resolve_update_every(target.numel() * world)  # ranks are taken to get equal shares
         if self.update_every and not self._optimizers and not self._warned_unattached:
             warnings.warn(
                 "SelfOrganizedSoftmax is training without an attached optimizer, so its clusters "
                 "are not re-learned; call head.attach(optimizer) once, or head.reassign() yourself",
-                stacklevel=6,  # the caller of head(...): forward, Module call frames, user
+                stacklevel=_user_stacklevel(),
             )
             self._warned_unattached = True
-        self.update_statistics(target, cluster_log_probs)
+        if group is None:
+            self.tokens_seen += target.numel()
+            self.update_statistics(target, cluster_log_probs)
+        else:
+            self._pending.append((target.detach().clone(), cluster_log_probs.detach().float()))
 
     @torch.no_grad()
     def update_statistics(self, target: Tensor, cluster_log_probs: Tensor) -> None:
@@ -267,6 +404,12 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         the same handle. The head holds its optimizers weakly: one its owner drops
         is not kept alive. Returns the hook handle.
         """
+        if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
+            raise ValueError(
+                "SelfOrganizedSoftmax cannot follow a ZeroRedundancyOptimizer: its state for the head's "
+                "weight lives on one rank only, so a re-assignment could not move it with the words. "
+                "Use a plain optimizer under DistributedDataParallel."
+            )
         handle = self._optimizers.get(optimizer)
         if handle is None:
             handle = optimizer.register_step_post_hook(self._after_optimizer_step)
@@ -276,6 +419,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         if not self.training:
             return
+        self.merge_statistics()
         self.steps += 1
         if self.frozen:
             return
@@ -340,11 +484,17 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         ``moved_tf_mass`` (token mass of the words that moved), ``empty_clusters``
         and ``fallback_words``.
         """
+        self.merge_statistics()  # with several ranks: the batches seen since the last step
         counts = self.counts.to(torch.float64)
         total = float(counts.sum())
         tf = counts / total if total > 0 else torch.full_like(counts, 1.0 / self.n_classes)
-        result = greedy_assignment(self.q, tf, self.max_cluster_size, self.freq_budget)
-        moved = self.set_assignment(result.assignment, optimizer)
+        if self._group is None or dist.get_rank(self._group) == 0:
+            result = greedy_assignment(self.q, tf, self.max_cluster_size, self.freq_budget)
+            assignment, fallback_words = result.assignment, int(result.fallback_words)
+        else:
+            assignment, fallback_words = None, 0
+        assignment, fallback_words = self.broadcast_assignment(assignment, fallback_words)
+        moved = self.set_assignment(assignment, optimizer)
         if self.moved_vectors == "cluster_mean" and bool(moved.any()):
             self._reset_moved(moved, optimizer)
         moved = moved.cpu()
@@ -353,7 +503,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
             "change_rate": float(moved.double().mean()),
             "moved_tf_mass": float(tf.cpu()[moved].sum()),
             "empty_clusters": int((self._layout.sizes_t == 0).sum()),
-            "fallback_words": int(result.fallback_words),
+            "fallback_words": fallback_words,
         }
         self.history.append(record)
         return record

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering.trees import check_tree, huffman_tree, load_tree, random_tree, tree_paths
-from sohsm.heads.base import Head, HeadOutput
+from sohsm.heads.base import Head, HeadOutput, upcast
 from sohsm.heads.registry import register_head
 
 
@@ -166,9 +166,9 @@ class BinaryTreeSoftmax(Head):
         layout = self._layout
         depth = int(layout.lengths[target].max()) if target.numel() else 1  # the batch's longest path
         nodes = layout.path_nodes[target, :depth]  # [B, D]
-        signs = layout.path_signs[target, :depth].to(hidden.dtype)  # [B, D], 0 past a path's end
         vectors = F.embedding(nodes, self.weight, sparse=self.sparse)  # [B, D, d]
-        scores = torch.bmm(vectors, hidden.unsqueeze(2)).squeeze(2)  # [B, D]
+        scores = upcast(torch.bmm(vectors, hidden.unsqueeze(2)).squeeze(2))  # [B, D]
+        signs = layout.path_signs[target, :depth].to(scores.dtype)  # [B, D], 0 past a path's end
         output = (F.logsigmoid(scores * signs) * signs.abs()).sum(dim=1)  # [B]
         return HeadOutput(output, -output.mean())
 
@@ -177,10 +177,10 @@ class BinaryTreeSoftmax(Head):
         """``(path [B, N - 1], branch [B, 2 (N - 1)])``: each internal node's path log-probability
         and the log-probability of each of its branches (``branch[:, 2 n + code]``)."""
         layout = self._layout
-        scores = F.linear(hidden, self.weight)  # [B, N - 1]
+        scores = upcast(F.linear(hidden, self.weight))  # [B, N - 1]
         branch = torch.stack([F.logsigmoid(scores), F.logsigmoid(-scores)], dim=2).flatten(1)
         starts = layout.level_starts
-        levels = [hidden.new_zeros(hidden.size(0), 1)]  # the root
+        levels = [scores.new_zeros(hidden.size(0), 1)]  # the root
         for lo, hi in zip(starts[1:-1], starts[2:]):  # one level at a time, from its parents in the level above
             parent = layout.parent[lo:hi]
             above = starts[len(levels) - 1]

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
-from sohsm.heads.base import ClusterScores, Head, HeadOutput, check_counts
+from sohsm.heads.base import ClusterScores, Head, HeadOutput, check_counts, upcast
 from sohsm.heads.registry import register_head
 
 
@@ -46,6 +46,8 @@ class _Layout:
     """Derived, non-persistent view of an assignment: where each word's row sits."""
 
     def __init__(self, assignment: Tensor, n_clusters: int) -> None:
+        #: version of the ``assignment`` tensor this layout was derived from (see ``TwoLevelSoftmax._layout``)
+        self.version = assignment._version
         n_words = assignment.numel()
         device = assignment.device
         # words sorted by (cluster, word id): a stable sort keeps word-id order inside a cluster
@@ -76,32 +78,48 @@ class _GradientBuffer:
     clusters present in a batch into this buffer and hands it over as the
     weight's ``.grad``. Blocks written by an earlier step and absent now are
     zeroed; everything else is known to be zero already.
+
+    Anyone else may write into the buffer while it is ``.grad`` (DDP's all-reduce
+    copies the mean gradient of *all* ranks' clusters into it; clipping scales it).
+    The tensor's version counter tells: after a write the head did not make, the
+    next step zeroes the whole buffer (one ``memset``, still far cheaper than a
+    fresh allocation) instead of trusting its record of the written blocks.
     """
 
     def __init__(self) -> None:
         self.tensor: Tensor | None = None
         self.dirty: set[int] | None = None  # clusters whose block may be non-zero; None = unknown
+        self.version = -1  # the tensor's version after the head's last write
 
     def invalidate(self) -> None:
         self.dirty = None
+
+    def known(self) -> bool:
+        """Whether :attr:`dirty` holds: no one but the head has written into the buffer since."""
+        return self.dirty is not None and self.tensor is not None and self.tensor._version == self.version
 
     def fresh(self, weight: Tensor, layout: _Layout, present: list[int]) -> Tensor:
         """The buffer, zero outside the blocks of ``present`` (which the caller overwrites)."""
         t = self.tensor
         if t is None or t.shape != weight.shape or t.dtype != weight.dtype or t.device != weight.device:
             self.tensor = t = torch.zeros_like(weight, memory_format=torch.contiguous_format)
-        elif self.dirty is None:
+        elif not self.known():
             t.zero_()
         else:
             keep = set(present)
             for c in self.dirty - keep:
                 t[layout.offsets[c] : layout.offsets[c + 1]].zero_()
-        self.dirty = set(present)
+        self.dirty = set()
+        self.version = t._version
         return t
 
-    def mark(self, present: list[int]) -> None:
-        if self.dirty is not None:
+    def written(self, present: list[int], known: bool) -> None:
+        """The head has just written the blocks of ``present``; ``known``: :meth:`known` held before."""
+        if known:
             self.dirty.update(present)
+        else:
+            self.dirty = None
+        self.version = self.tensor._version
 
 
 class _Groups(NamedTuple):
@@ -213,10 +231,19 @@ class TwoLevelSoftmax(Head):
 
     .. note::
         The gradient of :attr:`weight` is written directly into ``weight.grad``
-        by a hand-written backward (a buffer reused across steps), so tensor hooks
-        registered on ``weight`` do not fire, and ``torch.autograd.grad`` cannot
-        return it. Optimizers, ``zero_grad`` (both modes), gradient clipping and
-        gradient accumulation work as usual. :attr:`weight` cannot be tied to an
+        by a hand-written backward (a buffer reused across steps), so a tensor hook
+        registered on ``weight`` (``register_hook``) is called with ``None``, and
+        ``torch.autograd.grad`` cannot return it; a post-accumulate-grad hook
+        (``register_post_accumulate_grad_hook``) runs once ``weight.grad`` holds the
+        batch's gradient. Optimizers, ``zero_grad`` (both modes), gradient clipping,
+        gradient accumulation, activation checkpointing and DistributedDataParallel
+        (any bucket settings) work as usual; ``nn.DataParallel`` on several devices
+        and sharded or flattened weights (FSDP, ZeRO-3) are refused.
+
+        Under ``torch.autocast`` the cluster softmax is normalised in float32 and the
+        in-cluster kernel scores in the weight's dtype. Under ``torch.compile`` the
+        data-dependent part (which clusters a batch holds) runs eagerly; set
+        ``head.check_targets = False`` to drop the host-side target check as well. :attr:`weight` cannot be tied to an
         embedding: its rows are grouped by cluster (use :meth:`word_vectors`).
     """
 
@@ -255,7 +282,7 @@ class TwoLevelSoftmax(Head):
         #: word vectors U^V, rows grouped by cluster (see the module docstring)
         self.weight = nn.Parameter(torch.empty(n_classes, in_features))
         self.register_buffer("assignment", assignment.clone())
-        self._layout = _Layout(self.assignment, self.n_clusters)
+        self._layout_cache = _Layout(self.assignment, self.n_clusters)
         self._grad = _GradientBuffer()
         #: optimizers given to :meth:`attach`, held weakly, each with its hook handle (or ``None``)
         self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -269,6 +296,49 @@ class TwoLevelSoftmax(Head):
             self.projection.reset_parameters()
         nn.init.uniform_(self.cluster_weight, -bound, bound)
         nn.init.uniform_(self.weight, -bound, bound)
+
+    @property
+    def _layout(self) -> _Layout:
+        """Where each word's row sits, derived again if someone wrote into :attr:`assignment`.
+
+        DDP's buffer broadcast (at construction, and every forward with
+        ``broadcast_buffers=True``) copies rank 0's assignment in place, together
+        with rank 0's weights at construction: the rows are then laid out for it.
+        """
+        layout = self._layout_cache
+        assignment = self.assignment
+        if assignment._version != layout.version:
+            if torch.equal(layout.cluster_of_slot[layout.slot_of_word], assignment):
+                layout.version = assignment._version
+            else:
+                self._layout = _Layout(assignment, self.n_clusters)
+                self._grad.invalidate()
+        return self._layout_cache
+
+    @_layout.setter
+    def _layout(self, layout: _Layout) -> None:
+        self._layout_cache = layout
+
+    def _replicate_for_data_parallel(self):
+        raise RuntimeError(
+            f"{type(self).__name__} cannot run under nn.DataParallel on several devices: it writes its "
+            "weight gradient into weight.grad itself, and a replica's weight is a copy, so the gradient "
+            "would be lost. Use DistributedDataParallel (one process per device)."
+        )
+
+    def _check_weight_is_whole(self) -> None:
+        """Refuse a sharded or flattened :attr:`weight` (FSDP, tensor parallel): the kernel needs all its rows."""
+        weight = self.weight
+        sharded = any(cls.__name__ == "DTensor" for cls in type(weight).__mro__)
+        flattened = not isinstance(weight, nn.Parameter) or (
+            weight.untyped_storage().nbytes() != weight.numel() * weight.element_size())
+        if sharded or flattened:
+            raise RuntimeError(
+                f"{type(self).__name__}.weight is {'sharded' if sharded else 'a view into a larger flat buffer'} "
+                "(FSDP, ZeRO-3 or tensor parallelism?): the two-level kernel re-lays out every row of the "
+                "weight and writes its gradient itself, so it cannot run on a shard. Leave the head out of "
+                "the sharded modules (e.g. FSDP's ignored_modules) and wrap it in DistributedDataParallel."
+            )
 
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the layout on the same device
         result = super()._apply(fn, recurse)
@@ -321,6 +391,7 @@ class TwoLevelSoftmax(Head):
                     if isinstance(value, Tensor) and value.shape == self.weight.shape:
                         value.copy_(value[permutation])
         self.assignment.copy_(new)
+        new_layout.version = self.assignment._version
         self._layout = new_layout
         self._grad.invalidate()
         return moved
@@ -328,7 +399,10 @@ class TwoLevelSoftmax(Head):
     # -- the forward pass ---------------------------------------------------------
     def _cluster_log_probs(self, hidden_c: Tensor) -> Tensor:
         """``[B, C]`` log P(c | h); a cluster without words gets probability 0."""
-        logits = F.linear(hidden_c, self.cluster_weight)
+        return self._normalise_clusters(F.linear(hidden_c, self.cluster_weight))
+
+    def _normalise_clusters(self, logits: Tensor) -> Tensor:
+        logits = upcast(logits)
         empty = self._layout.empty_clusters
         if empty is not None:
             logits = logits.masked_fill(empty, float("-inf"))
@@ -344,11 +418,25 @@ class TwoLevelSoftmax(Head):
     def _parts(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
         hidden_c, hidden_w = self._split_hidden(hidden)
-        cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
+        return self._score(F.linear(hidden_c, self.cluster_weight), hidden_w, target)
+
+    @torch.compiler.disable
+    def _score(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The data-dependent rest of :meth:`_parts`, which ``torch.compile`` runs eagerly.
+
+        Its per-cluster loop, and the layout it reads, depend on which clusters a
+        batch holds: traced, they would break the graph several times and
+        recompile for every new set of clusters.
+        """
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            self._check_weight_is_whole()
+        cluster_log_probs = self._normalise_clusters(cluster_logits)  # [B, C]
         target_cluster = self.assignment[target]
         cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
+        # the in-cluster kernel scores in the weight's dtype (it is bound by reading the weight, not
+        # by arithmetic, so half-precision products would not pay for a converted copy of it)
         word_part = _InClusterLogProb.apply(
-            hidden_w, self.weight, target_cluster, self._layout.position_of_word[target], self
+            hidden_w.to(self.weight.dtype), self.weight, target_cluster, self._layout.position_of_word[target], self
         )
         if self.training:
             self._observe(target, cluster_log_probs.detach())
@@ -380,13 +468,14 @@ class TwoLevelSoftmax(Head):
             raise RuntimeError("TwoLevelSoftmax.weight.grad must be a dense tensor shaped like the weight")
         beta = 0.0 if fresh else 1.0  # a fresh buffer's present blocks are overwritten, not added to
         sizes, row_counts = layout.sizes, groups.row_counts
+        known = grad is self._grad.tensor and self._grad.known()
         grad_blocks = grad.split(sizes)
         for c, g_c, h_c in zip(groups.clusters, grad_logits.split(row_counts), hidden_sorted.split(row_counts)):
             grad_blocks[c].addmm_(g_c[:, : sizes[c]].t(), h_c, beta=beta)
         if fresh:
             weight.grad = grad
-        elif grad is self._grad.tensor:
-            self._grad.mark(groups.clusters)
+        if grad is self._grad.tensor:
+            self._grad.written(groups.clusters, known)
 
     # -- evaluation ---------------------------------------------------------------
     def log_prob(self, hidden: Tensor) -> Tensor:
@@ -394,7 +483,7 @@ class TwoLevelSoftmax(Head):
         hidden = self._flatten_hidden(hidden)
         hidden_c, hidden_w = self._split_hidden(hidden)
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        logits = F.linear(hidden_w, self.weight)  # [B, N], slot order
+        logits = upcast(F.linear(hidden_w, self.weight))  # [B, N], slot order
         layout = self._layout
         index = layout.cluster_of_slot.expand_as(logits)
         shape = (logits.size(0), self.n_clusters)
@@ -426,8 +515,9 @@ class TwoLevelSoftmax(Head):
             return TopKResult(hidden.new_empty(0, k), torch.empty(0, k, dtype=torch.long, device=device),
                               torch.empty(0, dtype=torch.long, device=device))
         hidden_c, hidden_w = self._split_hidden(hidden)
+        hidden_w = hidden_w.to(self.weight.dtype)  # the kernel scores in the weight's dtype
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        best_values = hidden.new_full((batch, k), float("-inf"))
+        best_values = cluster_log_probs.new_full((batch, k), float("-inf"))
         best_words = torch.zeros(batch, k, dtype=torch.long, device=device)
         rows = torch.arange(batch, device=device)
         first = cluster_log_probs.argmax(dim=1)  # [B]

@@ -1,0 +1,87 @@
+"""Heads under DistributedDataParallel: two processes on the CPU (gloo), spawned by each test."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax, head_names
+
+from .distributed import ddp_gradient_errors, ddp_reclustering, spawn
+
+#: DDP settings that change how the all-reduced gradient reaches ``.grad``: copied back into the
+#: head's own buffer (the default), or ``.grad`` made a view of a bucket of its own (one per parameter)
+DDP_VARIANTS = [
+    {"set_to_none": True},
+    {"set_to_none": False},
+    {"set_to_none": True, "gradient_as_bucket_view": True, "bucket_cap_mb": 1e-4},
+]
+
+
+def test_a_write_into_the_gradient_buffer_by_someone_else_is_not_trusted():
+    """DDP copies all ranks' mean gradient into ``weight.grad``; the next step must not keep stale blocks."""
+    head = TwoLevelSoftmax(4, 30, n_clusters=6)
+    fresh = TwoLevelSoftmax(4, 30, n_clusters=6)
+    fresh.load_state_dict(head.state_dict())
+    head(torch.randn(3, 4), torch.tensor([0, 1, 2])).loss.backward()
+    head.weight.grad.copy_(torch.randn(30, 4))  # as DDP's bucket copy does, in every cluster's block
+    head.zero_grad(set_to_none=True)
+    hidden, target = torch.randn(3, 4), torch.tensor([5, 6, 7])
+    head(hidden, target).loss.backward()
+    fresh(hidden, target).loss.backward()
+    assert torch.equal(head.weight.grad, fresh.weight.grad)
+
+
+def test_ddp_gradients_of_every_head_equal_one_process_on_the_union_batch(tmp_path):
+    names = head_names()
+    results = spawn(ddp_gradient_errors, tmp_path, names, DDP_VARIANTS, str(tmp_path))
+    for result in results:
+        assert "ZeroRedundancyOptimizer" in result["zero"]  # refused by attach, see below
+        rank_errors = result["errors"]
+        assert set(rank_errors) == {f"{n} {i}" for n in names for i in range(len(DDP_VARIANTS))}
+        bad = {key: e for key, e in rank_errors.items() if not e <= 1e-5}
+        assert not bad, bad
+
+
+@pytest.mark.parametrize("counts_given", [True, False])
+def test_reclustering_under_ddp_gives_every_rank_the_one_process_assignment(tmp_path, counts_given):
+    ranks = spawn(ddp_reclustering, tmp_path, counts_given)
+    for result in ranks:
+        ddp, one = result["ddp"], result["one_process"]
+        assert len(ddp["history"]) == len(one["history"]) == 2
+        assert any(record["change_rate"] > 0 for record in one["history"])  # words did move
+        assert torch.equal(ddp["assignment"], one["assignment"])
+        assert torch.equal(ddp["counts"], one["counts"])
+        assert ddp["tokens_seen"] == one["tokens_seen"]
+        torch.testing.assert_close(ddp["q"], one["q"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ddp["word_vectors"], one["word_vectors"], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(ddp["sums"], one["sums"], rtol=1e-5, atol=1e-6)
+        assert [r["change_rate"] for r in ddp["history"]] == [r["change_rate"] for r in one["history"]]
+    assert torch.equal(ranks[0]["ddp"]["assignment"], ranks[1]["ddp"]["assignment"])
+    assert torch.equal(ranks[0]["ddp"]["q"], ranks[1]["ddp"]["q"])
+
+
+# -- configurations that cannot work are refused at set-up ---------------------------------------
+def test_data_parallel_replicas_are_refused():
+    """nn.DataParallel on several devices replicates the head; a replica's weight gradient would be lost."""
+    head = TwoLevelSoftmax(4, 30)
+    with pytest.raises(RuntimeError, match="DataParallel"):
+        head._replicate_for_data_parallel()  # what nn.DataParallel calls on every module it replicates
+    # on one device DataParallel runs the module itself, which works
+    model = torch.nn.DataParallel(head, device_ids=[]) if not torch.cuda.is_available() else None
+    if model is not None:
+        assert torch.isfinite(model(torch.randn(3, 4), torch.tensor([0, 1, 2])).loss)
+
+
+def test_a_weight_flattened_into_a_larger_buffer_is_refused():
+    """FSDP (flat parameters) and ZeRO-3 make each weight a view into one flat buffer."""
+    head = SelfOrganizedSoftmax(4, 30, update_every=0)
+    flat = torch.zeros(2 * 30 * 4)
+    head.weight.data = flat[: 30 * 4].view(30, 4)
+    with pytest.raises(RuntimeError, match="flat buffer.*FSDP"):
+        head(torch.randn(3, 4), torch.tensor([0, 1, 2]))
+    head.eval()
+    with torch.no_grad():  # evaluation reads the rows and writes no gradient: allowed
+        assert torch.isfinite(head(torch.randn(3, 4), torch.tensor([0, 1, 2])).loss)
+
+# ZeroRedundancyOptimizer (its state for the weight lives on one rank) is refused by attach:
+# checked in test_ddp_gradients_of_every_head_equal_one_process_on_the_union_batch
