@@ -17,8 +17,11 @@ DDP_VARIANTS = [
 ]
 
 
-def test_a_write_into_the_gradient_buffer_by_someone_else_is_not_trusted():
+def test_a_write_into_the_gradient_buffer_by_someone_else_is_not_trusted(monkeypatch):
     """DDP copies all ranks' mean gradient into ``weight.grad``; the next step must not keep stale blocks."""
+    import sohsm.heads.two_level as two_level
+
+    monkeypatch.setattr(two_level, "_distributed", lambda: True)  # as when a process group is up
     head = TwoLevelSoftmax(4, 30, n_clusters=6)
     fresh = TwoLevelSoftmax(4, 30, n_clusters=6)
     fresh.load_state_dict(head.state_dict())
@@ -29,6 +32,25 @@ def test_a_write_into_the_gradient_buffer_by_someone_else_is_not_trusted():
     head(hidden, target).loss.backward()
     fresh(hidden, target).loss.backward()
     assert torch.equal(head.weight.grad, fresh.weight.grad)
+
+
+def test_clipping_in_one_process_keeps_the_gradient_exact_without_a_full_zeroing():
+    """Clipping scales ``.grad`` in place (a version bump); zero blocks stay zero, so the record still holds."""
+    head = TwoLevelSoftmax(4, 30, n_clusters=6)
+    fresh = TwoLevelSoftmax(4, 30, n_clusters=6)
+    fresh.load_state_dict(head.state_dict())
+    for step, target in enumerate(([0, 1, 2], [5, 6, 7], [0, 9, 20])):
+        hidden, target = torch.randn(3, 4), torch.tensor(target)
+        head.zero_grad(set_to_none=True)
+        fresh.zero_grad(set_to_none=True)
+        fresh._grad = type(fresh._grad)()  # a new buffer every step: the plain reference
+        head(hidden, target).loss.backward()
+        fresh(hidden, target).loss.backward()
+        assert torch.equal(head.weight.grad, fresh.weight.grad), step
+        if step:
+            assert head._grad.known()  # the record survived the scaling below
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1e-3)
+        torch.nn.utils.clip_grad_norm_(fresh.parameters(), 1e-3)
 
 
 def test_ddp_gradients_of_every_head_equal_one_process_on_the_union_batch(tmp_path):

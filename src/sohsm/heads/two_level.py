@@ -70,6 +70,11 @@ class _Layout:
         self.position_of_word = self.slot_of_word - offsets[assignment]
 
 
+def _distributed() -> bool:
+    """Whether a process group is up (DDP, or anything else that may write into ``.grad``)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
 class _GradientBuffer:
     """A weight-sized gradient buffer that lives across steps.
 
@@ -79,11 +84,12 @@ class _GradientBuffer:
     weight's ``.grad``. Blocks written by an earlier step and absent now are
     zeroed; everything else is known to be zero already.
 
-    Anyone else may write into the buffer while it is ``.grad`` (DDP's all-reduce
-    copies the mean gradient of *all* ranks' clusters into it; clipping scales it).
-    The tensor's version counter tells: after a write the head did not make, the
-    next step zeroes the whole buffer (one ``memset``, still far cheaper than a
-    fresh allocation) instead of trusting its record of the written blocks.
+    Under ``torch.distributed`` anyone may write into the buffer while it is
+    ``.grad`` (DDP's all-reduce copies the mean gradient of *all* ranks' clusters
+    into it). The tensor's version counter tells: after a write the head did not
+    make, the next step zeroes the whole buffer (one ``memset``, still far cheaper
+    than a fresh allocation) instead of trusting its record of the written blocks.
+    In one process only scalings and zeroing happen (see :meth:`known`).
     """
 
     def __init__(self) -> None:
@@ -95,8 +101,17 @@ class _GradientBuffer:
         self.dirty = None
 
     def known(self) -> bool:
-        """Whether :attr:`dirty` holds: no one but the head has written into the buffer since."""
-        return self.dirty is not None and self.tensor is not None and self.tensor._version == self.version
+        """Whether :attr:`dirty` holds: no one but the head has written into the buffer since.
+
+        In one process the only writes into ``.grad`` between steps are scalings and
+        zeroing (gradient clipping, ``zero_grad``), which keep a zero block zero, so
+        the record holds whatever the version counter says; clipping bumps it every
+        step, and a full ``memset`` then would cost a pass over ``N x d`` floats.
+        Under ``torch.distributed`` a write may fill any block, so the counter decides.
+        """
+        if self.dirty is None or self.tensor is None:
+            return False
+        return self.tensor._version == self.version or not _distributed()
 
     def fresh(self, weight: Tensor, layout: _Layout, present: list[int]) -> Tensor:
         """The buffer, zero outside the blocks of ``present`` (which the caller overwrites)."""
