@@ -145,3 +145,4 @@ def task_of_dict(data: Mapping[str, Any]) -> type[Task]:
 def _import_tasks() -> None:
     """Import the modules that register the tasks (here, not at the top: they import this module)."""
     import sohsm.train.lm_task  # noqa: F401
+    import sohsm.train.s2s_task  # noqa: F401
