@@ -68,8 +68,11 @@ class Pairs:
         return Pairs(sources, targets, self.files)
 
 
-def read_lines(path: str | os.PathLike[str], unk_alias: str | None = None) -> list[list[str]]:
+def read_lines(path: str | os.PathLike[str], unk_alias: str | None = None,
+               allow_empty: bool = False) -> list[list[str]]:
     """The words of each line of a utf-8 file; ``unk_alias`` (the test set's ``UNK``) is read as ``<unk>``.
+
+    ``allow_empty``: an empty line is an empty sentence (a decoder's empty headline), not an error.
 
     Raises:
         DataError: the file is missing or not utf-8, is empty, or has an empty line (naming it).
@@ -93,7 +96,7 @@ def read_lines(path: str | os.PathLike[str], unk_alias: str | None = None) -> li
     out = []
     for number, row in enumerate(rows, 1):
         words = row.split()
-        if not words:
+        if not words and not allow_empty:
             raise DataError(f"{path}: line {number:,} is empty (every line must hold a sentence)")
         out.append([UNK if w == unk_alias else w for w in words] if unk_alias else words)
     return out
