@@ -77,6 +77,7 @@ def test_beam_of_one_is_greedy(head_name, allow_eos):
 
 
 @pytest.mark.parametrize("head_name", ["full", "self_organized"])
+@torch.no_grad()
 def test_a_beam_score_is_the_sum_of_its_token_log_probs(head_name):
     """Teacher-forcing each hypothesis (and </s> when it ended) gives back its beam score."""
     vocab, model, head = _setup(head_name, seed=4)
