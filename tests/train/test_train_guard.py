@@ -15,7 +15,7 @@ from sohsm.train.checkpoint import remove_orphans, save_checkpoint, write_atomic
 from sohsm.train import guard
 from sohsm.train.guard import DivergenceError, StopSignals, check_finite_parameters, check_step, gradient_norm
 from sohsm.train.lock import RunLock
-from sohsm.train.loop import _vocabulary_difference
+from sohsm.train.lm_task import vocabulary_difference as _vocabulary_difference
 from sohsm.train.preflight import check_memory, estimate_bytes, format_bytes
 
 

@@ -2,7 +2,7 @@
 
 A run directory holds::
 
-    config.json     the TrainConfig (written once, at the start)
+    config.json     the run config (written once, at the start; ``task`` names a summariser's)
     .lock           held by the trainer writing the run (:mod:`sohsm.train.lock`)
     vocab.json      the vocabulary (also inside every checkpoint)
     metrics.jsonl   one JSON record per line: kind = train / eval / recluster
@@ -13,7 +13,7 @@ A checkpoint is a plain dict (``torch.load(..., weights_only=True)`` reads it)::
 
     format, model, head, optimizer       (state_dicts)
     config, vocab                        (dicts)
-    rng: {torch, cuda}                   position: {epoch, row, state}
+    rng: {torch, cuda}                   position: {epoch, ...the task's: row and state for a language model}
     step, tokens, elapsed_s, best_ppl, log (the open train-record interval)
     signature: {head, clusters, K, vocab_size, corpus, seed, version}
 """
@@ -30,6 +30,9 @@ from typing import Any
 import torch
 
 CHECKPOINT_FORMAT = "sohsm.lm-checkpoint/1"
+#: the checkpoint format of a summariser (``sohsm s2s train``)
+S2S_CHECKPOINT_FORMAT = "sohsm.s2s-checkpoint/1"
+_FORMAT_NAMES = {CHECKPOINT_FORMAT: "language-model", S2S_CHECKPOINT_FORMAT: "summariser"}
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
 METRICS_FILE = "metrics.jsonl"
@@ -102,11 +105,15 @@ def save_checkpoint(path: str | os.PathLike[str], checkpoint: dict[str, Any]) ->
     write_atomic(path, lambda handle: torch.save(checkpoint, handle))
 
 
-def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu",
+                    formats: tuple[str, ...] = (CHECKPOINT_FORMAT,)) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint` (tensors and plain containers only).
 
+    Args:
+        formats: the ``format`` values accepted (default: a language model's).
+
     Raises:
-        ValueError: the file is missing, unreadable or not a sohsm checkpoint.
+        ValueError: the file is missing, unreadable or not a sohsm checkpoint of one of ``formats``.
     """
     path = Path(path)
     if not path.is_file():
@@ -115,8 +122,10 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # torch raises many types for a damaged file
         raise ValueError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
-    if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: not a sohsm language-model checkpoint")
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") not in formats:
+        kind = _FORMAT_NAMES.get(formats[0], formats[0]) if len(formats) == 1 else "sohsm"
+        found = _FORMAT_NAMES.get(checkpoint.get("format")) if isinstance(checkpoint, dict) else None
+        raise ValueError(f"{path}: not a sohsm {kind} checkpoint" + (f" (it is a {found} checkpoint)" if found else ""))
     return checkpoint
 
 

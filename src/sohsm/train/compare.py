@@ -31,7 +31,9 @@ from sohsm.data.loading import load_corpus
 from sohsm.train.builders import build_model_and_head, resolve_device
 from sohsm.train.checkpoint import CONFIG_FILE, LAST, write_json
 from sohsm.train.config import TrainConfig, config_differences
-from sohsm.train.loop import TrainResult, _check_writable, _holds_run, _normalise_corpus, _read_config
+from sohsm.train.lm_task import normalise_corpus
+from sohsm.train.loop import TrainResult
+from sohsm.train.rundir import check_writable, holds_run, read_config
 from sohsm.train.loop import resume_training, train
 
 #: the file of a comparison's folder that lists its runs and the command that trained them
@@ -131,19 +133,19 @@ def _check_same_settings(runs: Sequence[PlannedRun]) -> None:
 
 def _normalised(run: PlannedRun) -> PlannedRun:
     config = TrainConfig.from_dict(run.config.to_dict())
-    config.data.corpus = _normalise_corpus(config.data.corpus)
+    config.data.corpus = normalise_corpus(config.data.corpus)
     return PlannedRun(run.name, config)
 
 
 def _plan(path: Path, run: PlannedRun) -> RunPlan:
     run.config.validate()
-    if not _holds_run(path):
-        _check_writable(path)
+    if not holds_run(path):
+        check_writable(path)
         return RunPlan(run, path, "new")
     if not (path / CONFIG_FILE).is_file() or not (path / LAST).is_file():
         raise ValueError(f"{path} holds a run without a checkpoint ({LAST}) yet: it is still starting, or it "
                          "stopped before its first checkpoint; delete it to train it again")
-    differences = config_differences(_read_config(path / CONFIG_FILE), run.config.flat())
+    differences = config_differences(read_config(path / CONFIG_FILE)[1], run.config.flat())
     if differences:
         raise ValueError(f"{path} holds a run with other settings than this comparison: " + "; ".join(differences))
     progress = _read_progress(path / LAST)

@@ -106,44 +106,16 @@ class OptimConfig:
         return DEFAULT_LR[self.optimizer] if self.lr is None else self.lr
 
 
-@dataclass
-class TrainConfig:
-    """A whole training run: the sections above plus the loop's settings.
+class RunConfig:
+    """What every run config shares: dicts, dotted paths, strict parsing (the loop's settings are fields of each).
 
-    Example::
-
-        >>> config = TrainConfig(data=DataConfig(corpus="ptb"), head=HeadConfig(name="full"))
-        >>> config = apply_overrides(config, {"optim.lr": 0.2, "max_tokens": 100_000})
-        >>> TrainConfig.from_dict(config.to_dict()) == config
-        True
+    A subclass is a dataclass of sections and settings with a ``validate()`` method;
+    the training loop reads ``epochs``, ``max_tokens``, ``time_budget``, ``eval_every``,
+    ``checkpoint_every``, ``log_every``, ``seed``, ``device``, ``head`` and ``optim.clip``.
     """
 
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    head: HeadConfig = field(default_factory=HeadConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    #: the paper truncates back-propagation after 20 steps
-    bptt: int = 20
-    #: the paper's batch size
-    batch_size: int = 128
-    #: dev evaluation columns: the LSTM state restarts per column, 32 keeps the restarts rare and the batch wide
-    eval_batch_size: int = 32
-    #: the paper trains 5 epochs
-    epochs: int = 5
-    #: stop after this many training tokens (all sessions together); ``None``: no limit
-    max_tokens: int | None = None
-    #: stop after this many seconds of training (all sessions, evaluation excluded); ``None``: no limit
-    time_budget: float | None = None
-    #: evaluate on dev every this many steps (and at each epoch's end); 1000 = K gives a point per re-clustering
-    eval_every: int = 1000
-    #: save ``last.pt`` every this many steps (and at the end); 0: only at the end
-    checkpoint_every: int = 1000
-    #: write a train record (mean loss, tokens/s) every this many steps; each is a device sync
-    log_every: int = 100
-    #: seeds the model's initialisation, dropout and the heads' random clusters
-    seed: int = 1
-    #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
-    device: str = "cpu"
+    #: fields that may differ between a run and its resumption
+    resumable_fields: typing.ClassVar[frozenset[str]] = frozenset()
 
     # -- dicts -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -151,7 +123,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
         """Build from a nested dict; missing keys take their defaults.
 
         Raises:
@@ -179,6 +151,51 @@ class TrainConfig:
             else:
                 out[f.name] = value
         return out
+
+    def validate(self) -> None:  # pragma: no cover - every subclass has its own
+        raise NotImplementedError
+
+
+@dataclass
+class TrainConfig(RunConfig):
+    """A whole training run: the sections above plus the loop's settings.
+
+    Example::
+
+        >>> config = TrainConfig(data=DataConfig(corpus="ptb"), head=HeadConfig(name="full"))
+        >>> config = apply_overrides(config, {"optim.lr": 0.2, "max_tokens": 100_000})
+        >>> TrainConfig.from_dict(config.to_dict()) == config
+        True
+    """
+
+    resumable_fields: typing.ClassVar[frozenset[str]] = RESUMABLE_FIELDS
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    #: the paper truncates back-propagation after 20 steps
+    bptt: int = 20
+    #: the paper's batch size
+    batch_size: int = 128
+    #: dev evaluation columns: the LSTM state restarts per column, 32 keeps the restarts rare and the batch wide
+    eval_batch_size: int = 32
+    #: the paper trains 5 epochs
+    epochs: int = 5
+    #: stop after this many training tokens (all sessions together); ``None``: no limit
+    max_tokens: int | None = None
+    #: stop after this many seconds of training (all sessions, evaluation excluded); ``None``: no limit
+    time_budget: float | None = None
+    #: evaluate on dev every this many steps (and at each epoch's end); 1000 = K gives a point per re-clustering
+    eval_every: int = 1000
+    #: save ``last.pt`` every this many steps (and at the end); 0: only at the end
+    checkpoint_every: int = 1000
+    #: write a train record (mean loss, tokens/s) every this many steps; each is a device sync
+    log_every: int = 100
+    #: seeds the model's initialisation, dropout and the heads' random clusters
+    seed: int = 1
+    #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+    device: str = "cpu"
 
     # -- checks ----------------------------------------------------------------------
     def validate(self) -> None:
@@ -229,7 +246,7 @@ class TrainConfig:
             ) from None
 
 
-def apply_overrides(config: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
+def apply_overrides(config: RunConfig, overrides: Mapping[str, Any]) -> Any:
     """A copy of ``config`` with dotted-path overrides (``{"optim.lr": 0.2, "epochs": 1}``).
 
     Raises:
@@ -242,14 +259,14 @@ def apply_overrides(config: TrainConfig, overrides: Mapping[str, Any]) -> TrainC
             raise ValueError(f"unknown config field {path!r}; known fields: {', '.join(sorted(valid))}")
         section, _, leaf = path.rpartition(".")
         (data[section] if section else data)[leaf] = value
-    return TrainConfig.from_dict(data)
+    return type(config).from_dict(data)
 
 
-def config_differences(saved: TrainConfig, requested: Mapping[str, Any]) -> list[str]:
+def config_differences(saved: RunConfig, requested: Mapping[str, Any]) -> list[str]:
     """The fields of ``requested`` (dotted paths) that differ from ``saved`` and may not change on resume."""
     out = []
     for path, value in requested.items():
-        if path in RESUMABLE_FIELDS:
+        if path in saved.resumable_fields:
             continue
         old = saved.get(path)
         if path == "optim.lr":  # compare the rates in effect: unset means the optimizer's default

@@ -11,7 +11,7 @@ from sohsm.clustering import bootstrap_tree
 from sohsm.data.batching import batchify, bptt_batches
 from sohsm.data.loading import load_corpus
 from sohsm.models.lstm_lm import LSTMLanguageModel
-from sohsm.train.loop import check_vocabulary
+from sohsm.train.lm_task import check_vocabulary
 from sohsm.train.run import LoadedRun, load_run
 
 

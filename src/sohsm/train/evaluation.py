@@ -1,4 +1,4 @@
-"""Perplexity, cluster perplexity and in-cluster perplexity of a model and head on a token stream.
+"""Perplexity, cluster perplexity and in-cluster perplexity of a model and head on dev data.
 
     ppl            = exp( -(1/M) sum_t log P(w_t | w_<t) )
     ppl_cluster    = exp( -(1/M) sum_t log P(C(w_t) | w_<t) )          (paper Eq. 5)
@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from sohsm.data.batching import batchify, bptt_batches
 from sohsm.heads.base import Head
 from sohsm.models.lstm_lm import LSTMLanguageModel
+
+
+class Evaluable(Protocol):
+    """Anything whose dev data a model can turn into hidden states and targets (every task can)."""
+
+    def eval_hidden_states(self, model: nn.Module) -> Iterator[tuple[Tensor, Tensor]]: ...
 
 
 @dataclass(frozen=True)
@@ -53,20 +61,23 @@ def _exp(x: float) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: LSTMLanguageModel, head: Head, ids: Tensor, batch_size: int = 32, bptt: int = 20) -> EvalResult:
-    """Score every token of ``ids`` (after the first of each column) with ``model`` and ``head``.
+def evaluate(model: nn.Module, head: Head, data: Tensor | Evaluable, batch_size: int = 32,
+             bptt: int = 20) -> EvalResult:
+    """Score every target of ``data`` with ``model`` and ``head``.
 
-    The stream is laid out in ``batch_size`` columns (:func:`sohsm.data.batchify`;
-    at most ``batch_size - 1`` trailing tokens are dropped) and read in windows of
-    ``bptt`` rows with the LSTM state carried across windows. Losses are summed
-    on the device and read once at the end.
+    ``data`` is either a 1-D token stream, laid out in ``batch_size`` columns
+    (:func:`sohsm.data.batchify`; at most ``batch_size - 1`` trailing tokens are
+    dropped) and read in windows of ``bptt`` rows with the LSTM state carried
+    across windows, or any task (:class:`~sohsm.train.task.Task`), whose
+    ``eval_hidden_states(model)`` gives the hidden states and targets of its dev
+    data. Losses are summed on the device and read once at the end.
 
     Args:
         model: makes the hidden states.
         head: scores them.
-        ids: 1-D token ids (a corpus split).
-        batch_size: columns.
-        bptt: rows per window (does not change the result, only memory and speed).
+        data: 1-D token ids (a corpus split), or a task.
+        batch_size: columns of a token stream.
+        bptt: rows per window of a token stream (does not change the result, only memory and speed).
 
     Returns:
         :class:`EvalResult`.
@@ -75,22 +86,18 @@ def evaluate(model: LSTMLanguageModel, head: Head, ids: Tensor, batch_size: int 
         ValueError: ``ids`` is too short for ``batch_size`` columns of two tokens.
     """
     device = next(model.parameters()).device
-    if ids.dim() != 1 or ids.numel() < 2 * batch_size:
-        raise ValueError(f"cannot evaluate {ids.numel()} tokens in {batch_size} columns: "
-                         "need at least two tokens per column")
-    data = batchify(ids, batch_size, device)  # [T, B]
     was_training = model.training, head.training
     model.eval()
     head.eval()
     start = time.perf_counter()
     try:
+        batches = (stream_hidden_states(model, data, batch_size, bptt) if isinstance(data, Tensor)
+                   else data.eval_hidden_states(model))
         total = torch.zeros(3, dtype=torch.float64, device=device)  # sum log P, sum cluster, sum in-cluster
         has_parts = True
         tokens = 0
-        state = None
-        for inputs, targets in bptt_batches(data, bptt):
-            hidden, state = model(inputs, state)  # [t, B, d]
-            hidden = hidden.reshape(-1, hidden.size(-1))  # [t*B, d]
+        for hidden, targets in batches:
+            hidden = hidden.reshape(-1, hidden.size(-1))  # [M, d]
             targets = targets.reshape(-1)
             parts = head.score_parts(hidden, targets) if has_parts else None
             if parts is None:
@@ -107,6 +114,8 @@ def evaluate(model: LSTMLanguageModel, head: Head, ids: Tensor, batch_size: int 
     finally:
         model.train(was_training[0])
         head.train(was_training[1])
+    if tokens == 0:
+        raise ValueError("the evaluation data has no targets")
     seconds = time.perf_counter() - start
     nll = -sums[0] / tokens
     return EvalResult(
@@ -118,3 +127,25 @@ def evaluate(model: LSTMLanguageModel, head: Head, ids: Tensor, batch_size: int 
         seconds=seconds,
         tokens_per_s=tokens / seconds if seconds > 0 else float("inf"),
     )
+
+
+def stream_hidden_states(model: LSTMLanguageModel, ids: Tensor, batch_size: int,
+                         bptt: int) -> Iterator[tuple[Tensor, Tensor]]:
+    """``(hidden [t*B, d], targets [t*B])`` of a token stream in ``batch_size`` columns, state carried.
+
+    Raises:
+        ValueError: ``ids`` is too short for ``batch_size`` columns of two tokens.
+    """
+    device = next(model.parameters()).device
+    if ids.dim() != 1 or ids.numel() < 2 * batch_size:
+        raise ValueError(f"cannot evaluate {ids.numel()} tokens in {batch_size} columns: "
+                         "need at least two tokens per column")
+    data = batchify(ids, batch_size, device)  # [T, B]
+
+    def windows() -> Iterator[tuple[Tensor, Tensor]]:
+        state = None
+        for inputs, targets in bptt_batches(data, bptt):
+            hidden, state = model(inputs, state)  # [t, B, d]
+            yield hidden.reshape(-1, hidden.size(-1)), targets.reshape(-1)  # [t*B, d], [t*B]
+
+    return windows()

@@ -1,12 +1,13 @@
-"""The training loop of a language model: truncated BPTT, budgets, dev evaluation, checkpoints, resume.
+"""The training loop of every task: budgets, dev evaluation, checkpoints, resume, signals.
 
-One step reads a window of ``bptt`` rows of the ``[T, B]`` training layout
-(:func:`sohsm.data.batchify`), carrying the LSTM state (detached) from the
-previous window of the same epoch::
+The loop knows no model: a task (:mod:`sohsm.train.task`; the language model's
+is :class:`~sohsm.train.lm_task.LMTask`, the summariser's
+:class:`~sohsm.train.s2s_task.S2STask`) cuts its data into batches and has the
+model turn a batch into hidden states and targets; the head scores them::
 
-    rows 0 .. T-1 of B columns        step k reads rows [row, row + bptt) and predicts the next row
-    |w0 w1 ...| |...| ... |...|       after the window: row += bptt; at row T-1 the epoch ends,
-     window 0   win 1      last        the state is reset and row goes back to 0
+    for batch in task.batches(epoch, cursor):
+        hidden, targets = task.hidden_states(model, batch)
+        loss = head(hidden, targets).loss      # backward, clip, check, optimizer step
 
 A run stops when ``epochs`` are done, ``max_tokens`` training tokens have been
 read or ``time_budget`` seconds of training have passed (all sessions together;
@@ -18,14 +19,13 @@ seed the losses are those of an uninterrupted run. A non-finite loss, gradient
 or parameter stops the run with :class:`~sohsm.train.guard.DivergenceError` and
 leaves the checkpoints as they were (:mod:`sohsm.train.guard`).
 
-Before anything is written, the settings are checked against the corpus and the
-device (:mod:`sohsm.train.preflight`); while a session trains it holds the run
+Before anything is written, the settings are checked against the data and the
+device (:meth:`~sohsm.train.task.Task.check_fits`); while a session trains it holds the run
 directory's lock (:mod:`sohsm.train.lock`). Files of a run directory:
 :mod:`sohsm.train.checkpoint`; records: :mod:`sohsm.train.metrics`.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -34,25 +34,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from torch import Tensor
-from tqdm import tqdm
+from torch import Tensor, nn
 
-from sohsm.data.batching import batchify, bptt_batches
-from sohsm.data.corpora import CORPORA
-from sohsm.data.loading import Corpus, load_corpus
-from sohsm.data.vocab import Vocabulary
 from sohsm.heads import Head
-from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
-from sohsm.train.builders import (
-    build_model_and_head,
-    build_optimizer,
-    resolve_device,
-    run_signature,
-    unique_parameters,
-)
+from sohsm.train.builders import build_optimizer, resolve_device, run_signature, unique_parameters
 from sohsm.train.checkpoint import (
     BEST,
-    CHECKPOINT_FORMAT,
     CONFIG_FILE,
     LAST,
     METRICS_FILE,
@@ -63,7 +50,7 @@ from sohsm.train.checkpoint import (
     save_checkpoint,
     write_json,
 )
-from sohsm.train.config import RESUMABLE_FIELDS, TrainConfig, apply_overrides, config_differences
+from sohsm.train.config import RunConfig, apply_overrides, config_differences
 from sohsm.train.evaluation import EvalResult, evaluate
 from sohsm.train.guard import (
     StopSignals,
@@ -75,9 +62,14 @@ from sohsm.train.guard import (
     write_line,
 )
 from sohsm.train.lock import RunLock
-from sohsm.train.metrics import MetricsLog, read_metrics
-from sohsm.train.preflight import check_run_fits
+from sohsm.train.metrics import MetricsLog
 from sohsm.train.progress import progress_bar
+from sohsm.train.rundir import check_writable, holds_run, read_config, rng_state, set_rng_state
+from sohsm.train.task import Task, task_of
+
+# the language model's names, where code written against earlier versions finds them
+from sohsm.models.lstm_lm import LSTMLanguageModel  # noqa: E402,F401
+from sohsm.train.lm_task import check_vocabulary  # noqa: E402,F401
 
 #: why a training session ended
 STOP_REASONS = ("done", "max_tokens", "time_budget", "interrupted")
@@ -120,8 +112,7 @@ class _Progress:
     tokens: int = 0
     elapsed_s: float = 0.0
     epoch: int = 0
-    row: int = 0
-    state: tuple[Tensor, Tensor] | None = None
+    cursor: int = 0  # where the epoch stands, in the task's units (a BPTT row, a batch)
     best_ppl: float | None = None
     # the open train-record interval: summed loss (nats x tokens), tokens, steps, clock at its start
     log_sum: float = 0.0
@@ -151,14 +142,16 @@ class _Clock:
 
 
 # -- public entry points ---------------------------------------------------------------------
-def train(config: TrainConfig, run_dir: str | os.PathLike[str], *, progress: bool = True) -> TrainResult:
+def train(config: RunConfig, run_dir: str | os.PathLike[str], *, progress: bool = True) -> TrainResult:
     """Train a new run in ``run_dir`` (created if needed) until a budget is spent.
 
-    Every check that can run before training does (settings, corpus, batch sizes
-    against the splits, memory) before ``run_dir`` is created, so a refused run
-    leaves nothing behind. A directory left by a run stopped before its first
-    step (``config.json``, ``vocab.json``, no records, no checkpoint) counts as
-    empty. A relative corpus path, data or cache directory is stored absolute.
+    The task that trains it follows from the config's class (a
+    :class:`~sohsm.train.TrainConfig` trains a language model). Every check that
+    can run before training does (settings, data, batch sizes against the
+    splits, memory) before ``run_dir`` is created, so a refused run leaves
+    nothing behind. A directory left by a run stopped before its first step
+    (``config.json``, ``vocab.json``, no records, no checkpoint) counts as empty.
+    Relative data locations are stored absolute.
 
     Args:
         config: the run's configuration (validated again here).
@@ -170,32 +163,32 @@ def train(config: TrainConfig, run_dir: str | os.PathLike[str], *, progress: boo
 
     Raises:
         ValueError: ``run_dir`` already holds a run, is in use or cannot be written,
-            bad config values, settings that do not fit the corpus or the device,
+            bad config values, settings that do not fit the data or the device,
             or the head does not take its options.
         sohsm.train.guard.DivergenceError: the loss, a gradient or a parameter became non-finite.
-        sohsm.data.DataError: the corpus is unknown, missing or corrupt.
+        sohsm.data.DataError: the data is unknown, missing or corrupt.
     """
     config.validate()
+    task_class = task_of(config)
     run_dir = Path(run_dir)
-    if _holds_run(run_dir):
+    if holds_run(run_dir):
         raise ValueError(f"{run_dir} already holds a training run; resume it or choose another directory")
-    _check_writable(run_dir)
-    d = config.data
-    config = apply_overrides(config, _absolute_locations(
-        {"data.corpus": d.corpus, "data.data_dir": d.data_dir, "data.cache_dir": d.cache_dir}))
-    return _start(config, run_dir, progress, restart=False)
+    check_writable(run_dir)
+    locations = {key: value for key, value in config.flat().items() if key.startswith("data.")}
+    config = apply_overrides(config, task_class.absolute_locations(locations))
+    return _start(task_class, config, run_dir, progress, restart=False)
 
 
-def _start(config: TrainConfig, run_dir: Path, progress: bool, restart: bool) -> TrainResult:
+def _start(task_class: type[Task], config: RunConfig, run_dir: Path, progress: bool, restart: bool) -> TrainResult:
     """Load and check everything, then create ``run_dir`` and train from step 0 under its lock.
 
     ``restart``: ``run_dir`` holds a run stopped before its first checkpoint, whose
     records (if any) are dropped.
     """
     device = resolve_device(config.device)
-    corpus = _load(config)
-    check_run_fits(config, corpus, device)
-    model, head = build_model_and_head(config, corpus.vocab, device)
+    task = task_class.load(config, device)
+    task.check_fits(device)
+    model, head = task.build(device)
     optimizer = build_optimizer(config, model, head)
     head.attach(optimizer)
     try:
@@ -203,16 +196,16 @@ def _start(config: TrainConfig, run_dir: Path, progress: bool, restart: bool) ->
     except OSError as error:
         raise ValueError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
     with RunLock(run_dir):
-        if (run_dir / LAST).exists() or (not restart and _holds_run(run_dir)):  # another trainer was quicker
+        if (run_dir / LAST).exists() or (not restart and holds_run(run_dir)):  # another trainer was quicker
             raise ValueError(f"{run_dir} already holds a training run; resume it or choose another directory")
         remove_orphans(run_dir)
         try:
             (run_dir / METRICS_FILE).unlink(missing_ok=True)  # records of a session that left no checkpoint
             write_json(run_dir / CONFIG_FILE, config.to_dict())
-            corpus.vocab.save(run_dir / VOCAB_FILE)
+            task.vocab.save(run_dir / VOCAB_FILE)
         except OSError as error:
             raise ValueError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
-        return _run(config, run_dir, corpus, model, head, optimizer, _Progress(), device, progress, resumed=False)
+        return _run(config, run_dir, task, model, head, optimizer, _Progress(), device, progress, resumed=False)
 
 
 def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None, *,
@@ -226,202 +219,84 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
     Args:
         run_dir: a run directory written by :func:`train`.
         overrides: dotted config fields (``{"max_tokens": 2_000_000}``). Budgets,
-            logging intervals, the device and data locations
-            (:data:`~sohsm.train.config.RESUMABLE_FIELDS`) may change; any other
-            field must equal the run's.
+            logging intervals, the device and data locations (the config's
+            ``resumable_fields``) may change; any other field must equal the run's.
         progress: as in :func:`train`.
 
     Raises:
         ValueError: no run in ``run_dir``, or another trainer holds it; an override
-            that changes the run; a damaged checkpoint; the corpus's vocabulary or
+            that changes the run; a damaged checkpoint; data whose vocabulary or
             files differ from the checkpoint's.
         sohsm.train.guard.DivergenceError: as in :func:`train`.
     """
     run_dir = Path(run_dir)
-    overrides = _absolute_locations(dict(overrides or {}))
     if not (run_dir / CONFIG_FILE).is_file():
         raise ValueError(f"{run_dir} holds no training run to resume (no {CONFIG_FILE})")
-    saved = _read_config(run_dir / CONFIG_FILE)
+    task_class, saved = read_config(run_dir / CONFIG_FILE)
+    overrides = task_class.absolute_locations(dict(overrides or {}))
     differences = config_differences(saved, overrides)
     if differences:
         raise ValueError(f"cannot resume {run_dir} with other settings: " + "; ".join(differences))
-    config = apply_overrides(saved, {k: v for k, v in overrides.items() if k in RESUMABLE_FIELDS})
-    _check_writable(run_dir)
+    config = apply_overrides(saved, {k: v for k, v in overrides.items() if k in saved.resumable_fields})
+    check_writable(run_dir)
     if not (run_dir / LAST).is_file():
-        return _start(config, run_dir, progress, restart=True)
+        return _start(task_class, config, run_dir, progress, restart=True)
     with RunLock(run_dir):
         remove_orphans(run_dir)
-        return _resume(config, saved, run_dir, progress)
+        return _resume(task_class, config, saved, run_dir, progress)
 
 
-def _resume(config: TrainConfig, saved: TrainConfig, run_dir: Path, progress: bool) -> TrainResult:
+def _resume(task_class: type[Task], config: RunConfig, saved: RunConfig, run_dir: Path,
+            progress: bool) -> TrainResult:
     """Rebuild the run from ``last.pt`` and train on (the caller holds the lock)."""
     device = resolve_device(config.device)
     path = run_dir / LAST
-    checkpoint = load_checkpoint(path, map_location=device)
+    checkpoint = load_checkpoint(path, map_location=device, formats=(task_class.checkpoint_format,))
     with reading_checkpoint(path, values=True):
-        trained_head, trained_on = checkpoint["signature"]["head"], checkpoint["signature"]["corpus"]
-        trained_vocab = Vocabulary.from_dict(checkpoint["vocab"])
+        trained_head = checkpoint["signature"]["head"]
     if trained_head != config.head.name:
         raise ValueError(f"{path} holds a {trained_head!r} head but the run config names {config.head.name!r}")
-    corpus = _load(config)
-    check_vocabulary(corpus, trained_vocab, trained_on, path)
-    check_run_fits(config, corpus, device)
-    model, head = build_model_and_head(config, corpus.vocab, device)
+    task = task_class.load(config, device)
+    task.check_checkpoint(checkpoint, path)
+    task.check_fits(device)
+    model, head = task.build(device)
     optimizer = build_optimizer(config, model, head)
     head.attach(optimizer)
     with reading_checkpoint(path):
         model.load_state_dict(checkpoint["model"])
         head.load_state_dict(checkpoint["head"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        _set_rng_state(checkpoint["rng"], device)
-        progress_state = _progress_of(checkpoint, device)
+        set_rng_state(checkpoint["rng"], device)
+        progress_state = _progress_of(checkpoint)
+        progress_state.cursor = task.restore(checkpoint["position"], device)
     check_loaded_parameters((model, head), path)
     if config.to_dict() != saved.to_dict():
         write_json(run_dir / CONFIG_FILE, config.to_dict())
-    return _run(config, run_dir, corpus, model, head, optimizer, progress_state, device, progress, resumed=True)
+    return _run(config, run_dir, task, model, head, optimizer, progress_state, device, progress, resumed=True)
 
 
-def _progress_of(checkpoint: Mapping[str, Any], device: torch.device) -> _Progress:
-    """Where a checkpoint's run stood: step, tokens, clock, position in the epoch, LSTM state, open log interval."""
+def _progress_of(checkpoint: Mapping[str, Any]) -> _Progress:
+    """Where a checkpoint's run stood: step, tokens, clock, epoch, best dev perplexity, open log interval."""
     position, log = checkpoint["position"], checkpoint["log"]
-    state = position["state"]
     return _Progress(
         step=int(checkpoint["step"]), tokens=int(checkpoint["tokens"]), elapsed_s=float(checkpoint["elapsed_s"]),
-        epoch=int(position["epoch"]), row=int(position["row"]),
-        state=None if state is None else (state[0].to(device), state[1].to(device)),
-        best_ppl=checkpoint["best_ppl"], log_sum=float(log["sum"]), log_tokens=int(log["tokens"]),
-        log_steps=int(log["steps"]), log_start_s=float(log["start_s"]),
+        epoch=int(position["epoch"]), best_ppl=checkpoint["best_ppl"], log_sum=float(log["sum"]),
+        log_tokens=int(log["tokens"]), log_steps=int(log["steps"]), log_start_s=float(log["start_s"]),
     )
 
 
-def check_vocabulary(corpus: Corpus, vocab: Vocabulary, trained_on: str, where: str | os.PathLike[str]) -> None:
-    """Refuse a corpus whose vocabulary or files differ from those a checkpoint was trained on.
-
-    Args:
-        corpus: the corpus as loaded now.
-        vocab: the checkpoint's vocabulary.
-        trained_on: the checkpoint's corpus signature (:attr:`sohsm.data.Corpus.signature`).
-        where: the checkpoint, for the message.
-
-    Raises:
-        ValueError: naming what differs.
-    """
-    if vocab != corpus.vocab:
-        raise ValueError(
-            f"the vocabulary of {where} differs from that of corpus {corpus.name!r} as loaded now "
-            f"({_vocabulary_difference(vocab, corpus.vocab)}); the data or its vocabulary options changed "
-            "since the run started"
-        )
-    if trained_on != corpus.signature:
-        raise ValueError(f"{where} was trained on [{trained_on}] but the corpus is now [{corpus.signature}]")
-
-
-def _vocabulary_difference(saved: Vocabulary, now: Vocabulary) -> str:
-    """What tells two vocabularies apart, for a message: their sizes, the first word, or a count."""
-    if len(saved) != len(now):
-        return f"{len(saved):,} words in the checkpoint, {len(now):,} now"
-    for i, (a, b) in enumerate(zip(saved.itos, now.itos)):
-        if a != b:
-            return f"both have {len(saved):,} words, but word {i:,} is {a!r} in the checkpoint and {b!r} now"
-    for word, a, b in zip(saved.itos, saved.counts.tolist(), now.counts.tolist()):
-        if a != b:
-            return f"the same {len(saved):,} words, but {word!r} was seen {a:,} times then and {b:,} times now"
-    return f"the same {len(saved):,} words and counts, but other special tokens"
-
-
-# -- helpers ------------------------------------------------------------------------------------
-def _holds_run(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds a run that got somewhere: a checkpoint, or records of its steps.
-
-    ``config.json`` and ``vocab.json`` alone are what a run stopped before its first
-    step leaves; such a directory may be trained in again.
-    """
-    if any((run_dir / name).exists() for name in (LAST, BEST)):
-        return True
-    metrics = run_dir / METRICS_FILE
-    try:
-        return metrics.is_file() and bool(read_metrics(metrics))
-    except (OSError, UnicodeDecodeError):
-        return True
-
-
-def _check_writable(run_dir: Path) -> None:
-    """Refuse a directory that cannot be created or written, without creating anything."""
-    path = run_dir.absolute()
-    while not path.exists():
-        if path.parent == path:
-            break
-        path = path.parent
-    if not path.is_dir():
-        raise ValueError(f"cannot write to run directory {run_dir}: {path} is not a directory")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"cannot write to run directory {run_dir}: {path} is not writable")
-
-
-def _absolute_locations(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The overrides with a relative corpus path, data or cache directory made absolute.
-
-    A run found from another working directory (``--resume``, ``eval``) must find them again.
-    """
-    out = dict(overrides)
-    if out.get("data.corpus") is not None:
-        out["data.corpus"] = _normalise_corpus(out["data.corpus"])
-    for key in ("data.data_dir", "data.cache_dir"):
-        if isinstance(out.get(key), str):
-            out[key] = str(Path(out[key]).expanduser().resolve())
-    return out
-
-
-def _normalise_corpus(corpus: str) -> str:
-    """Known names stay names; a path to your own text becomes absolute so a resume from elsewhere finds it."""
-    if corpus in CORPORA:
-        return corpus
-    path = Path(corpus).expanduser()
-    return str(path.resolve()) if path.exists() else corpus
-
-
-def _read_config(path: Path) -> TrainConfig:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{path}: not a readable run config ({error})") from None
-    return TrainConfig.from_dict(data)
-
-
-def _load(config: TrainConfig) -> Corpus:
-    d = config.data
-    return load_corpus(d.corpus, d.data_dir, min_count=d.min_count, max_size=d.max_size, cache_dir=d.cache_dir,
-                       text_mode=d.text_mode)
-
-
-def _rng_state(device: torch.device) -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["torch"].cpu())
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
-
-
-def _checkpoint(config: TrainConfig, model: LSTMLanguageModel, head: Head, optimizer: torch.optim.Optimizer,
-                vocab: Vocabulary, signature: dict[str, Any], p: _Progress, log_sum: Tensor,
-                device: torch.device) -> dict[str, Any]:
+def _checkpoint(config: RunConfig, task: Task, model: nn.Module, head: Head, optimizer: torch.optim.Optimizer,
+                signature: dict[str, Any], p: _Progress, log_sum: Tensor, device: torch.device) -> dict[str, Any]:
     check_finite_parameters((model, head), p.step)  # never save a diverged model over a good checkpoint
     return {
-        "format": CHECKPOINT_FORMAT,
+        "format": task.checkpoint_format,
         "model": model.state_dict(),
         "head": head.state_dict(),
         "optimizer": optimizer.state_dict(),
         "config": config.to_dict(),
-        "vocab": vocab.to_dict(),
-        "rng": _rng_state(device),
-        "position": {"epoch": p.epoch, "row": p.row,
-                     "state": None if p.state is None else [s.detach() for s in p.state]},
+        "vocab": task.vocab.to_dict(),
+        "rng": rng_state(device),
+        "position": {"epoch": p.epoch, **task.position(p.cursor)},
         "step": p.step,
         "tokens": p.tokens,
         "elapsed_s": p.elapsed_s,
@@ -435,17 +310,10 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguageModel, head: Head,
+def _run(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, head: Head,
          optimizer: torch.optim.Optimizer, p: _Progress, device: torch.device, progress: bool,
          resumed: bool) -> TrainResult:
-    vocab = corpus.vocab
-    signature = run_signature(config, head, vocab, corpus.signature)
-    data = batchify(corpus.train, config.batch_size, device)  # [T, B]
-    last_row = data.size(0) - 1  # the last row is only a target
-    if last_row < 1:
-        raise ValueError(f"the training split ({corpus.train.numel()} tokens) is too short for "
-                         f"batch_size={config.batch_size}")
-    tokens_per_epoch = last_row * config.batch_size
+    signature = run_signature(config, head, task.vocab, task.corpus_signature)
     params = unique_parameters(model, head)
     clip = config.optim.clip
     history = getattr(head, "history", None)  # re-assignment records of self-organising heads
@@ -457,13 +325,14 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
     paths = {"run_dir": run_dir, "metrics": run_dir / METRICS_FILE, "last": run_dir / LAST, "best": run_dir / BEST,
              "config": run_dir / CONFIG_FILE}
 
-    planned = config.epochs * tokens_per_epoch
+    planned = config.epochs * task.tokens_per_epoch
     if config.max_tokens is not None:
         planned = min(planned, config.max_tokens)
-    bar = progress_bar(config, corpus, model, head, device, planned, tokens_per_epoch, p.tokens, p.elapsed_s, progress)
+    lines = task.startup_lines(model, head, device, planned, p.tokens) if progress else []
+    bar = progress_bar(lines, planned, p.tokens, p.elapsed_s, config.time_budget, device, progress)
 
     def epoch_float() -> float:
-        return p.epoch + p.row / last_row
+        return p.epoch + p.cursor / task.epoch_length
 
     def base(kind: str) -> dict[str, Any]:
         return {"kind": kind, "step": p.step, "tokens": p.tokens, "elapsed_s": round(clock.now(), 3)}
@@ -496,11 +365,15 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
         p.log_tokens = p.log_steps = 0
         p.log_start_s = clock.now()
 
+    def save(name: str) -> None:
+        save_checkpoint(run_dir / name, _checkpoint(config, task, model, head, optimizer, signature, p, log_sum,
+                                                    device))
+
     def run_eval(log: MetricsLog) -> None:
         nonlocal last_eval, last_eval_step
         clock.pause()
         p.elapsed_s = clock.total
-        result = evaluate(model, head, corpus.valid, config.eval_batch_size, config.bptt)
+        result = evaluate(model, head, task)
         check_eval(result.nll_nats, p.step)
         record = base("eval")
         record.update(split="valid", epoch=round(epoch_float(), 4), nll_nats=result.nll_nats, ppl=result.ppl,
@@ -514,16 +387,23 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
                        guard)
         if p.best_ppl is None or result.ppl < p.best_ppl:
             p.best_ppl = result.ppl
-            save_checkpoint(run_dir / BEST, _checkpoint(config, model, head, optimizer, vocab, signature, p,
-                                                        log_sum, device))
+            save(BEST)
         clock.start()
 
     def save_last() -> None:
         clock.pause()
         p.elapsed_s = clock.total
-        save_checkpoint(run_dir / LAST, _checkpoint(config, model, head, optimizer, vocab, signature, p,
-                                                    log_sum, device))
+        save(LAST)
         clock.start()
+
+    def log_reclusterings(log: MetricsLog) -> None:
+        nonlocal seen_history
+        if history is not None and len(history) > seen_history:
+            for entry in history[seen_history:]:
+                record = base("recluster")
+                record.update({("head_step" if k == "step" else k): v for k, v in entry.items()})
+                log.write(record)
+            seen_history = len(history)
 
     stopped: str | None = None
     first_step = p.step
@@ -534,10 +414,9 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
             clock.start()
             stopped = budget_spent()
             while stopped is None:
-                for inputs, targets in bptt_batches(data, config.bptt, start=p.row):
-                    p.state = detach_state(p.state)
-                    hidden, p.state = model(inputs, p.state)  # [t, B, d]
-                    loss = head(hidden, targets).loss  # the head flattens [t, B, d] -> [t*B, d]
+                for batch, cursor in task.batches(p.epoch, p.cursor):
+                    hidden, targets = task.hidden_states(model, batch)  # [*, d], [*]
+                    loss = head(hidden, targets).loss
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     norm = torch.nn.utils.clip_grad_norm_(params, clip) if clip is not None else gradient_norm(params)
@@ -549,20 +428,16 @@ def _run(config: TrainConfig, run_dir: Path, corpus: Corpus, model: LSTMLanguage
                     p.tokens += n
                     p.log_tokens += n
                     p.log_steps += 1
-                    p.row += inputs.size(0)
+                    p.cursor = cursor
                     bar.update(n)
-                    if history is not None and len(history) > seen_history:
-                        for entry in history[seen_history:]:
-                            record = base("recluster")
-                            record.update({("head_step" if k == "step" else k): v for k, v in entry.items()})
-                            log.write(record)
-                        seen_history = len(history)
+                    log_reclusterings(log)
                     if p.step % config.log_every == 0:
                         write_train_record(log)
                         reset_interval()
-                    epoch_done = p.row >= last_row
+                    epoch_done = p.cursor >= task.epoch_length
                     if epoch_done:
-                        p.epoch, p.row, p.state = p.epoch + 1, 0, None
+                        p.epoch, p.cursor = p.epoch + 1, 0
+                        task.end_epoch()
                     if epoch_done or (config.eval_every and p.step % config.eval_every == 0):
                         run_eval(log)
                     if config.checkpoint_every and p.step % config.checkpoint_every == 0:

@@ -1,6 +1,7 @@
 """What a training session shows before and while it trains: start-up lines and a progress bar.
 
-Before the bar, two lines on stderr say what is about to run and for how long::
+The lines are the task's (:meth:`sohsm.train.task.Task.startup_lines`); before the bar, a language
+model's two lines on stderr say what is about to run and for how long::
 
     ptb: 10,000 words, 887,521 train tokens | LSTM 1×512/512 | head self_organized: 5.2M parameters,
         100 clusters, K 43 (auto, ≈8 per epoch) | 11M parameters in all | cpu
@@ -129,18 +130,17 @@ class _EstimatingBar(tqdm):
         self.write(line + " (training time; dev evaluations come on top)", file=sys.stderr)
 
 
-def progress_bar(config: TrainConfig, corpus: Corpus, model: LSTMLanguageModel, head: Head, device: torch.device,
-                 planned_tokens: int, tokens_per_epoch: int, done_tokens: int, elapsed_s: float,
-                 enabled: bool) -> tqdm:
-    """Print the start-up lines (when ``enabled``) and return the session's tqdm bar of tokens.
+def progress_bar(lines: list[str], planned_tokens: int, done_tokens: int, elapsed_s: float,
+                 time_budget: float | None, device: torch.device, enabled: bool) -> tqdm:
+    """Print a task's start-up ``lines`` (when ``enabled``) and return the session's tqdm bar of tokens.
 
     The bar prints an estimate of the session's training time once it has timed
     :data:`TIMED_STEPS` steps.
     """
     if enabled:
-        for line in startup_lines(config, corpus, model, head, device, planned_tokens, tokens_per_epoch, done_tokens):
+        for line in lines:
             print(line, file=sys.stderr, flush=True)
-    time_left = None if config.time_budget is None else max(config.time_budget - elapsed_s, 0.0)
+    time_left = None if time_budget is None else max(time_budget - elapsed_s, 0.0)
     return _EstimatingBar(total=planned_tokens, initial=min(done_tokens, planned_tokens), unit="tok",
                           unit_scale=True, dynamic_ncols=True, disable=not enabled, desc="train", smoothing=0.05,
                           time_left=time_left, cuda=device.type == "cuda")

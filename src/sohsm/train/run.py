@@ -18,7 +18,7 @@ from sohsm.train.checkpoint import checkpoint_path, load_checkpoint, reading_che
 from sohsm.train.config import TrainConfig
 from sohsm.train.evaluation import EvalResult, evaluate
 from sohsm.train.guard import check_loaded_parameters
-from sohsm.train.loop import check_vocabulary
+from sohsm.train.lm_task import check_vocabulary
 
 
 @dataclass

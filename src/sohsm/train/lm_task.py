@@ -1,0 +1,162 @@
+"""The language-modelling task: a token stream read in truncated-BPTT windows, the LSTM state carried.
+
+One step reads a window of ``bptt`` rows of the ``[T, B]`` training layout
+(:func:`sohsm.data.batchify`), carrying the LSTM state (detached) from the
+previous window of the same epoch::
+
+    rows 0 .. T-1 of B columns        step k reads rows [row, row + bptt) and predicts the next row
+    |w0 w1 ...| |...| ... |...|       after the window: row += bptt; at row T-1 the epoch ends,
+     window 0   win 1      last        the state is reset and row goes back to 0
+
+The cursor of an epoch is the row; a checkpoint's position is ``{epoch, row, state}``.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from sohsm.data.batching import batchify, bptt_batches
+from sohsm.data.corpora import CORPORA
+from sohsm.data.loading import Corpus, load_corpus
+from sohsm.data.vocab import Vocabulary
+from sohsm.heads import Head
+from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
+from sohsm.train.builders import build_model_and_head
+from sohsm.train.checkpoint import CHECKPOINT_FORMAT, reading_checkpoint
+from sohsm.train.config import TrainConfig
+from sohsm.train.evaluation import stream_hidden_states
+from sohsm.train.preflight import check_run_fits
+from sohsm.train.progress import startup_lines
+from sohsm.train.task import Task, register_task
+
+
+@register_task
+class LMTask(Task):
+    """A corpus read as ``batch_size`` columns of running text, in windows of ``bptt`` rows."""
+
+    name = "lm"
+    config_class = TrainConfig
+    checkpoint_format = CHECKPOINT_FORMAT
+
+    def __init__(self, config: TrainConfig, corpus: Corpus, device: torch.device) -> None:
+        self.config, self.corpus = config, corpus
+        self.vocab, self.corpus_signature = corpus.vocab, corpus.signature
+        self.data = batchify(corpus.train, config.batch_size, device)  # [T, B]
+        self.epoch_length = self.data.size(0) - 1  # the last row is only a target
+        if self.epoch_length < 1:
+            raise ValueError(f"the training split ({corpus.train.numel()} tokens) is too short for "
+                             f"batch_size={config.batch_size}")
+        self.tokens_per_epoch = self.epoch_length * config.batch_size
+        self.state: tuple[Tensor, Tensor] | None = None
+
+    @classmethod
+    def load(cls, config: TrainConfig, device: torch.device) -> LMTask:
+        return cls(config, load_lm_corpus(config), device)
+
+    @classmethod
+    def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(overrides)
+        if out.get("data.corpus") is not None:
+            out["data.corpus"] = normalise_corpus(out["data.corpus"])
+        for key in ("data.data_dir", "data.cache_dir"):
+            if isinstance(out.get(key), str):
+                out[key] = str(Path(out[key]).expanduser().resolve())
+        return out
+
+    def check_fits(self, device: torch.device) -> None:
+        check_run_fits(self.config, self.corpus, device)
+
+    def check_checkpoint(self, checkpoint: Mapping[str, Any], path) -> None:
+        with reading_checkpoint(path, values=True):
+            trained_on = checkpoint["signature"]["corpus"]
+            trained_vocab = Vocabulary.from_dict(checkpoint["vocab"])
+        check_vocabulary(self.corpus, trained_vocab, trained_on, path)
+
+    def build(self, device: torch.device) -> tuple[LSTMLanguageModel, Head]:
+        return build_model_and_head(self.config, self.vocab, device)
+
+    # -- training ---------------------------------------------------------------------
+    def batches(self, epoch: int, cursor: int) -> Iterator[tuple[tuple[Tensor, Tensor], int]]:
+        for inputs, targets in bptt_batches(self.data, self.config.bptt, start=cursor):
+            cursor += inputs.size(0)
+            yield (inputs, targets), cursor
+
+    def hidden_states(self, model: LSTMLanguageModel, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        inputs, targets = batch
+        self.state = detach_state(self.state)
+        hidden, self.state = model(inputs, self.state)  # [t, B, d]; the head flattens it to [t*B, d]
+        return hidden, targets
+
+    def end_epoch(self) -> None:
+        self.state = None
+
+    def position(self, cursor: int) -> dict[str, Any]:
+        return {"row": cursor, "state": None if self.state is None else [s.detach() for s in self.state]}
+
+    def restore(self, position: Mapping[str, Any], device: torch.device) -> int:
+        state = position["state"]
+        self.state = None if state is None else (state[0].to(device), state[1].to(device))
+        return int(position["row"])
+
+    # -- evaluation and display -------------------------------------------------------
+    def eval_hidden_states(self, model: LSTMLanguageModel) -> Iterator[tuple[Tensor, Tensor]]:
+        return stream_hidden_states(model, self.corpus.valid, self.config.eval_batch_size, self.config.bptt)
+
+    def startup_lines(self, model, head, device, planned_tokens, done_tokens) -> list[str]:
+        return startup_lines(self.config, self.corpus, model, head, device, planned_tokens, self.tokens_per_epoch,
+                             done_tokens)
+
+
+def load_lm_corpus(config: TrainConfig) -> Corpus:
+    """The corpus of a run config, tokenised (from the cache when it can)."""
+    d = config.data
+    return load_corpus(d.corpus, d.data_dir, min_count=d.min_count, max_size=d.max_size, cache_dir=d.cache_dir,
+                       text_mode=d.text_mode)
+
+
+def normalise_corpus(corpus: str) -> str:
+    """Known names stay names; a path to your own text becomes absolute so a resume from elsewhere finds it."""
+    if corpus in CORPORA:
+        return corpus
+    path = Path(corpus).expanduser()
+    return str(path.resolve()) if path.exists() else corpus
+
+
+def check_vocabulary(corpus: Corpus, vocab: Vocabulary, trained_on: str, where: str | os.PathLike[str]) -> None:
+    """Refuse a corpus whose vocabulary or files differ from those a checkpoint was trained on.
+
+    Args:
+        corpus: the corpus as loaded now.
+        vocab: the checkpoint's vocabulary.
+        trained_on: the checkpoint's corpus signature (:attr:`sohsm.data.Corpus.signature`).
+        where: the checkpoint, for the message.
+
+    Raises:
+        ValueError: naming what differs.
+    """
+    if vocab != corpus.vocab:
+        raise ValueError(
+            f"the vocabulary of {where} differs from that of corpus {corpus.name!r} as loaded now "
+            f"({vocabulary_difference(vocab, corpus.vocab)}); the data or its vocabulary options changed "
+            "since the run started"
+        )
+    if trained_on != corpus.signature:
+        raise ValueError(f"{where} was trained on [{trained_on}] but the corpus is now [{corpus.signature}]")
+
+
+def vocabulary_difference(saved: Vocabulary, now: Vocabulary) -> str:
+    """What tells two vocabularies apart, for a message: their sizes, the first word, or a count."""
+    if len(saved) != len(now):
+        return f"{len(saved):,} words in the checkpoint, {len(now):,} now"
+    for i, (a, b) in enumerate(zip(saved.itos, now.itos)):
+        if a != b:
+            return f"both have {len(saved):,} words, but word {i:,} is {a!r} in the checkpoint and {b!r} now"
+    for word, a, b in zip(saved.itos, saved.counts.tolist(), now.counts.tolist()):
+        if a != b:
+            return f"the same {len(saved):,} words, but {word!r} was seen {a:,} times then and {b:,} times now"
+    return f"the same {len(saved):,} words and counts, but other special tokens"

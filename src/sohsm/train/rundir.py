@@ -1,0 +1,71 @@
+"""A run directory between sessions: does it hold a run, can it be written, what does its config say.
+
+Also the random state a checkpoint keeps, so that a resumed run draws what an
+uninterrupted one would.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from sohsm.train.checkpoint import BEST, LAST, METRICS_FILE
+from sohsm.train.config import RunConfig
+from sohsm.train.metrics import read_metrics
+from sohsm.train.task import Task, task_of_dict
+
+
+def holds_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run that got somewhere: a checkpoint, or records of its steps.
+
+    ``config.json`` and ``vocab.json`` alone are what a run stopped before its first
+    step leaves; such a directory may be trained in again.
+    """
+    if any((run_dir / name).exists() for name in (LAST, BEST)):
+        return True
+    metrics = run_dir / METRICS_FILE
+    try:
+        return metrics.is_file() and bool(read_metrics(metrics))
+    except (OSError, UnicodeDecodeError):
+        return True
+
+
+def check_writable(run_dir: Path) -> None:
+    """Refuse a directory that cannot be created or written, without creating anything."""
+    path = run_dir.absolute()
+    while not path.exists():
+        if path.parent == path:
+            break
+        path = path.parent
+    if not path.is_dir():
+        raise ValueError(f"cannot write to run directory {run_dir}: {path} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write to run directory {run_dir}: {path} is not writable")
+
+
+def read_config(path: Path) -> tuple[type[Task], RunConfig]:
+    """The task and config of a run's ``config.json``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a readable run config ({error})") from None
+    task_class = task_of_dict(data)
+    return task_class, task_class.config_class.from_dict(data)
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """Torch's random state (and CUDA's on a GPU), for a checkpoint."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
+    """Take up a checkpoint's :func:`rng_state` again."""
+    torch.set_rng_state(state["torch"].cpu())
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])

@@ -1,0 +1,143 @@
+"""The configuration of a summariser's training run (``sohsm s2s train``): typed dataclasses, strict overrides.
+
+    S2SConfig
+      task:  "s2s"               names the task in config.json
+      data:  S2SDataConfig        which pairs, which vocabulary, clusters from a language model
+      model: S2SModelConfig       embedding and LSTM sizes
+      head:  HeadConfig           which output layer (shared with the language model)
+      optim: OptimConfig          Adam lr 1e-3, weight decay 1e-6, no clipping
+      batch_size, epochs, max_tokens, time_budget, eval_every, ..., seed, device
+
+Defaults are the paper's Gigaword setting (Shen et al. 2017, §4.2; SPEC §4)
+where it gives one; :func:`sohsm.train.apply_overrides` changes a config.
+"""
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field
+
+import torch
+
+from sohsm.heads import head_names
+from sohsm.train.config import OPTIMIZERS, HeadConfig, OptimConfig, RunConfig
+
+#: fields that may differ between a summariser's run and its resumption
+S2S_RESUMABLE_FIELDS = frozenset({
+    "data.data_dir", "epochs", "max_tokens", "time_budget", "eval_every", "checkpoint_every", "log_every", "device",
+})
+
+
+@dataclass
+class S2SDataConfig:
+    """Which pairs the summariser trains on, and its vocabulary."""
+
+    #: the data set (only Gigaword has training pairs)
+    dataset: str = "gigaword"
+    #: where the data sets are; ``None``: ``$SOHSM_DATA``, else ``~/.cache/sohsm`` (a location, not an identity)
+    data_dir: str | None = None
+    #: add the two extra subsets of Rush's validation split (less pairs whose article is in the test or dev set):
+    #: 10k pairs become about 35k, all the real pairs there are
+    extra: bool = True
+    #: title words seen fewer times become ``<unk>`` (1: every word of the training titles)
+    min_count: int = 1
+    #: the paper's 69k most frequent title words (more than these titles hold)
+    max_size: int | None = 69_000
+    #: a ``sohsm lm train`` run on the training titles whose clusters the head takes and keeps fixed; ``None``: none
+    clusters_from: str | None = None
+
+
+@dataclass
+class S2SModelConfig:
+    """The attention encoder-decoder."""
+
+    #: the paper's model: embedding 512
+    emb_size: int = 512
+    #: the paper's model: one-layer LSTMs of 512 (= the head's in_features)
+    hidden_size: int = 512
+
+
+def _adam() -> OptimConfig:
+    """The paper's Gigaword optimizer: Adam, lr 1e-3, weight decay 1e-6, no clipping."""
+    return OptimConfig(optimizer="adam", lr=None, clip=None, weight_decay=1e-6)
+
+
+@dataclass
+class S2SConfig(RunConfig):
+    """A whole summariser run: the sections above plus the loop's settings.
+
+    Example::
+
+        >>> config = S2SConfig(head=HeadConfig(name="full"), max_tokens=100_000)
+        >>> S2SConfig.from_dict(config.to_dict()) == config
+        True
+    """
+
+    resumable_fields: typing.ClassVar[frozenset[str]] = S2S_RESUMABLE_FIELDS
+
+    #: the task this config trains (fixed)
+    task: str = "s2s"
+    data: S2SDataConfig = field(default_factory=S2SDataConfig)
+    model: S2SModelConfig = field(default_factory=S2SModelConfig)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    optim: OptimConfig = field(default_factory=_adam)
+    #: the paper's batch size (pairs per batch)
+    batch_size: int = 128
+    #: pairs per batch of the dev evaluation
+    eval_batch_size: int = 128
+    #: the paper gives none; 10 passes over ~35k pairs (choose by the dev perplexity)
+    epochs: int = 10
+    #: stop after this many target tokens (all sessions together); ``None``: no limit
+    max_tokens: int | None = None
+    #: stop after this many seconds of training (all sessions, evaluation excluded); ``None``: no limit
+    time_budget: float | None = None
+    #: evaluate on dev every this many steps (and at each epoch's end); 0: at epoch ends only
+    eval_every: int = 500
+    #: save ``last.pt`` every this many steps (and at the end); 0: only at the end
+    checkpoint_every: int = 500
+    #: write a train record every this many steps
+    log_every: int = 50
+    #: seeds the initialisation, the batch order and the heads' random clusters
+    seed: int = 1
+    #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+    device: str = "cpu"
+
+    def validate(self) -> None:
+        """Check every value's range; raises ValueError naming the field."""
+        if self.task != "s2s":
+            raise ValueError(f"task must be 's2s' for a summariser config, got {self.task!r}")
+        positive = {"model.emb_size": self.model.emb_size, "model.hidden_size": self.model.hidden_size,
+                    "batch_size": self.batch_size, "eval_batch_size": self.eval_batch_size, "epochs": self.epochs,
+                    "log_every": self.log_every, "data.min_count": self.data.min_count}
+        for name, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        for name in ("eval_every", "checkpoint_every"):
+            if self.get(name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {self.get(name)}")
+        if self.data.dataset != "gigaword":
+            raise ValueError(f"data.dataset must be 'gigaword' (the only data set with training pairs), "
+                             f"got {self.data.dataset!r}")
+        if self.data.max_size is not None and self.data.max_size < 3:
+            raise ValueError(f"data.max_size must be >= 3 or None, got {self.data.max_size}")
+        if self.head.name not in head_names():
+            raise ValueError(f"unknown head {self.head.name!r}; known heads: {', '.join(head_names())}")
+        if self.head.update_every is not None and self.head.update_every < 0:
+            raise ValueError(f"head.update_every must be >= 0, got {self.head.update_every}")
+        if self.optim.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optim.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+        if self.optim.lr is not None and not self.optim.lr > 0:
+            raise ValueError(f"optim.lr must be positive or None, got {self.optim.lr}")
+        if self.optim.clip is not None and not self.optim.clip > 0:
+            raise ValueError(f"optim.clip must be positive or None, got {self.optim.clip}")
+        if not self.optim.weight_decay >= 0:
+            raise ValueError(f"optim.weight_decay must be >= 0, got {self.optim.weight_decay}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1 or None, got {self.max_tokens}")
+        if self.time_budget is not None and not self.time_budget > 0:
+            raise ValueError(f"time_budget must be positive or None, got {self.time_budget}")
+        try:
+            torch.device(self.device)
+        except (RuntimeError, ValueError):
+            raise ValueError(
+                f"device must name a torch device ('cpu', 'cuda', 'cuda:0', ...), got {self.device!r}"
+            ) from None

@@ -1,0 +1,119 @@
+"""Using a trained summariser: load its checkpoint, write headlines with beam search.
+
+Decoding settings (SPEC §3-4, the paper's §4.2):
+
+* Gigaword: beam 5, at most 30 words, a headline ends at ``</s>``.
+* DUC (``duc=True``): no end tag, exactly 30 words; the scorer cuts each
+  headline to 75 bytes (:mod:`sohsm.rouge`), so decoding writes them whole.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sohsm.data.pairs import Pairs, bos_id, encode, input_size, make_batch, pad_id
+from sohsm.data.vocab import Vocabulary
+from sohsm.heads import Head
+from sohsm.models.beam import Hypothesis, beam_search
+from sohsm.models.seq2seq import AttentionSeq2Seq
+from sohsm.train.builders import resolve_device
+from sohsm.train.checkpoint import S2S_CHECKPOINT_FORMAT, checkpoint_path, load_checkpoint, reading_checkpoint
+from sohsm.train.guard import check_loaded_parameters
+from sohsm.train.s2s_config import S2SConfig
+from sohsm.train.s2s_task import build_s2s_head
+
+
+@dataclass
+class LoadedSummariser:
+    """A summariser's model and head as saved in one checkpoint, in evaluation mode."""
+
+    run_dir: Path
+    path: Path
+    config: S2SConfig
+    vocab: Vocabulary
+    model: AttentionSeq2Seq
+    head: Head
+    step: int
+    signature: dict[str, Any]
+
+
+def load_summariser(run_dir: str | os.PathLike[str], checkpoint: str = "best", device: str = "cpu") -> LoadedSummariser:
+    """Load ``best.pt`` (or ``last.pt``) of a ``sohsm s2s train`` run.
+
+    Raises:
+        ValueError: not a run directory, no such checkpoint, or not a summariser's.
+    """
+    run_dir = Path(run_dir)
+    path = checkpoint_path(run_dir, checkpoint)
+    dev = resolve_device(device)
+    data = load_checkpoint(path, map_location=dev, formats=(S2S_CHECKPOINT_FORMAT,))
+    with reading_checkpoint(path, values=True):
+        config = S2SConfig.from_dict(data["config"])
+        vocab = Vocabulary.from_dict(data["vocab"])
+    with reading_checkpoint(path):
+        with torch.random.fork_rng(devices=[]):
+            model = AttentionSeq2Seq(input_size(vocab), pad_id(vocab), config.model.emb_size, config.model.hidden_size)
+            clusters = data["head"].get("assignment") if config.data.clusters_from else None
+            head = build_s2s_head(config, vocab, None if clusters is None else clusters.cpu())
+        model.load_state_dict(data["model"])
+        head.load_state_dict(data["head"])
+    check_loaded_parameters((model, head), path)
+    model.to(dev).eval()
+    head.to(dev).eval()
+    return LoadedSummariser(run_dir, path, config, vocab, model, head, int(data["step"]), dict(data["signature"]))
+
+
+@dataclass
+class Decoded:
+    """Headlines of a set of inputs.
+
+    Attributes:
+        headlines: one per input, words joined by spaces.
+        hypotheses: the beam search's results (ids, score, whether it ended).
+        seconds: decoding time.
+    """
+
+    headlines: list[str]
+    hypotheses: list[Hypothesis]
+    seconds: float
+
+    @property
+    def sentences_per_s(self) -> float:
+        return len(self.headlines) / self.seconds if self.seconds > 0 else float("inf")
+
+
+def decode(run: LoadedSummariser, inputs: Pairs, *, beam: int = 5, max_len: int = 30, duc: bool = False,
+           batch_size: int = 64, on_batch: Callable[[int], None] | None = None) -> Decoded:
+    """Write a headline for every article of ``inputs`` with beam search on the head's exact top-k.
+
+    Articles are decoded longest first (less padding), results returned in input order.
+
+    Args:
+        beam, max_len: the search's width and most words (the paper's 5 and 30).
+        duc: the DUC setting: no end tag, exactly ``max_len`` words.
+        batch_size: articles decoded together.
+        on_batch: called with the number of articles after each batch (a progress bar).
+    """
+    vocab, device = run.vocab, next(run.model.parameters()).device
+    sources = encode(inputs.sources, vocab)
+    order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
+    found: list[Hypothesis | None] = [None] * len(sources)
+    start = time.perf_counter()
+    for lo in range(0, len(order), batch_size):
+        rows = order[lo: lo + batch_size]
+        batch = make_batch([sources[i] for i in rows], None, vocab, device)
+        results = beam_search(run.model, run.head, batch.source, batch.source_lengths, bos_id=bos_id(vocab),
+                              eos_id=vocab.eos_id, beam=beam, max_len=max_len, allow_eos=not duc)
+        for i, hypothesis in zip(rows, results):
+            found[i] = hypothesis
+        if on_batch is not None:
+            on_batch(len(rows))
+    seconds = time.perf_counter() - start
+    hypotheses = [h for h in found if h is not None]
+    return Decoded([" ".join(vocab.decode(h.ids)) for h in hypotheses], hypotheses, seconds)

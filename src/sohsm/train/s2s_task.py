@@ -1,0 +1,177 @@
+"""The headline-generation task: article -> title pairs in padded batches, for the attention encoder-decoder.
+
+One step reads one batch of ``batch_size`` pairs; an epoch is a shuffle of all
+training pairs drawn from ``(seed, epoch)``, so the cursor of an epoch is the
+batch number and a resumed run reads the same batches. Only the rows of real
+title words (and each title's ``<eos>``) reach the head: padding counts neither
+in the loss nor in a self-organized head's cluster statistics.
+
+``clusters_from`` names a language-model run trained on the training titles
+(``sohsm s2s titles``, then ``sohsm lm train``): the head takes that run's word
+clusters and keeps them fixed, as the paper does.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from sohsm.data.files import cached_sha256
+from sohsm.data.headlines import TrainingPairs, load_training_pairs
+from sohsm.data.pairs import PairBatch, build_title_vocab, encode, epoch_batches, input_size, make_batch, pad_id
+from sohsm.data.vocab import Vocabulary
+from sohsm.heads import Head, build_head, head_options
+from sohsm.models.seq2seq import AttentionSeq2Seq
+from sohsm.train.checkpoint import S2S_CHECKPOINT_FORMAT, reading_checkpoint
+from sohsm.train.lm_task import vocabulary_difference
+from sohsm.train.s2s_config import S2SConfig
+from sohsm.train.task import Task, register_task
+
+
+@register_task
+class S2STask(Task):
+    """Gigaword pairs in shuffled, padded batches; dev perplexity on the dev pairs."""
+
+    name = "s2s"
+    config_class = S2SConfig
+    checkpoint_format = S2S_CHECKPOINT_FORMAT
+
+    def __init__(self, config: S2SConfig, pairs: TrainingPairs, device: torch.device) -> None:
+        d = config.data
+        self.config, self.pairs, self.device = config, pairs, device
+        self.vocab = build_title_vocab(pairs.train.targets, d.min_count, d.max_size)
+        self.train_ids = (encode(pairs.train.sources, self.vocab), encode(pairs.train.targets, self.vocab))
+        self.valid_ids = (encode(pairs.valid.sources, self.vocab), encode(pairs.valid.targets, self.vocab))
+        self.epoch_length = -(-len(pairs.train) // config.batch_size)
+        self.tokens_per_epoch = sum(len(t) + 1 for t in self.train_ids[1])
+        files = " ".join(f"{Path(f).name}:{cached_sha256(f)[:16]}" for f in pairs.train.files)
+        self.corpus_signature = (f"{d.dataset} {files} pairs={len(pairs.train)} min_count={d.min_count} "
+                                 f"max_size={d.max_size}")
+        self.clusters = load_clusters(d.clusters_from, self.vocab) if d.clusters_from else None
+
+    @classmethod
+    def load(cls, config: S2SConfig, device: torch.device) -> S2STask:
+        return cls(config, load_training_pairs(config.data.data_dir, config.data.extra), device)
+
+    @classmethod
+    def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(overrides)
+        for key in ("data.data_dir", "data.clusters_from"):
+            if isinstance(out.get(key), str):
+                out[key] = str(Path(out[key]).expanduser().resolve())
+        return out
+
+    def check_checkpoint(self, checkpoint: Mapping[str, Any], path) -> None:
+        with reading_checkpoint(path, values=True):
+            trained_on = checkpoint["signature"]["corpus"]
+            vocab = Vocabulary.from_dict(checkpoint["vocab"])
+        if vocab != self.vocab:
+            raise ValueError(f"the vocabulary of {path} differs from that of the training titles as read now "
+                             f"({vocabulary_difference(vocab, self.vocab)})")
+        if trained_on != self.corpus_signature:
+            raise ValueError(f"{path} was trained on [{trained_on}] but the data is now [{self.corpus_signature}]")
+
+    def build(self, device: torch.device) -> tuple[AttentionSeq2Seq, Head]:
+        torch.manual_seed(self.config.seed)
+        m = self.config.model
+        model = AttentionSeq2Seq(input_size(self.vocab), pad_id(self.vocab), m.emb_size, m.hidden_size)
+        head = build_s2s_head(self.config, self.vocab, self.clusters)
+        return model.to(device), head.to(device)
+
+    # -- training ---------------------------------------------------------------------
+    def _batch(self, ids: tuple[list, list], rows) -> PairBatch:
+        sources, targets = ids
+        return make_batch([sources[i] for i in rows], [targets[i] for i in rows], self.vocab, self.device)
+
+    def batches(self, epoch: int, cursor: int) -> Iterator[tuple[PairBatch, int]]:
+        order = epoch_batches(len(self.train_ids[0]), self.config.batch_size, self.config.seed, epoch)
+        for i in range(cursor, len(order)):
+            yield self._batch(self.train_ids, order[i]), i + 1
+
+    def hidden_states(self, model: AttentionSeq2Seq, batch: PairBatch) -> tuple[Tensor, Tensor]:
+        return target_rows(model, batch, pad_id(self.vocab))
+
+    def position(self, cursor: int) -> dict[str, Any]:
+        return {"batch": cursor}
+
+    def restore(self, position: Mapping[str, Any], device: torch.device) -> int:
+        return int(position["batch"])
+
+    # -- evaluation and display -------------------------------------------------------
+    def eval_hidden_states(self, model: AttentionSeq2Seq) -> Iterator[tuple[Tensor, Tensor]]:
+        n, size = len(self.valid_ids[0]), self.config.eval_batch_size
+        for lo in range(0, n, size):
+            yield target_rows(model, self._batch(self.valid_ids, range(lo, min(n, lo + size))), pad_id(self.vocab))
+
+    def startup_lines(self, model, head, device, planned_tokens, done_tokens) -> list[str]:
+        m, c = self.config.model, self.config
+        params = sum(p.numel() for p in {id(p): p for x in (model, head) for p in x.parameters()}.values())
+        clusters = getattr(head, "n_clusters", None)
+        what = (f"{c.data.dataset}: {len(self.pairs.train):,} training pairs ({self.pairs.extra_dropped:,} extra "
+                f"pairs dropped for overlap), {len(self.vocab):,} words | encoder-decoder LSTM "
+                f"{m.emb_size}/{m.hidden_size} with attention | head {c.head.name}"
+                + (f", {clusters} clusters" + (" (fixed, from a language model)" if self.clusters is not None else "")
+                   if clusters else "")
+                + f" | {params / 1e6:.1f}M parameters | {device}")
+        plan = f"plan: {planned_tokens:,} target tokens ({planned_tokens / self.tokens_per_epoch:.2f} epochs)"
+        if done_tokens:
+            plan += f"; resuming at {done_tokens:,}"
+        return [what, plan]
+
+
+def target_rows(model: AttentionSeq2Seq, batch: PairBatch, pad: int) -> tuple[Tensor, Tensor]:
+    """``(hidden [M, d], targets [M])`` of the batch's real target words: padding rows are left out."""
+    hidden = model(batch.source, batch.source_lengths, batch.target_in)  # [T, B, d]
+    real = batch.target_out != pad  # [T, B]
+    return hidden[real], batch.target_out[real]  # [M, d], [M]
+
+
+def load_clusters(run_dir: str | os.PathLike[str], vocab: Vocabulary) -> Tensor:
+    """The word clusters of a language-model run whose vocabulary is ``vocab``: ``[N]`` cluster ids.
+
+    Raises:
+        ValueError: not a run, a head without clusters, or another vocabulary.
+    """
+    from sohsm.train.run import load_run
+
+    run = load_run(run_dir, "best")
+    if run.vocab != vocab:
+        raise ValueError(f"the clusters run {run_dir} has another vocabulary than the summariser's training titles "
+                         f"({vocabulary_difference(run.vocab, vocab).replace('checkpoint', 'clusters run')}); train "
+                         "it on the titles `sohsm s2s titles` writes, with the same --min-count and --max-size")
+    assignment = getattr(run.head, "assignment", None)
+    if assignment is None:
+        raise ValueError(f"the clusters run {run_dir} has a {run.config.head.name!r} head, which has no word clusters")
+    return assignment.detach().cpu().clone()
+
+
+def build_s2s_head(config: S2SConfig, vocab: Vocabulary, clusters: Tensor | None = None) -> Head:
+    """The head named by ``config.head`` over the title words; with ``clusters``, those clusters, fixed.
+
+    Raises:
+        ValueError: the head does not take its options, or has no clusters to set.
+    """
+    name, options = config.head.name, dict(config.head.options)
+    takes = head_options(name) or {}
+    if config.head.update_every is not None:
+        options["update_every"] = config.head.update_every
+    if "seed" not in options and "seed" in takes:
+        options["seed"] = config.seed
+    if clusters is not None and "n_clusters" in takes:
+        options.setdefault("n_clusters", int(clusters.max()) + 1)
+    head = build_head(name, config.model.hidden_size, len(vocab), counts=torch.from_numpy(vocab.counts.copy()),
+                      **options)
+    if clusters is not None:
+        if not hasattr(head, "set_assignment"):
+            raise ValueError(f"head {name!r} has no word clusters to take from a language model")
+        if head.n_clusters != int(clusters.max()) + 1:
+            raise ValueError(f"head {name!r} has {head.n_clusters} clusters but the clusters run "
+                             f"{int(clusters.max()) + 1}")
+        head.set_assignment(clusters)
+        if hasattr(head, "freeze"):
+            head.freeze()  # a self-organized head keeps them: no statistics, no re-clustering
+    return head

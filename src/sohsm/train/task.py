@@ -1,0 +1,148 @@
+"""What the training loop trains on: a *task* supplies batches and the data to evaluate on.
+
+The split follows fairseq's task / model / criterion: the task reads the data and
+cuts it into batches; :meth:`Task.hidden_states` has the model turn a batch into
+hidden states and their targets; the head scores them. The loop
+(:mod:`sohsm.train.loop`) owns everything else, once for every task: budgets,
+exact resume, atomic checkpoints, ``metrics.jsonl``, progress, stop signals,
+the divergence guard, the run lock and dev evaluation::
+
+    task.batches(epoch, cursor) --> batch --> task.hidden_states(model, batch) --> (hidden [M, d], targets [M])
+                                                                             --> head(hidden, targets).loss
+
+An epoch is ``task.epoch_length`` cursor positions (BPTT rows for a language
+model, batches for a summariser); a checkpoint stores the epoch, the cursor and
+whatever the task carries across batches (:meth:`Task.position`), so a resumed
+run reads the same batches an uninterrupted one would.
+
+Tasks are registered by the class of their run config (:func:`register_task`),
+and a run directory names its task in ``config.json`` (``"task"``; absent: ``lm``).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from sohsm.data.vocab import Vocabulary
+from sohsm.heads import Head
+from sohsm.train.config import RunConfig
+
+
+class Task(ABC):
+    """The data side of a training run.
+
+    Attributes:
+        name: the task's name in ``config.json`` (``"lm"``, ``"s2s"``).
+        config_class: the run config it trains from.
+        checkpoint_format: the ``format`` its checkpoints carry.
+        config: the run's config.
+        vocab: the words the head scores (saved as ``vocab.json`` and in every checkpoint).
+        corpus_signature: names the data and its checksum, for the run signature.
+        epoch_length: cursor positions in an epoch.
+        tokens_per_epoch: target tokens in an epoch (for the plan and the progress bar).
+    """
+
+    name: ClassVar[str]
+    config_class: ClassVar[type[RunConfig]]
+    checkpoint_format: ClassVar[str]
+
+    config: RunConfig
+    vocab: Vocabulary
+    corpus_signature: str
+    epoch_length: int
+    tokens_per_epoch: int
+
+    # -- setting up -------------------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def load(cls, config: Any, device: torch.device) -> Task:
+        """Read the run's data (raising ``ValueError`` or ``DataError`` in one line)."""
+
+    @classmethod
+    def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """``overrides`` with relative data locations made absolute, so a run is found again from elsewhere."""
+        return dict(overrides)
+
+    def check_fits(self, device: torch.device) -> None:
+        """Refuse settings that cannot train on this data and device, before anything is written."""
+
+    def check_checkpoint(self, checkpoint: Mapping[str, Any], path) -> None:
+        """Refuse to resume a checkpoint trained on other data (other words, other files)."""
+
+    @abstractmethod
+    def build(self, device: torch.device) -> tuple[nn.Module, Head]:
+        """The model and head of the run, initialised from ``config.seed``."""
+
+    # -- training ---------------------------------------------------------------------
+    @abstractmethod
+    def batches(self, epoch: int, cursor: int) -> Iterator[tuple[Any, int]]:
+        """The rest of epoch ``epoch`` from ``cursor``: ``(batch, cursor after it)`` pairs."""
+
+    @abstractmethod
+    def hidden_states(self, model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
+        """``(hidden [*, d], targets [*])`` of a batch: the rows the head scores (padding left out)."""
+
+    def end_epoch(self) -> None:
+        """Forget what was carried across the batches of the epoch that ended."""
+
+    def position(self, cursor: int) -> dict[str, Any]:
+        """Where an epoch stands, for a checkpoint (the loop adds ``epoch``)."""
+        return {"cursor": cursor}
+
+    def restore(self, position: Mapping[str, Any], device: torch.device) -> int:
+        """Take up a checkpoint's :meth:`position` again; returns the cursor."""
+        return int(position["cursor"])
+
+    # -- evaluation and display -------------------------------------------------------
+    @abstractmethod
+    def eval_hidden_states(self, model: nn.Module) -> Iterator[tuple[Tensor, Tensor]]:
+        """``(hidden [*, d], targets [*])`` of the dev data, batch by batch, model in eval mode."""
+
+    def startup_lines(self, model: nn.Module, head: Head, device: torch.device, planned_tokens: int,
+                      done_tokens: int) -> list[str]:
+        """What a session prints before it trains: data, model, head, device and the plan."""
+        return []
+
+
+_TASKS: dict[str, type[Task]] = {}
+
+
+def register_task(task: type[Task]) -> type[Task]:
+    """Class decorator: make ``task`` the one that trains runs of ``task.config_class``."""
+    if task.name in _TASKS and _TASKS[task.name] is not task:
+        raise ValueError(f"a task named {task.name!r} is already registered")
+    _TASKS[task.name] = task
+    return task
+
+
+def task_named(name: str) -> type[Task]:
+    """The task registered as ``name``."""
+    _import_tasks()
+    if name not in _TASKS:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_TASKS))}")
+    return _TASKS[name]
+
+
+def task_of(config: RunConfig) -> type[Task]:
+    """The task that trains ``config``."""
+    _import_tasks()
+    for task in _TASKS.values():
+        if type(config) is task.config_class:
+            return task
+    raise ValueError(f"no task trains a {type(config).__name__}")
+
+
+def task_of_dict(data: Mapping[str, Any]) -> type[Task]:
+    """The task of a ``config.json``: its ``"task"`` field, else the language model (older runs have none)."""
+    name = data.get("task", "lm") if isinstance(data, Mapping) else "lm"
+    return task_named(name if isinstance(name, str) else repr(name))
+
+
+def _import_tasks() -> None:
+    """Import the modules that register the tasks (here, not at the top: they import this module)."""
+    import sohsm.train.lm_task  # noqa: F401
+    import sohsm.train.s2s_task  # noqa: F401
