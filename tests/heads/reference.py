@@ -1,6 +1,6 @@
 """Dense float64 reference computations for the head tests (not a test module).
 
-Everything here is written from the equations (SPEC §1), independently of the
+Everything here is written from the equations (the paper's Eq. 1-4), independently of the
 heads' own kernels: the two-level log-probability is the full logit matrix
 masked to the target word's cluster.
 """

@@ -198,7 +198,7 @@ class BinaryTreeSoftmax(Head):
 
     @torch.no_grad()
     def search_topk(self, hidden: Tensor, k: int, max_pops: int = 1024) -> TreeTopK:
-        """Exact top-k by best-first search over the tree (SPEC §3).
+        """Exact top-k by best-first search over the tree.
 
         A node's path log-probability bounds every leaf below it, so nodes are
         expanded in descending path log-probability and a row stops when no node

@@ -513,7 +513,7 @@ class TwoLevelSoftmax(Head):
 
     @torch.no_grad()
     def search_topk(self, hidden: Tensor, k: int, chunk_pairs: int = 8192) -> TopKResult:
-        """Exact top-k by best-first search over clusters (SPEC §3).
+        """Exact top-k by best-first search over clusters.
 
         ``P(c | h)`` bounds the probability of every word of ``c``. Every row first
         scores the words of its most probable cluster; a cluster can then only

@@ -1,7 +1,7 @@
 """Batched beam search and greedy decoding for :class:`~sohsm.models.seq2seq.AttentionSeq2Seq` with any head.
 
 Each step asks the head for its exact top ``k`` words per beam (:meth:`Head.topk`;
-for a two-level head a best-first search over clusters, SPEC §3), so the search
+for a two-level head a best-first search over clusters), so the search
 never scores the whole vocabulary with a hierarchical head. A hypothesis's
 score is the sum of the log-probabilities of its words, ``</s>`` included when
 it ended: no length normalisation, as in Rush et al. (2015) and the paper. A

@@ -8,7 +8,7 @@
       optim: OptimConfig          Adam lr 1e-3, weight decay 1e-6, no clipping
       batch_size, epochs, max_tokens, time_budget, eval_every, ..., seed, device
 
-Defaults are the paper's Gigaword setting (Shen et al. 2017, §4.2; SPEC §4)
+Defaults are the paper's Gigaword setting (Shen et al. 2017, §4.2)
 where it gives one; :func:`sohsm.train.apply_overrides` changes a config.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Using a trained summariser: load its checkpoint, write headlines with beam search.
 
-Decoding settings (SPEC §3-4, the paper's §4.2):
+Decoding settings (the paper's §4.2):
 
 * Gigaword: beam 5, at most 30 words, a headline ends at ``</s>``.
 * DUC (``duc=True``): no end tag, exactly 30 words; the scorer cuts each
