@@ -83,3 +83,15 @@ def test_tree_build_writes_a_bootstrapped_tree(tmp_path, ptb_slice, small, cli, 
     assert code == 2 and "exists" in err
     code, _, err = cli("tree", "build", tmp_path / "no-run", "--output", tmp_path / "x.pt")
     assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["tree_huffman", "nce"])
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks")
+def test_row_sparse_heads_train_under_clipping(name, tmp_path, ptb_slice, small, cli, one_thread):
+    """--head-option sparse=true: row-sparse gradients go through the loop's clipping and Adagrad."""
+    run_dir = tmp_path / name
+    code, out, err = cli("lm", "train", "--corpus", ptb_slice, "--head", name, "--head-option", "sparse=true",
+                         "--run-dir", run_dir, *small, "--max-tokens", 4 * TOKENS_PER_STEP, "--clip", 0.1)
+    assert code == 0, err
+    (evaluation,) = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "eval"]
+    assert math.isfinite(evaluation["ppl"])

@@ -130,3 +130,21 @@ def test_vocabularies_of_one_size_are_told_apart_by_a_word_or_a_count():
     assert "'the' was seen 5 times then and 6 times now" in _vocabulary_difference(
         a, Vocabulary(["<unk>", "the", "cat"], [0, 6, 2]))
     assert "3 words in the checkpoint, 2 now" in _vocabulary_difference(a, Vocabulary(["<unk>", "the"], [0, 5]))
+
+
+def test_clip_gradients_scales_row_sparse_gradients_as_their_dense_form():
+    """Sparse heads train under clipping: the norm and the clipped values equal torch's on dense copies."""
+    from sohsm.train.guard import clip_gradients
+
+    torch.manual_seed(0)
+    dense_a, sparse_b = torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(6, 3))
+    ref_a, ref_b = torch.nn.Parameter(dense_a.detach().clone()), torch.nn.Parameter(sparse_b.detach().clone())
+    grad_a, grad_b = torch.randn(4, 3), torch.zeros(6, 3)
+    grad_b[[1, 4]] = torch.randn(2, 3)
+    dense_a.grad, ref_a.grad, ref_b.grad = grad_a.clone(), grad_a.clone(), grad_b.clone()
+    sparse_b.grad = grad_b.to_sparse()
+    norm = clip_gradients([dense_a, sparse_b], 0.5)
+    expected = torch.nn.utils.clip_grad_norm_([ref_a, ref_b], 0.5)
+    torch.testing.assert_close(norm, expected)
+    torch.testing.assert_close(dense_a.grad, ref_a.grad)
+    torch.testing.assert_close(sparse_b.grad.to_dense(), ref_b.grad)

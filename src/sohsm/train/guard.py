@@ -123,12 +123,39 @@ def signal_name(signum: int) -> str:
 
 
 # -- divergence ---------------------------------------------------------------------------------
+def _grad_values(grad: Tensor) -> Tensor:
+    """The stored values of a gradient: a row-sparse one's non-zero rows (coalesced), a dense one whole."""
+    return grad.coalesce().values() if grad.is_sparse else grad
+
+
 def gradient_norm(params: Iterable[torch.nn.Parameter]) -> Tensor:
-    """The 2-norm of all gradients together (what ``clip_grad_norm_`` returns), without changing them."""
-    norms = [torch.linalg.vector_norm(p.grad.detach()) for p in params if p.grad is not None]
+    """The 2-norm of all gradients together (what ``clip_grad_norm_`` returns), without changing them.
+
+    Row-sparse gradients (sampled and tree heads with ``sparse=True``) count by their values.
+    """
+    norms = [torch.linalg.vector_norm(_grad_values(p.grad.detach())) for p in params if p.grad is not None]
     if not norms:
         return torch.zeros(())
     return torch.linalg.vector_norm(torch.stack(norms))
+
+
+def clip_gradients(params: Iterable[torch.nn.Parameter], max_norm: float) -> Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` that also takes row-sparse gradients; returns the norm before clipping.
+
+    torch's own refuses sparse gradients; here they are scaled like the dense ones, so a head
+    with ``sparse=True`` trains under the paper's clipping as every other head does.
+    """
+    params = [p for p in params if p.grad is not None]
+    if not any(p.grad.is_sparse for p in params):
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    norm = gradient_norm(params)
+    scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    for p in params:
+        if p.grad.is_sparse:
+            p.grad = p.grad.coalesce() * scale
+        else:
+            p.grad.mul_(scale)
+    return norm
 
 
 def check_step(loss: Tensor, grad_norm: Tensor, step: int) -> None:

@@ -58,6 +58,7 @@ from sohsm.train.guard import (
     check_finite_parameters,
     check_loaded_parameters,
     check_step,
+    clip_gradients,
     gradient_norm,
     write_line,
 )
@@ -419,7 +420,7 @@ def _run(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, head: H
                     loss = head(hidden, targets).loss
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
-                    norm = torch.nn.utils.clip_grad_norm_(params, clip) if clip is not None else gradient_norm(params)
+                    norm = clip_gradients(params, clip) if clip is not None else gradient_norm(params)
                     check_step(loss, norm, p.step + 1)  # before the update: the model stays the last good one
                     optimizer.step()  # a self-organising head may re-cluster here (its post-step hook)
                     n = targets.numel()
