@@ -155,6 +155,31 @@ class RunConfig:
     def validate(self) -> None:  # pragma: no cover - every subclass has its own
         raise NotImplementedError
 
+    def _validate_head_optim_budgets(self) -> None:
+        """The checks every run config shares: head, optimizer, budgets and device (fields of the subclasses)."""
+        if self.head.name not in head_names():
+            raise ValueError(f"unknown head {self.head.name!r}; known heads: {', '.join(head_names())}")
+        if self.head.update_every is not None and self.head.update_every < 0:
+            raise ValueError(f"head.update_every must be >= 0, got {self.head.update_every}")
+        if self.optim.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optim.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+        if self.optim.lr is not None and not self.optim.lr > 0:
+            raise ValueError(f"optim.lr must be positive or None, got {self.optim.lr}")
+        if self.optim.clip is not None and not self.optim.clip > 0:
+            raise ValueError(f"optim.clip must be positive or None, got {self.optim.clip}")
+        if not self.optim.weight_decay >= 0:
+            raise ValueError(f"optim.weight_decay must be >= 0, got {self.optim.weight_decay}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1 or None, got {self.max_tokens}")
+        if self.time_budget is not None and not self.time_budget > 0:
+            raise ValueError(f"time_budget must be positive or None, got {self.time_budget}")
+        try:
+            torch.device(self.device)
+        except (RuntimeError, ValueError):
+            raise ValueError(
+                f"device must name a torch device ('cpu', 'cuda', 'cuda:0', ...), got {self.device!r}"
+            ) from None
+
 
 @dataclass
 class TrainConfig(RunConfig):
@@ -200,6 +225,7 @@ class TrainConfig(RunConfig):
     # -- checks ----------------------------------------------------------------------
     def validate(self) -> None:
         """Check every value's range; raises ValueError naming the field."""
+        self._validate_head_optim_budgets()
         positive = {"model.emb_size": self.model.emb_size, "model.hidden_size": self.model.hidden_size,
                     "model.layers": self.model.layers, "bptt": self.bptt, "batch_size": self.batch_size,
                     "eval_batch_size": self.eval_batch_size, "epochs": self.epochs, "log_every": self.log_every}
@@ -211,24 +237,8 @@ class TrainConfig(RunConfig):
                 raise ValueError(f"{name} must be >= 0, got {self.get(name)}")
         if not 0.0 <= self.model.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.model.dropout}")
-        if self.head.name not in head_names():
-            raise ValueError(f"unknown head {self.head.name!r}; known heads: {', '.join(head_names())}")
-        if self.head.update_every is not None and self.head.update_every < 0:
-            raise ValueError(f"head.update_every must be >= 0, got {self.head.update_every}")
         if "update_every" in self.head.options:
             raise ValueError("set head.update_every, not head.options['update_every']")
-        if self.optim.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optim.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
-        if self.optim.lr is not None and not self.optim.lr > 0:
-            raise ValueError(f"optim.lr must be positive or None, got {self.optim.lr}")
-        if self.optim.clip is not None and not self.optim.clip > 0:
-            raise ValueError(f"optim.clip must be positive or None, got {self.optim.clip}")
-        if not self.optim.weight_decay >= 0:
-            raise ValueError(f"optim.weight_decay must be >= 0, got {self.optim.weight_decay}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1 or None, got {self.max_tokens}")
-        if self.time_budget is not None and not self.time_budget > 0:
-            raise ValueError(f"time_budget must be positive or None, got {self.time_budget}")
         if self.data.min_count is not None and self.data.min_count < 1:
             raise ValueError(f"data.min_count must be >= 1 or None, got {self.data.min_count}")
         if self.data.text_mode not in (None, "lines", "running"):
@@ -238,12 +248,6 @@ class TrainConfig(RunConfig):
         if self.model.tie_weights and self.model.emb_size != self.model.hidden_size:
             raise ValueError(f"model.tie_weights needs model.emb_size == model.hidden_size, got "
                              f"{self.model.emb_size} and {self.model.hidden_size}")
-        try:
-            torch.device(self.device)
-        except (RuntimeError, ValueError):
-            raise ValueError(
-                f"device must name a torch device ('cpu', 'cuda', 'cuda:0', ...), got {self.device!r}"
-            ) from None
 
 
 def apply_overrides(config: RunConfig, overrides: Mapping[str, Any]) -> Any:

@@ -16,10 +16,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field
 
-import torch
-
-from sohsm.heads import head_names
-from sohsm.train.config import OPTIMIZERS, HeadConfig, OptimConfig, RunConfig
+from sohsm.train.config import HeadConfig, OptimConfig, RunConfig
 
 #: fields that may differ between a summariser's run and its resumption
 S2S_RESUMABLE_FIELDS = frozenset({
@@ -103,6 +100,7 @@ class S2SConfig(RunConfig):
 
     def validate(self) -> None:
         """Check every value's range; raises ValueError naming the field."""
+        self._validate_head_optim_budgets()
         if self.task != "s2s":
             raise ValueError(f"task must be 's2s' for a summariser config, got {self.task!r}")
         positive = {"model.emb_size": self.model.emb_size, "model.hidden_size": self.model.hidden_size,
@@ -119,25 +117,3 @@ class S2SConfig(RunConfig):
                              f"got {self.data.dataset!r}")
         if self.data.max_size is not None and self.data.max_size < 3:
             raise ValueError(f"data.max_size must be >= 3 or None, got {self.data.max_size}")
-        if self.head.name not in head_names():
-            raise ValueError(f"unknown head {self.head.name!r}; known heads: {', '.join(head_names())}")
-        if self.head.update_every is not None and self.head.update_every < 0:
-            raise ValueError(f"head.update_every must be >= 0, got {self.head.update_every}")
-        if self.optim.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optim.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
-        if self.optim.lr is not None and not self.optim.lr > 0:
-            raise ValueError(f"optim.lr must be positive or None, got {self.optim.lr}")
-        if self.optim.clip is not None and not self.optim.clip > 0:
-            raise ValueError(f"optim.clip must be positive or None, got {self.optim.clip}")
-        if not self.optim.weight_decay >= 0:
-            raise ValueError(f"optim.weight_decay must be >= 0, got {self.optim.weight_decay}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1 or None, got {self.max_tokens}")
-        if self.time_budget is not None and not self.time_budget > 0:
-            raise ValueError(f"time_budget must be positive or None, got {self.time_budget}")
-        try:
-            torch.device(self.device)
-        except (RuntimeError, ValueError):
-            raise ValueError(
-                f"device must name a torch device ('cpu', 'cuda', 'cuda:0', ...), got {self.device!r}"
-            ) from None
