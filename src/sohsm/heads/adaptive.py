@@ -26,6 +26,15 @@ def default_cutoffs(n_classes: int) -> list[int]:
     return sorted({min(max(1, round(n_classes * f)), n_classes - 1) for f in _TEXT8_CUTOFFS})
 
 
+def check_cutoffs(cutoffs: Sequence[int] | None, n_classes: int) -> list[int]:
+    """``cutoffs`` as a list of increasing integers in ``[1, N - 1]`` (``None``: :func:`default_cutoffs`)."""
+    cutoffs = default_cutoffs(n_classes) if cutoffs is None else list(cutoffs)
+    if (not cutoffs or any(isinstance(c, bool) or int(c) != c for c in cutoffs)
+            or cutoffs != sorted(set(cutoffs)) or cutoffs[0] < 1 or cutoffs[-1] > n_classes - 1):
+        raise ValueError(f"cutoffs must be increasing integers in [1, {n_classes - 1}], got {cutoffs}")
+    return cutoffs
+
+
 def frequency_ranks(counts: Tensor | None, n_classes: int) -> Tensor:
     """``[N]`` word ids by descending count (ties: lower id first); ``counts=None`` keeps id order."""
     if counts is None:
@@ -90,10 +99,7 @@ class AdaptiveSoftmax(Head):
         counts: Tensor | None = None,
     ) -> None:
         super().__init__(in_features, n_classes)
-        cutoffs = default_cutoffs(n_classes) if cutoffs is None else list(cutoffs)
-        if (not cutoffs or any(isinstance(c, bool) or int(c) != c for c in cutoffs)
-                or cutoffs != sorted(set(cutoffs)) or cutoffs[0] < 1 or cutoffs[-1] > n_classes - 1):
-            raise ValueError(f"cutoffs must be increasing integers in [1, {n_classes - 1}], got {cutoffs}")
+        cutoffs = check_cutoffs(cutoffs, n_classes)
         if not float(div_value) > 0:
             raise ValueError(f"div_value must be positive, got {div_value}")
         smallest = int(in_features // (float(div_value) ** len(cutoffs)))

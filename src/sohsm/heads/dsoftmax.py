@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sohsm.heads.adaptive import default_cutoffs, frequency_ranks
+from sohsm.heads.adaptive import check_cutoffs, frequency_ranks
 from sohsm.heads.base import Head, HeadOutput, upcast
 from sohsm.heads.registry import register_head
 
@@ -73,10 +73,7 @@ class DifferentiatedSoftmax(Head):
         counts: Tensor | None = None,
     ) -> None:
         super().__init__(in_features, n_classes)
-        cutoffs = default_cutoffs(n_classes) if cutoffs is None else list(cutoffs)
-        if (not cutoffs or any(isinstance(c, bool) or int(c) != c for c in cutoffs)
-                or cutoffs != sorted(set(cutoffs)) or cutoffs[0] < 1 or cutoffs[-1] > n_classes - 1):
-            raise ValueError(f"cutoffs must be increasing integers in [1, {n_classes - 1}], got {cutoffs}")
+        cutoffs = check_cutoffs(cutoffs, n_classes)
         dims = default_dims(in_features, len(cutoffs) + 1) if dims is None else list(dims)
         if (len(dims) != len(cutoffs) + 1 or any(isinstance(x, bool) or int(x) != x or x < 1 for x in dims)
                 or sum(dims) != in_features):
