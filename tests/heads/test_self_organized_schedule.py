@@ -124,3 +124,46 @@ def test_moved_words_take_the_mean_of_their_new_cluster_mates():
 def test_bad_schedule_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SelfOrganizedSoftmax(D, N, counts=_counts(), **kwargs)
+
+
+def test_update_growth_spaces_the_reclusterings_geometrically():
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=3, update_growth=2)
+    optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+    head.attach(optimizer)
+    for s in range(22):
+        _step(head, optimizer, s)
+    assert [r["step"] for r in head.history] == [3, 9, 21]  # intervals 3, 6, 12
+    paper = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=3)
+    assert [s for s in range(1, 13) if paper.is_reassign_step(s)] == [3, 6, 9, 12]
+
+
+@pytest.mark.parametrize("growth", [0.5, float("inf"), float("nan"), "2"])
+def test_update_growth_below_one_or_not_a_number_is_refused(growth):
+    with pytest.raises(ValueError, match="update_growth"):
+        SelfOrganizedSoftmax(D, N, counts=_counts(), update_growth=growth)
+
+
+def test_a_resumed_head_reclusters_on_the_same_grown_schedule():
+    def run(split: int | None):
+        torch.manual_seed(0)
+        head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=2, update_growth=1.5)
+        optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+        head.attach(optimizer)
+        for s in range(14):
+            if s == split:
+                buffer = io.BytesIO()
+                torch.save({"head": head.state_dict(), "opt": optimizer.state_dict()}, buffer)
+                buffer.seek(0)
+                saved = torch.load(buffer, weights_only=False)
+                head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=2, update_growth=1.5)
+                head.load_state_dict(saved["head"])
+                optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+                optimizer.load_state_dict(saved["opt"])
+                head.attach(optimizer)
+            _step(head, optimizer, s)
+        return [r["step"] for r in head.history], head.assignment.clone()
+
+    steps, assignment = run(None)
+    resumed_steps, resumed_assignment = run(7)
+    assert steps == resumed_steps == [2, 5, 9]  # intervals 2, 3, round(4.5) = 4
+    assert torch.equal(assignment, resumed_assignment)

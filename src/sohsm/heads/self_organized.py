@@ -92,6 +92,9 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         moved_vectors: what a word's vector becomes when it moves: ``"keep"`` (default,
             the paper) or ``"cluster_mean"`` (the mean vector and optimizer state of the
             words that stayed in its new cluster).
+        update_growth: factor by which the interval between re-assignments grows after
+            each one: re-assignments at steps ``K``, ``K + K g``, ``K + K g + K g^2``, ...
+            ``1.0`` (the paper) re-assigns every ``K`` steps.
 
     Example::
 
@@ -130,6 +133,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         freeze_after_tokens: int | None = None,
         reset_on_freeze: str = "none",
         moved_vectors: str = "keep",
+        update_growth: float = 1.0,
     ) -> None:
         if smoothing not in SMOOTHING:
             raise ValueError(f"smoothing must be one of {SMOOTHING}, got {smoothing!r}")
@@ -141,6 +145,8 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
             raise ValueError(f"freq_budget must be positive, got {freq_budget}")
         if update_every is not None and int(update_every) < 0:
             raise ValueError(f"update_every must be >= 0 or None, got {update_every}")
+        if not (isinstance(update_growth, (int, float)) and math.isfinite(update_growth) and update_growth >= 1.0):
+            raise ValueError(f"update_growth must be a finite number >= 1, got {update_growth!r}")
         if not reclusters_per_epoch > 0:
             raise ValueError(f"reclusters_per_epoch must be positive, got {reclusters_per_epoch}")
         if reset_on_freeze not in ("none", "head", "head_keep_state"):
@@ -167,6 +173,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         self.update_every_option = None if update_every is None else int(update_every)
         self.update_every = self.update_every_option
         self.reclusters_per_epoch = float(reclusters_per_epoch)
+        self.update_growth = float(update_growth)
         self.freeze_after_tokens = None if freeze_after_tokens is None else int(freeze_after_tokens)
         self.reset_on_freeze = reset_on_freeze
         if moved_vectors not in ("keep", "cluster_mean"):
@@ -426,8 +433,24 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
             self.reassign(optimizer)
             self.freeze(optimizer)
             return
-        if self.update_every and int(self.steps) % self.update_every == 0:
+        if self.update_every and self.is_reassign_step(int(self.steps)):
             self.reassign(optimizer)
+
+    def is_reassign_step(self, step: int) -> bool:
+        """Whether Algorithm 1 runs after optimizer step ``step`` (``update_every`` and ``update_growth``).
+
+        A function of the step alone, so a resumed run re-clusters where the uninterrupted one would.
+        """
+        k = self.update_every
+        if not k or step <= 0:
+            return False
+        if self.update_growth == 1.0:
+            return step % k == 0
+        interval, due = float(k), k
+        while due < step:
+            interval *= self.update_growth
+            due += max(1, round(interval))
+        return due == step
 
     @torch.no_grad()
     def _reset_moved(self, moved: Tensor, optimizer) -> None:
@@ -525,6 +548,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
             super().extra_repr()
             + f", gamma={self.gamma}, freq_budget={self.freq_budget}, update_every={self.update_every}, "
             f"smoothing={self.smoothing!r}"
+            + (f", update_growth={self.update_growth}" if self.update_growth != 1.0 else "")
         )
 
 
