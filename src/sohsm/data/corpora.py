@@ -360,6 +360,9 @@ class _HashingWriter:
     def tell(self) -> int:
         return self.written
 
+    def flush(self) -> None:
+        self.handle.flush()
+
 
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__

@@ -20,8 +20,6 @@ import shutil
 import tarfile
 import tempfile
 import urllib.error
-import urllib.parse
-import urllib.request
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -191,34 +189,18 @@ class Source:
     crc32: int | None = None
 
 
-def _open_url(url: str, timeout: float):
-    host = urllib.parse.urlsplit(url).hostname or ""
-    handlers = []
-    if host in ("127.0.0.1", "localhost", "::1"):
-        handlers.append(urllib.request.ProxyHandler({}))  # never send loopback through a proxy
-    opener = urllib.request.build_opener(*handlers)
-    request = urllib.request.Request(url, headers={"User-Agent": "sohsm-data-fetch"})
-    return opener.open(request, timeout=timeout)
-
-
 def download_to(url: str, handle: IO[bytes], *, desc: str, progress: bool, timeout: float) -> None:
-    """Stream ``url`` into an open binary file, with a tqdm bar on stderr.
+    """Stream ``url`` into an open binary file with pooch's HTTP downloader, a tqdm bar on stderr.
 
     Raises:
-        OSError (including ``urllib.error.URLError``) when the download fails.
+        OSError (``requests``' errors derive from it) when the download fails or is cut short.
     """
+    import pooch
     from tqdm import tqdm
 
-    with _open_url(url, timeout) as response:
-        length = response.headers.get("Content-Length")
-        total = int(length) if length and length.isdigit() else None
-        with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
-                  disable=not progress, leave=False) as bar:
-            while block := response.read(_CHUNK):
-                handle.write(block)
-                bar.update(len(block))
-        if total is not None and handle.tell() != total:
-            raise OSError(f"connection closed after {handle.tell()} of {total} bytes")
+    bar = tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False) if progress else False
+    downloader = pooch.HTTPDownloader(progressbar=bar, timeout=timeout, headers={"User-Agent": "sohsm-data-fetch"})
+    downloader(url, handle, None)
 
 
 def _copy_limited(src: IO[bytes], dst: IO[bytes], limit: int | None) -> None:
