@@ -22,7 +22,7 @@ import tempfile
 import urllib.error
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -72,12 +72,10 @@ def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 # -- hashing ------------------------------------------------------------------------
 def sha256_file(path: str | os.PathLike[str]) -> str:
-    """The sha256 of a file's bytes, as 64 hex digits (no caching)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
+    """The sha256 of a file's bytes, as 64 hex digits (no caching; pooch reads the file)."""
+    import pooch
+
+    return pooch.file_hash(str(path), alg="sha256")
 
 
 def _stat_key(path: Path) -> dict[str, int]:
@@ -148,7 +146,7 @@ def atomic_output(target: str | os.PathLike[str], mode: str = "wb") -> Iterator[
             yield handle
         os.replace(tmp, target)
     except BaseException:
-        with _suppress_oserror():
+        with suppress(OSError):
             os.unlink(tmp)
         raise
 
@@ -157,14 +155,6 @@ def write_atomic_text(target: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (utf-8) to ``target`` via a temporary file and ``os.replace``."""
     with atomic_output(target, "w") as handle:
         handle.write(text)
-
-
-@contextmanager
-def _suppress_oserror() -> Iterator[None]:
-    try:
-        yield
-    except OSError:
-        pass
 
 
 # -- downloads ----------------------------------------------------------------------
