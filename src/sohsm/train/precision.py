@@ -28,13 +28,17 @@ class Precision:
 
     Example::
 
-        precision = Precision("fp16", torch.device("cuda"))
-        with precision.autocast():
-            loss = head(*task.hidden_states(model, batch)).loss
-        precision.backward(loss)
-        precision.unscale_(optimizer)       # before clipping
-        clip_gradients(params, 0.25)
-        precision.step(optimizer)           # skipped when the scaled gradients overflowed
+        >>> import torch
+        >>> from sohsm import build_head
+        >>> head = build_head("self_organized", 8, 100, update_every=0)
+        >>> optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+        >>> precision = Precision("bf16", torch.device("cpu"))
+        >>> with precision.autocast():
+        ...     loss = head(torch.randn(4, 8), torch.tensor([1, 2, 3, 4])).loss
+        >>> precision.backward(loss)        # fp16: the loss scaled first
+        >>> precision.unscale_(optimizer)   # fp16: the true gradients again, before clipping
+        >>> precision.step(optimizer)       # fp16: False (skipped) when the gradients overflowed
+        True
 
     Args:
         amp: ``None`` (float32), ``"bf16"`` or ``"fp16"``.
