@@ -69,7 +69,9 @@ def train(config: RunConfig, run_dir: str | os.PathLike[str], *, progress: bool 
     :class:`~sohsm.train.TrainConfig` trains a language model). Every check that
     can run before training does (settings, data, batch sizes against the
     splits, memory) before ``run_dir`` is created, so a refused run leaves
-    nothing behind. A directory left by a run stopped before its first step
+    nothing behind. Started by ``torchrun`` (``WORLD_SIZE`` > 1), every process
+    calls it and trains on its share of each batch; rank 0 writes
+    (:mod:`sohsm.train.distributed`). A directory left by a run stopped before its first step
     (``config.json``, ``vocab.json``, no records, no checkpoint) counts as empty.
     Relative data locations are stored absolute.
 
@@ -179,7 +181,7 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
     Raises:
         ValueError: no run in ``run_dir``, or another trainer holds it; an override
             that changes the run; a damaged checkpoint; data whose vocabulary or
-            files differ from the checkpoint's.
+            files differ from the checkpoint's; another number of processes than the run's.
         sohsm.train.guard.DivergenceError: as in :func:`train`.
     """
     run_dir = Path(run_dir)

@@ -102,6 +102,7 @@ class _Clock:
     def now(self) -> float:
         return self.total + (time.perf_counter() - self._start if self._start is not None else 0.0)
 
+
 def progress_of(checkpoint: Mapping[str, Any]) -> Progress:
     """Where a checkpoint's run stood: step, tokens, clock, epoch, best dev perplexity, open log interval."""
     position, log = checkpoint["position"], checkpoint["log"]
@@ -110,6 +111,7 @@ def progress_of(checkpoint: Mapping[str, Any]) -> Progress:
         epoch=int(position["epoch"]), best_ppl=checkpoint["best_ppl"], log_sum=float(log["sum"]),
         log_tokens=int(log["tokens"]), log_steps=int(log["steps"]), log_start_s=float(log["start_s"]),
     )
+
 
 def _checkpoint(config: RunConfig, task: Task, model: nn.Module, head: Head, optimizer: torch.optim.Optimizer,
                 signature: dict[str, Any], p: Progress, log_sum: Tensor, device: torch.device, ranks: Ranks,
@@ -121,7 +123,8 @@ def _checkpoint(config: RunConfig, task: Task, model: nn.Module, head: Head, opt
     extra = {"world_size": ranks.world, "rng_ranks": rngs} if ranks.world > 1 else {}
     if scaler is not None:
         extra["scaler"] = scaler
-    return {**extra,
+    return {
+        **extra,
         "format": task.checkpoint_format,
         "model": model.state_dict(),
         "head": head.state_dict(),
@@ -157,8 +160,13 @@ class _NoLog:
 
 
 def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, head: Head,
-         optimizer: torch.optim.Optimizer, p: Progress, device: torch.device, progress: bool,
-         resumed: bool, ranks: Ranks, scaler: dict[str, Any] | None = None) -> TrainResult:
+                optimizer: torch.optim.Optimizer, p: Progress, device: torch.device, progress: bool,
+                resumed: bool, ranks: Ranks, scaler: dict[str, Any] | None = None) -> TrainResult:
+    """Train from ``p`` until a budget is spent or a stop is asked for; evaluate, save ``last.pt``, return.
+
+    Every rank calls it with its own share of the data (``task``) and the same
+    model, head and optimizer state; ``scaler``: a checkpoint's fp16 loss-scaler state.
+    """
     signature = run_signature(config, head, task.vocab, task.corpus_signature)
     step = TrainStep(task, model, head, optimizer, ranks, config.optim.clip, amp=getattr(config, "amp", None),
                      compile=getattr(config, "compile", False))
