@@ -34,7 +34,7 @@ Usage::
 A last section times the heads of ``--large-heads`` at ``--large-size`` (default:
 the full softmax and the self-organized head at N = 1M); the full softmax is
 run there only if its estimated peak memory fits in half the free memory, and
-is otherwise listed as not fitting, with the estimate.
+is otherwise listed as not run, with the estimate.
 """
 from __future__ import annotations
 
@@ -272,7 +272,7 @@ def large_vocabulary_lines(large: dict, d: int, tokens: int) -> list[str]:
              "| weights + gradients + Adagrad state GiB |",
              "|---:|---|---:|---:|---:|---:|"]
     if large["full_skipped"]:
-        lines.append(f"| {n:,} | full | does not fit | does not fit | ~{3 * tokens * n * 4 / 2**20:,.0f} (estimate) "
+        lines.append(f"| {n:,} | full | not run | not run | ~{3 * tokens * n * 4 / 2**20:,.0f} (estimate) "
                      f"| {3 * n * d * 4 / 2**30:.1f} (estimate) |")
     for name, ms, step_ms, mib, gib in large["rows"]:
         lines.append(f"| {n:,} | {name} | {ms:.1f} | {step_ms:.1f} | {mib:.1f} | {gib:.1f} |")
