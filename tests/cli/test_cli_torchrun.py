@@ -9,8 +9,10 @@ the ranks' sums. Losses and weights agree to float tolerance.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,35 @@ def test_a_batch_that_does_not_divide_among_the_processes_is_refused(ptb_slice):
         task.shard(Ranks(1, 5))
     task.shard(Ranks(1, 2))
     assert task.data.size(1) == 5 and task.tokens_per_epoch == task.epoch_length * 10
+
+
+def test_sigterm_to_torchrun_stops_both_ranks_after_the_same_step_with_a_checkpoint(tmp_path, ptb_slice):
+    """torchrun passes SIGTERM on to its workers; they agree to stop, rank 0 saves, and all exit."""
+    run_dir = tmp_path / "run"
+    src = str(Path(sohsm.__file__).resolve().parents[1])
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "sohsm",
+               "lm", "train", "--run-dir", str(run_dir), "--corpus", str(ptb_slice), *OPTIONS, "--epochs", "50"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(r["kind"] == "train" and r["step"] >= 5 for r in _records(run_dir)):
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert out.count("stopped     interrupted (SIGTERM)") == 1, err[-3000:]
+    checkpoint = _final(run_dir)
+    steps = [r["step"] for r in _records(run_dir) if r["kind"] == "train"]
+    assert checkpoint["world_size"] == 2 and checkpoint["step"] == steps[-1] >= 5
+
+
+def _records(run_dir: Path) -> list[dict]:
+    try:
+        return read_metrics(run_dir / "metrics.jsonl")
+    except (OSError, ValueError):
+        return []
