@@ -58,3 +58,19 @@ def test_compiled_run_matches_the_eager_run(tmp_path, ptb_slice, cli):
         for key, value in a[part].items():
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 torch.testing.assert_close(b[part][key], value, rtol=1e-4, atol=1e-5, msg=f"{part}.{key}")
+
+
+def test_a_bf16_run_resumes_where_it_stopped_and_may_turn_compile_on(tmp_path, ptb_slice, cli):
+    """amp is part of the run (kept on resume); compile is speed only (may change on resume)."""
+    torch._dynamo.reset()
+    straight, _ = _train(cli, tmp_path / "straight", ptb_slice, "--amp", "bf16", "--max-tokens", 20 * 160)
+    split = tmp_path / "split"
+    _train(cli, split, ptb_slice, "--amp", "bf16", "--max-tokens", 10 * 160)
+    code, _, err = cli("lm", "train", "--run-dir", split, "--resume", "--amp", "fp16")
+    assert code == 2 and "amp is 'bf16' in the run" in err  # another precision is another run
+    code, _, err = cli("lm", "train", "--run-dir", split, "--resume", "--quiet", "--compile", "--max-tokens", 20 * 160)
+    assert code == 0, err
+    records = read_metrics(split / "metrics.jsonl")
+    resumed = [r["nll_nats"] for r in records if r["kind"] == "train" and not r.get("partial")]
+    assert resumed == pytest.approx(straight, rel=1e-3)
+    assert torch.load(split / "last.pt", weights_only=True)["config"]["compile"] is True
