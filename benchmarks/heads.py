@@ -30,6 +30,11 @@ Usage::
 
     python benchmarks/heads.py                       # all sizes, writes docs/benchmarks/heads.md
     python benchmarks/heads.py --sizes 10000 44000 --repeats 3 --output /tmp/heads.md
+
+A last section times the heads of ``--large-heads`` at ``--large-size`` (default:
+the full softmax and the self-organized head at N = 1M); the full softmax is
+run there only if its estimated peak memory fits in half the free memory, and
+is otherwise listed as not run, with the estimate.
 """
 from __future__ import annotations
 
@@ -91,6 +96,73 @@ def train_step_time(head: nn.Module, hidden: torch.Tensor, target: torch.Tensor,
     head(hidden, target).loss.backward()
     sync(device)
     return time.perf_counter() - start
+
+
+def optimizer_step_time(head: nn.Module, hidden: torch.Tensor, target: torch.Tensor, device, repeats: int) -> float:
+    """Median time of one Adagrad step over the head's parameters, on the gradients of one forward + backward.
+
+    The optimizer (and its state, one more tensor per parameter) lives only while this
+    head is timed, so the heads of one size do not all hold optimizer state at once.
+    """
+    head.zero_grad(set_to_none=True)
+    head(hidden, target).loss.backward()
+    optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+    optimizer.step()  # warm-up: allocates the state
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        optimizer.step()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    del optimizer
+    return statistics.median(times)
+
+
+def full_softmax_bytes(n: int, d: int, tokens: int) -> int:
+    """Estimated bytes a full-softmax training step holds at its peak: weight, gradient and Adagrad state
+    (3 N d floats), and the logits, their log-softmax and its gradient (3 B N floats; 12 bytes a logit
+    is what the profiler measured at the smaller sizes)."""
+    return 4 * (3 * n * d + 3 * tokens * n)
+
+
+def available_bytes() -> int | None:
+    """Memory the system can still give (``MemAvailable``), or ``None`` where it does not say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def large_vocabulary(n: int, d: int, tokens: int, names: list[str], device, repeats: int, seed: int) -> dict:
+    """The heads ``names`` at one large ``n`` (the full softmax only if it would fit in half the free memory)."""
+    free = available_bytes() if device.type == "cpu" else torch.cuda.mem_get_info(device)[0]
+    needed = full_softmax_bytes(n, d, tokens)
+    out = {"n": n, "full_needed": needed, "free": free, "rows": []}
+    names = [name for name in names if name != "full" or (free is not None and needed < free / 2)]
+    out["full_skipped"] = "full" not in names
+    generator = torch.Generator().manual_seed(seed)
+    probs = zipf_probabilities(n)
+    counts = (probs * 1e9).round().long()
+    hidden = torch.randn(tokens, d, generator=generator).to(device).requires_grad_()
+    target = torch.multinomial(probs, tokens, replacement=True, generator=generator).to(device)
+    for name in names:
+        torch.manual_seed(seed)
+        head = build_heads(n, d, counts, [name])[name].to(device)
+        train_step_time(head, hidden, target, device)
+        fb = statistics.median(train_step_time(head, hidden, target, device) for _ in range(repeats))
+        step = optimizer_step_time(head, hidden, target, device, repeats)
+        memory = peak_activation_bytes(head, hidden, target, device)
+        params = sum(p.numel() * p.element_size() for p in head.parameters())
+        out["rows"].append((name, fb * 1e3, (fb + step) * 1e3, memory / 2**20, 3 * params / 2**30))
+        print(f"N={n:>7} {name:<20} {fb * 1e3:9.1f} ms  +step {(fb + step) * 1e3:9.1f} ms  "
+              f"{memory / 2**20:8.1f} MiB activations, {3 * params / 2**30:.1f} GiB weights+gradients+Adagrad",
+              flush=True)
+        del head
+    return out
 
 
 def peak_activation_bytes(head: nn.Module, hidden: torch.Tensor, target: torch.Tensor, device) -> int:
@@ -184,6 +256,29 @@ def decoding(n: int, d: int, counts, device, generator, train_steps: int, tokens
     }
 
 
+def large_vocabulary_lines(large: dict, d: int, tokens: int) -> list[str]:
+    """The section of the page on the large vocabulary."""
+    n, free = large["n"], large["free"]
+    free_text = "unknown" if free is None else f"{free / 2**30:.1f} GiB"
+    lines = ["", f"## N = {n:,}", "",
+             f"d = {d}, {tokens} tokens, as above. The full softmax would hold about "
+             f"{large['full_needed'] / 2**30:.1f} GiB at its peak (weight, gradient and Adagrad state, "
+             f"3 x N x d floats; logits, log-softmax and gradient, 3 x {tokens} x N floats); the machine had "
+             f"{free_text} free. "
+             + ("It was not run: a head is run here only if its estimate fits in half the free memory."
+                if large["full_skipped"] else "It fitted in half the free memory and was run."),
+             "",
+             "| N | head | fwd+bwd ms | fwd+bwd + Adagrad step ms | peak activations MiB "
+             "| weights + gradients + Adagrad state GiB |",
+             "|---:|---|---:|---:|---:|---:|"]
+    if large["full_skipped"]:
+        lines.append(f"| {n:,} | full | not run | not run | ~{3 * tokens * n * 4 / 2**20:,.0f} (estimate) "
+                     f"| {3 * n * d * 4 / 2**30:.1f} (estimate) |")
+    for name, ms, step_ms, mib, gib in large["rows"]:
+        lines.append(f"| {n:,} | {name} | {ms:.1f} | {step_ms:.1f} | {mib:.1f} | {gib:.1f} |")
+    return lines
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -207,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--heads", nargs="+", default=[row for row, _, _ in HEADS], choices=[row for row, _, _ in HEADS],
                         help="rows to time (default: all; 'full' is always timed, the ratios need it)")
+    parser.add_argument("--large-size", type=int, default=1_000_000,
+                        help="one more vocabulary size, for --large-heads only (0: none)")
+    parser.add_argument("--large-heads", nargs="+", default=["full", "self_organized"],
+                        help="heads at --large-size; the full softmax only where its estimate fits in half the "
+                        "free memory")
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parents[1] / "docs/benchmarks/heads.md")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -229,12 +329,17 @@ def main(argv: list[str] | None = None) -> int:
             for name, head in heads.items():
                 times[name].append(train_step_time(head, hidden, target, device))
         memory = {name: peak_activation_bytes(head, hidden, target, device) for name, head in heads.items()}
+        steps = {name: optimizer_step_time(head, hidden, target, device, args.repeats) for name, head in heads.items()}
         full_time, full_memory = statistics.median(times["full"]), memory["full"]
+        full_with_step = full_time + steps["full"]
         for name in heads:
             t = statistics.median(times[name])
-            rows.append((n, name, t * 1e3, full_time / t, memory[name] / 2**20, full_memory / max(memory[name], 1)))
-            print(f"N={n:>7} {name:<20} {t * 1e3:9.1f} ms  {full_time / t:6.1f}x  "
-                  f"{memory[name] / 2**20:8.1f} MiB  1/{full_memory / max(memory[name], 1):.1f}", flush=True)
+            with_step = t + steps[name]
+            rows.append((n, name, t * 1e3, full_time / t, with_step * 1e3, full_with_step / with_step,
+                         memory[name] / 2**20, full_memory / max(memory[name], 1)))
+            print(f"N={n:>7} {name:<20} {t * 1e3:9.1f} ms  {full_time / t:6.1f}x  +step {with_step * 1e3:9.1f} ms "
+                  f"{full_with_step / with_step:6.1f}x  {memory[name] / 2**20:8.1f} MiB  "
+                  f"1/{full_memory / max(memory[name], 1):.1f}", flush=True)
         del heads
         dec = decoding(n, d, counts, device, generator, args.decode_train_steps, tokens)
         decode_rows.append((n, dec))
@@ -242,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
               f"({dec['speedup']:.1f}x), {dec['visited']:.2f} of {dec['n_clusters']} clusters visited; "
               f"Huffman tree {dec['tree_ms']:.1f} ms ({dec['tree_speedup']:.1f}x), {dec['tree_visited']:.1f} "
               f"nodes visited (path {dec['tree_path']:.1f})", flush=True)
+
+    large = (large_vocabulary(args.large_size, d, tokens, args.large_heads, device, args.repeats, args.seed)
+             if args.large_size else None)
 
     command = "python benchmarks/heads.py " + " ".join(sys.argv[1:] if argv is None else argv)
     lines = [
@@ -260,13 +368,19 @@ def main(argv: list[str] | None = None) -> int:
         "N, div_value 4). The sampled heads (importance_sampling, nce, pmi) time their training objective "
         "with k = 100 noise words per batch; `+sparse` rows give the word / node vectors row-sparse "
         "gradients (an optimizer that takes them is needed). `dsoftmax` (differentiated softmax): the "
-        "adaptive head's cutoffs as frequency bands of d/2, d/4, d/4 dimensions.",
+        "adaptive head's cutoffs as frequency bands of d/2, d/4, d/4 dimensions. '+ Adagrad step': "
+        "forward + backward plus the median time of an Adagrad step over the head's parameters (timed on "
+        "its own, on the gradients of one forward + backward), as in a training step.",
         "",
-        "| N | head | fwd+bwd ms | speed-up vs full | peak activations MiB | memory vs full |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| N | head | fwd+bwd ms | speed-up vs full | fwd+bwd + Adagrad step ms | speed-up vs full "
+        "| peak activations MiB | memory vs full |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for n, name, ms, speedup, mib, mem_ratio in rows:
-        lines.append(f"| {n:,} | {name} | {ms:.1f} | {speedup:.1f}x | {mib:.1f} | 1/{mem_ratio:.1f} |")
+    for n, name, ms, speedup, step_ms, step_speedup, mib, mem_ratio in rows:
+        lines.append(f"| {n:,} | {name} | {ms:.1f} | {speedup:.1f}x | {step_ms:.1f} | {step_speedup:.1f}x | "
+                     f"{mib:.1f} | 1/{mem_ratio:.1f} |")
+    if large is not None:
+        lines += large_vocabulary_lines(large, d, tokens)
     lines += [
         "",
         "## Exact top-1 decoding",

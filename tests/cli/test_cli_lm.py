@@ -9,7 +9,7 @@ import signal
 import pytest
 import torch
 
-import sohsm.train.loop as loop
+import sohsm.train.session as loop  # the session calls evaluate
 from sohsm.train import read_metrics
 
 TOKENS_PER_STEP = 16 * 10  # batch 16 x BPTT 10

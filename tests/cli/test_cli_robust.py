@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import sohsm.train.loop as loop
+import sohsm.train.step as train_step
 from sohsm.cli.main import main
 from sohsm.train import read_metrics
 from sohsm.train.lock import RunLock
@@ -66,14 +67,14 @@ def test_sigterm_and_sighup_save_a_checkpoint_and_exit_like_ctrl_c(signum, tmp_p
 
 
 def test_ctrl_c_before_any_evaluation_lists_no_best_checkpoint(tmp_path, ptb_slice, small, cli, monkeypatch):
-    check_step = loop.check_step
+    check_step = train_step.check_step
 
     def interrupt_at_step_3(loss, norm, step):
         if step == 3:
             signal.raise_signal(signal.SIGINT)
         return check_step(loss, norm, step)
 
-    monkeypatch.setattr(loop, "check_step", interrupt_at_step_3)
+    monkeypatch.setattr(train_step, "check_step", interrupt_at_step_3)
     code, out, err = _train(cli, tmp_path / "run", ptb_slice, small, "--eval-every", 0)
     assert code == 130 and "interrupted (SIGINT): step 3" in out
     assert f"checkpoints {tmp_path / 'run' / 'last.pt'}\n" in out and not (tmp_path / "run" / "best.pt").exists()
@@ -86,7 +87,7 @@ def test_a_run_stopped_before_its_first_step_can_be_started_again_or_resumed(tmp
 
     run_dir = tmp_path / "run"
     with monkeypatch.context() as patch:
-        patch.setattr(loop, "_run", killed)
+        patch.setattr(loop, "run_session", killed)
         assert _train(cli, run_dir, ptb_slice, small)[0] == 143
     assert {p.name for p in run_dir.iterdir()} >= {"config.json", "vocab.json"}
     assert not (run_dir / "last.pt").exists()

@@ -32,6 +32,9 @@ examples:
   sohsm lm train --corpus my_text.txt --head two_level_frequency --run-dir runs/mine \\
       --emb-size 64 --hidden-size 64 --batch-size 32 --max-tokens 200000
   sohsm lm train --run-dir runs/ptb-sohsm --resume --epochs 2      # continue, with a larger budget
+  torchrun --nproc-per-node 2 -m sohsm lm train --corpus ptb --head self_organized \
+      --run-dir runs/ptb-ddp --batch-size 128    # 2 processes, 64 columns each; rank 0 writes
+  sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb-bf16 --amp bf16 --compile
 """
 
 
@@ -98,7 +101,8 @@ def _train(args: argparse.Namespace) -> int:
         fields = {**TRAIN_FIELDS, "head": "head.name", "update_every": "head.update_every"}
         typed = [dest for dest in fields if getattr(args, dest, None) is not None]
         raise CommandError(name_flags(str(error), fields, typed)) from None
-    _print_summary(result)
+    if result.writer:  # under torchrun, rank 0 speaks for all
+        _print_summary(result)
     return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0  # 130 for Ctrl-C
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from sohsm.cli.main import CommandError
 from sohsm.heads import check_head_options, head_names, head_options
-from sohsm.train.config import DEFAULT_LR, OPTIMIZERS
+from sohsm.train.config import AMP_CHOICES, DEFAULT_LR, OPTIMIZERS
 
 #: option dest -> config field it sets (options left out keep the config default, or the run's on --resume);
 #: the head's fields (--head, --update-every, --head-option) are set by :func:`head_overrides`
@@ -27,6 +27,7 @@ TRAIN_FIELDS = {
     "bptt": "bptt", "batch_size": "batch_size", "eval_batch_size": "eval_batch_size", "epochs": "epochs",
     "max_tokens": "max_tokens", "time_budget": "time_budget", "eval_every": "eval_every",
     "checkpoint_every": "checkpoint_every", "log_every": "log_every", "seed": "seed", "device": "device",
+    "amp": "amp", "compile": "compile",
 }
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -120,7 +121,12 @@ def add_training_options(p: argparse.ArgumentParser, *, compare: bool = False) -
     g.add_argument("--checkpoint-every", type=int, metavar="STEPS",
                    help="save last.pt every STEPS steps, and at the end (default 1000; 0 = end only)")
     g.add_argument("--log-every", type=int, metavar="STEPS", help="a train record every STEPS steps (default 100)")
-    g.add_argument("--device", metavar="DEVICE", help="cpu (default), cuda, cuda:1, ...")
+    g.add_argument("--device", metavar="DEVICE", help="cpu (default), cuda, cuda:1, ...; under torchrun cpu or "
+                   "cuda (each process takes the GPU of its LOCAL_RANK)")
+    g.add_argument("--amp", choices=AMP_CHOICES,
+                   help="mixed precision: autocast the forward in bf16, or in fp16 with loss scaling (default: fp32)")
+    g.add_argument("--compile", action="store_true", default=None,
+                   help="run model and head through torch.compile (the head's target check is dropped)")
     g.add_argument("--quiet", action="store_true", help="no start-up lines, progress bar or evaluation lines")
 
 

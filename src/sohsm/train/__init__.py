@@ -1,7 +1,10 @@
 """Training language models with any head: config, loop, evaluation, checkpoints, and using finished runs.
 
 * :mod:`sohsm.train.config`: :class:`TrainConfig` and its sections, strict overrides.
-* :mod:`sohsm.train.loop`: :func:`train` and :func:`resume_training`.
+* :mod:`sohsm.train.loop`: :func:`train` and :func:`resume_training`; :mod:`sohsm.train.session`: the loop
+  over batches; :mod:`sohsm.train.step`: one step (DDP, ``amp``, ``compile``).
+* :mod:`sohsm.train.distributed`: several processes under ``torchrun``; :mod:`sohsm.train.precision`: autocast
+  and fp16 loss scaling.
 * :mod:`sohsm.train.evaluation`: :func:`evaluate` (ppl, cluster ppl, in-cluster ppl).
 * :mod:`sohsm.train.checkpoint`: the files of a run directory, atomic checkpoints.
 * :mod:`sohsm.train.metrics`: ``metrics.jsonl`` (and TensorBoard when installed).

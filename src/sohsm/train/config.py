@@ -7,7 +7,7 @@ A run config composes four sections and the loop's own settings::
       model: ModelConfig   the LSTM
       head:  HeadConfig    which output layer, and its options
       optim: OptimConfig   optimizer, learning rate, clipping, weight decay
-      bptt, batch_size, epochs, max_tokens, time_budget, eval_every, ... , seed, device
+      bptt, batch_size, epochs, max_tokens, time_budget, eval_every, ... , seed, device, amp, compile
 
 Defaults are the paper's text8 setting (Shen et al. 2017, §4). A config
 is built from a dict (``config.json``) with :meth:`TrainConfig.from_dict` and
@@ -37,8 +37,11 @@ DEFAULT_LR = {"adagrad": 0.1, "adam": 1e-3, "sgd": 1.0}
 #: everything else must match the checkpoint
 RESUMABLE_FIELDS = frozenset({
     "data.data_dir", "data.cache_dir", "epochs", "max_tokens", "time_budget", "eval_every",
-    "checkpoint_every", "log_every", "device",
+    "checkpoint_every", "log_every", "device", "compile",
 })
+
+#: mixed-precision settings of a run (``None``: float32)
+AMP_CHOICES = ("bf16", "fp16")
 
 
 @dataclass
@@ -221,6 +224,10 @@ class TrainConfig(RunConfig):
     seed: int = 1
     #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
     device: str = "cpu"
+    #: autocast the forward in ``"bf16"`` or ``"fp16"`` (with loss scaling); ``None``: float32, the paper's
+    amp: str | None = None
+    #: run model and head through ``torch.compile`` (speed only; the head's target check is dropped)
+    compile: bool = False
 
     # -- checks ----------------------------------------------------------------------
     def validate(self) -> None:
@@ -239,6 +246,8 @@ class TrainConfig(RunConfig):
             raise ValueError(f"model.dropout must be in [0, 1), got {self.model.dropout}")
         if "update_every" in self.head.options:
             raise ValueError("set head.update_every, not head.options['update_every']")
+        if self.amp is not None and self.amp not in AMP_CHOICES:
+            raise ValueError(f"amp must be one of {', '.join(AMP_CHOICES)} or None, got {self.amp!r}")
         if self.data.min_count is not None and self.data.min_count < 1:
             raise ValueError(f"data.min_count must be >= 1 or None, got {self.data.min_count}")
         if self.data.text_mode not in (None, "lines", "running"):

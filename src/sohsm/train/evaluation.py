@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
@@ -62,7 +62,7 @@ def _exp(x: float) -> float:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, head: Head, data: Tensor | Evaluable, batch_size: int = 32,
-             bptt: int = 20) -> EvalResult:
+             bptt: int = 20, sum_over: Callable[[Tensor], Tensor] | None = None) -> EvalResult:
     """Score every target of ``data`` with ``model`` and ``head``.
 
     ``data`` is either a 1-D token stream, laid out in ``batch_size`` columns
@@ -78,6 +78,8 @@ def evaluate(model: nn.Module, head: Head, data: Tensor | Evaluable, batch_size:
         data: 1-D token ids (a corpus split), or a task.
         batch_size: columns of a token stream.
         bptt: rows per window of a token stream (does not change the result, only memory and speed).
+        sum_over: adds a tensor over processes in place (each scored its share of the
+            data, :meth:`sohsm.train.distributed.Ranks.sum_`); the result is that of all shares.
 
     Returns:
         :class:`EvalResult`.
@@ -93,9 +95,8 @@ def evaluate(model: nn.Module, head: Head, data: Tensor | Evaluable, batch_size:
     try:
         batches = (stream_hidden_states(model, data, batch_size, bptt) if isinstance(data, Tensor)
                    else data.eval_hidden_states(model))
-        total = torch.zeros(3, dtype=torch.float64, device=device)  # sum log P, sum cluster, sum in-cluster
+        total = torch.zeros(4, dtype=torch.float64, device=device)  # sum log P, cluster, in-cluster; tokens
         has_parts = True
-        tokens = 0
         for hidden, targets in batches:
             hidden = hidden.reshape(-1, hidden.size(-1))  # [M, d]
             targets = targets.reshape(-1)
@@ -109,8 +110,11 @@ def evaluate(model: nn.Module, head: Head, data: Tensor | Evaluable, batch_size:
                 total[0] += cluster + in_cluster
                 total[1] += cluster
                 total[2] += in_cluster
-            tokens += targets.numel()
+            total[3] += targets.numel()
+        if sum_over is not None:
+            sum_over(total)
         sums = total.tolist()  # the one device sync
+        tokens = int(sums[3])
     finally:
         model.train(was_training[0])
         head.train(was_training[1])
@@ -129,9 +133,12 @@ def evaluate(model: nn.Module, head: Head, data: Tensor | Evaluable, batch_size:
     )
 
 
-def stream_hidden_states(model: LSTMLanguageModel, ids: Tensor, batch_size: int,
-                         bptt: int) -> Iterator[tuple[Tensor, Tensor]]:
+def stream_hidden_states(model: LSTMLanguageModel, ids: Tensor, batch_size: int, bptt: int,
+                         columns: slice | None = None) -> Iterator[tuple[Tensor, Tensor]]:
     """``(hidden [t*B, d], targets [t*B])`` of a token stream in ``batch_size`` columns, state carried.
+
+    ``columns``: only these columns of the layout (a rank's share; each column is
+    read on its own, so the shares' sums add up to the whole's).
 
     Raises:
         ValueError: ``ids`` is too short for ``batch_size`` columns of two tokens.
@@ -141,6 +148,8 @@ def stream_hidden_states(model: LSTMLanguageModel, ids: Tensor, batch_size: int,
         raise ValueError(f"cannot evaluate {ids.numel()} tokens in {batch_size} columns: "
                          "need at least two tokens per column")
     data = batchify(ids, batch_size, device)  # [T, B]
+    if columns is not None:
+        data = data[:, columns]  # [T, b]
 
     def windows() -> Iterator[tuple[Tensor, Tensor]]:
         state = None

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterable
 
 import torch
@@ -38,13 +39,17 @@ class StopSignals:
     Use as a context manager around the loop and read :attr:`requested` after
     each step; :attr:`signum` says which signal (or ``SIGPIPE``, see
     :func:`write_line`) asked. A second signal raises ``KeyboardInterrupt`` at
-    once. After SIGHUP, standard output and error that were a terminal point to
-    ``os.devnull`` (the terminal is gone; writing to it would fail mid-save).
+    once, unless it comes within ``grace_s`` seconds of the first (a launcher such as
+    ``torchrun`` passes on a signal its workers got as well). After SIGHUP, standard
+    output and error that were a terminal point to ``os.devnull`` (the terminal is
+    gone; writing to it would fail mid-save).
     Outside the main thread signals cannot be caught, and the guard does nothing.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, grace_s: float = 0.0) -> None:
         self.signum: int | None = None
+        self.grace_s = grace_s
+        self._first_at = 0.0
         self._previous: dict[int, object] = {}
 
     @property
@@ -65,7 +70,10 @@ class StopSignals:
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:
+            if time.monotonic() - self._first_at < self.grace_s:
+                return  # the same request passed on (torchrun forwards the Ctrl-C its workers also got)
             raise KeyboardInterrupt
+        self._first_at = time.monotonic()
         if signum == getattr(signal, "SIGHUP", None):
             silence_terminal()
         self.request(signum)

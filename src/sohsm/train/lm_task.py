@@ -9,6 +9,11 @@ previous window of the same epoch::
      window 0   win 1      last        the state is reset and row goes back to 0
 
 The cursor of an epoch is the row; a checkpoint's position is ``{epoch, row, state}``.
+
+With several processes (:mod:`sohsm.train.distributed`) each rank reads its own
+``batch_size / N`` columns of the same layout and its share of the dev columns;
+a checkpoint holds the LSTM state of all columns, gathered in rank order, which
+is the state one process would hold.
 """
 from __future__ import annotations
 
@@ -29,7 +34,9 @@ from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
 from sohsm.train.builders import build_model_and_head
 from sohsm.train.checkpoint import CHECKPOINT_FORMAT, reading_checkpoint
 from sohsm.train.config import TrainConfig
+from sohsm.train.distributed import Ranks
 from sohsm.train.evaluation import stream_hidden_states
+from sohsm.train.precision import autocast_fails
 from sohsm.train.preflight import check_run_fits
 from sohsm.train.progress import startup_lines
 from sohsm.train.task import Task, register_task
@@ -53,6 +60,7 @@ class LMTask(Task):
                              f"batch_size={config.batch_size}")
         self.tokens_per_epoch = self.epoch_length * config.batch_size
         self.state: tuple[Tensor, Tensor] | None = None
+        self.ranks = Ranks(device=device)
 
     @classmethod
     def load(cls, config: TrainConfig, device: torch.device) -> LMTask:
@@ -70,6 +78,30 @@ class LMTask(Task):
 
     def check_fits(self, device: torch.device) -> None:
         check_run_fits(self.config, self.corpus, device)
+        amp = getattr(self.config, "amp", None)
+        if amp is not None:
+            probe = torch.nn.LSTM(4, 4).to(device)
+            failure = autocast_fails(amp, device, lambda: probe(torch.zeros(1, 1, 4, device=device)))
+            if failure:
+                raise ValueError(f"amp {amp!r} cannot run the LSTM on the {device.type} here ({failure})")
+
+    def shard(self, ranks: Ranks) -> None:
+        """Keep this rank's ``batch_size / N`` training columns; dev columns are shared out at evaluation."""
+        self.ranks = ranks
+        if ranks.world == 1:
+            return
+        c = self.config
+        if c.batch_size % ranks.world:
+            raise ValueError(f"batch_size ({c.batch_size}) must be a multiple of the number of processes "
+                             f"({ranks.world}): each trains on an equal share of the columns")
+        if c.eval_batch_size < ranks.world:
+            raise ValueError(f"eval_batch_size ({c.eval_batch_size}) must be at least the number of processes "
+                             f"({ranks.world}): each evaluates a share of the columns")
+        self.data = self.data[:, self._columns()].contiguous()  # [T, B/N]
+
+    def _columns(self) -> slice:
+        """This rank's training columns."""
+        return self.ranks.share(self.config.batch_size)
 
     def check_checkpoint(self, checkpoint: Mapping[str, Any], path) -> None:
         with reading_checkpoint(path, values=True):
@@ -96,16 +128,19 @@ class LMTask(Task):
         self.state = None
 
     def position(self, cursor: int) -> dict[str, Any]:
-        return {"row": cursor, "state": None if self.state is None else [s.detach() for s in self.state]}
+        state = None if self.state is None else [self.ranks.gather(s.detach(), dim=1) for s in self.state]
+        return {"row": cursor, "state": state}  # state: [layers, B, hidden], all columns
 
     def restore(self, position: Mapping[str, Any], device: torch.device) -> int:
         state = position["state"]
-        self.state = None if state is None else (state[0].to(device), state[1].to(device))
+        columns = self._columns()
+        self.state = None if state is None else tuple(s[:, columns].to(device).contiguous() for s in state)
         return int(position["row"])
 
     # -- evaluation and display -------------------------------------------------------
     def eval_hidden_states(self, model: LSTMLanguageModel) -> Iterator[tuple[Tensor, Tensor]]:
-        return stream_hidden_states(model, self.corpus.valid, self.config.eval_batch_size, self.config.bptt)
+        return stream_hidden_states(model, self.corpus.valid, self.config.eval_batch_size, self.config.bptt,
+                                    columns=self.ranks.share(self.config.eval_batch_size))
 
     def startup_lines(self, model, head, device, planned_tokens, done_tokens) -> list[str]:
         return startup_lines(self.config, self.corpus, model, head, device, planned_tokens, self.tokens_per_epoch,

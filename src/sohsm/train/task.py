@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from sohsm.data.vocab import Vocabulary
 from sohsm.heads import Head
 from sohsm.train.config import RunConfig
+from sohsm.train.distributed import Ranks
 
 
 class Task(ABC):
@@ -70,6 +71,16 @@ class Task(ABC):
     def check_fits(self, device: torch.device) -> None:
         """Refuse settings that cannot train on this data and device, before anything is written."""
 
+    def shard(self, ranks: Ranks) -> None:
+        """Keep this rank's share of the training and dev data (several processes, see
+        :mod:`sohsm.train.distributed`); :meth:`position` then gathers what the ranks carry.
+
+        Raises:
+            ValueError: the task cannot be split this way (here: any task that does not say how).
+        """
+        if ranks.world > 1:
+            raise ValueError(f"the {self.name} task trains in one process only, not {ranks.world}")
+
     def check_checkpoint(self, checkpoint: Mapping[str, Any], path) -> None:
         """Refuse to resume a checkpoint trained on other data (other words, other files)."""
 
@@ -90,7 +101,7 @@ class Task(ABC):
         """Forget what was carried across the batches of the epoch that ended."""
 
     def position(self, cursor: int) -> dict[str, Any]:
-        """Where an epoch stands, for a checkpoint (the loop adds ``epoch``)."""
+        """Where an epoch stands, for a checkpoint (the loop adds ``epoch``); every rank calls it."""
         return {"cursor": cursor}
 
     def restore(self, position: Mapping[str, Any], device: torch.device) -> int:

@@ -1,0 +1,108 @@
+"""One training step of any task: forward (DDP, autocast, compile), backward, clip, check, update.
+
+::
+
+    loss = ddp(Forward(task, model, head))(batch)     # autocast inside; DDP averages the gradients
+    precision.backward(loss); precision.unscale_(optimizer)
+    norm = clip(params)                               # the same on every rank
+    loss_sum = all-reduce(loss x tokens)              # for the records and the check
+    check_step(...); precision.step(optimizer)        # every rank raises or steps together
+
+With one process the collective is skipped and nothing else changes.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from sohsm.heads import Head
+from sohsm.train.builders import unique_parameters
+from sohsm.train.distributed import Ranks
+from sohsm.train.guard import DivergenceError, check_step, clip_gradients, gradient_norm
+from sohsm.train.precision import MIN_SCALE, Precision
+from sohsm.train.task import Task
+
+
+class Forward(nn.Module):
+    """The model and the head as one module: what DDP wraps, so the head runs inside DDP's forward.
+
+    A head that keeps statistics finds its process group there (the self-organized
+    head's ``set_process_group("auto")``). With ``compile`` the model and the head
+    are called through :func:`torch.compile` (the head without its host-side target
+    check, which would break the graph); their parameters and ``state_dict`` stay
+    those of the eager modules.
+    """
+
+    def __init__(self, task: Task, model: nn.Module, head: Head, precision: Precision, compile: bool = False):
+        super().__init__()
+        self.model, self.head = model, head
+        if compile:
+            head.check_targets = False
+        # kept out of the module tree: the compiled wrappers share the eager modules' parameters
+        self.__dict__["_calls"] = ((torch.compile(model), torch.compile(head)) if compile else (model, head))
+        self.__dict__["_task"], self.__dict__["_precision"] = task, precision
+
+    def forward(self, batch: Any) -> tuple[Tensor, Tensor]:
+        """``(mean loss over this rank's targets, targets)`` of a batch."""
+        model, head = self._calls
+        with self._precision.autocast():
+            hidden, targets = self._task.hidden_states(model, batch)  # [*, d], [*]
+            return head(hidden, targets).loss, targets
+
+
+class StepResult(NamedTuple):
+    """What a step did, the same on every rank.
+
+    Attributes:
+        loss_sum: the loss summed over all ranks' targets (float64, on the device).
+        tokens: targets of all ranks.
+        skipped: the update was skipped (fp16 gradients overflowed).
+    """
+
+    loss_sum: Tensor
+    tokens: int
+    skipped: bool
+
+
+class TrainStep:
+    """Forward, backward, clipping, the divergence check and the update of one batch.
+
+    Args:
+        task, model, head, optimizer: the run's parts (the optimizer over model and head).
+        ranks: the run's processes (:class:`~sohsm.train.distributed.Ranks`).
+        clip: gradient-norm clipping, ``None`` for none.
+        amp: ``None``, ``"bf16"`` or ``"fp16"`` (:class:`~sohsm.train.precision.Precision`).
+        compile: call model and head through :func:`torch.compile`.
+    """
+
+    def __init__(self, task: Task, model: nn.Module, head: Head, optimizer: torch.optim.Optimizer, ranks: Ranks,
+                 clip: float | None, amp: str | None = None, compile: bool = False) -> None:
+        self.task, self.optimizer, self.ranks, self.clip = task, optimizer, ranks, clip
+        self.precision = Precision(amp, ranks.device)
+        self.forward = ranks.wrap(Forward(task, model, head, self.precision, compile))
+        self.params = unique_parameters(model, head)
+
+    def __call__(self, batch: Any, step: int) -> StepResult:
+        """Train on ``batch`` as step number ``step`` (every rank on its share).
+
+        Raises:
+            sohsm.train.guard.DivergenceError: the loss or the gradient is not finite
+                (on every rank at once; nothing was updated).
+        """
+        loss, targets = self.forward(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.precision.backward(loss)
+        self.precision.unscale_(self.optimizer)
+        norm = clip_gradients(self.params, self.clip) if self.clip is not None else gradient_norm(self.params)
+        n = targets.numel()
+        loss_sum = self.ranks.sum_(loss.detach().to(torch.float64) * n)  # a new tensor: summed in place
+        tokens = n * self.ranks.world  # every rank reads an equal share of the columns
+        overflow_ok = self.precision.skips_overflow()
+        check_step(loss_sum / tokens, torch.zeros(()) if overflow_ok else norm, step)
+        stepped = self.precision.step(self.optimizer)
+        if not stepped and self.precision.scaler.get_scale() < MIN_SCALE:
+            raise DivergenceError(f"training diverged at step {step}: the fp16 gradients stay non-finite "
+                                  f"(loss scale below {MIN_SCALE:g}); the checkpoints were left as they were")
+        return StepResult(loss_sum, tokens, not stepped)
