@@ -24,6 +24,11 @@ from sohsm.heads.registry import register_head
 from sohsm.heads.tree import _merge_topk, _write_rows
 
 
+#: a depth whose edges number at most this many times its widest node's children is scored whole, with
+#: one matrix product, instead of gathering each row's children (a gathered row costs far more than a product)
+_DENSE_FACTOR = 128
+
+
 class NodeTopK(NamedTuple):
     """Exact top-k words of a :class:`TreeSoftmax`.
 
@@ -66,6 +71,8 @@ class _Layout:
         self.level_starts = [0]
         for c in counts:
             self.level_starts.append(self.level_starts[-1] + c)
+        #: edges leaving the nodes of depth t: level_edges[t] .. level_edges[t + 1] - 1
+        self.level_edges = offsets[torch.tensor(self.level_starts)].tolist()
         # every word's path as edges, root first, padded with the path's last edge
         word_depth = node_depth[self.edge_parent[self.edge_of_word]] + 1  # [N] edges on the path
         self.lengths = word_depth
@@ -220,6 +227,9 @@ class TreeSoftmax(Head):
             return HeadOutput(output, -output.mean())
         lengths = layout.lengths[target]  # [B]
         edges = layout.path_edges[target]  # [B, D]
+        # plan every depth, then read all the weight rows the batch needs in one gather, so the
+        # weight gets one gradient (a weight-sized buffer per depth would cost more than the arithmetic)
+        plans, pieces = [], []
         for step in range(int(lengths.max())):  # one depth at a time: the work grows with the depth
             rows = (lengths > step).nonzero().squeeze(1) if step else None
             edge = edges[:, step] if rows is None else edges[rows, step]  # [R]
@@ -228,10 +238,22 @@ class TreeSoftmax(Head):
             width = int(arity.max())
             span = torch.arange(width, device=hidden.device)
             valid = span < arity[:, None]  # [R, A]
-            slots = torch.where(valid, start[:, None] + span, start[:, None])
+            slots = torch.where(valid, start[:, None] + span, start[:, None])  # [R, A]
+            lo, hi = layout.level_edges[step], layout.level_edges[step + 1]
+            dense = hi - lo <= _DENSE_FACTOR * width  # few edges at this depth: score them all with one product
+            pieces.append(torch.arange(lo, hi, device=hidden.device) if dense else slots.reshape(-1))
+            plans.append((rows, edge - start, valid, slots, lo if dense else None))
+        vectors = F.embedding(torch.cat(pieces), self.weight, sparse=self.sparse).split([p.numel() for p in pieces])
+        for (rows, position, valid, slots, lo), rows_vectors in zip(plans, vectors):
             h = hidden if rows is None else hidden[rows]
-            scores = self._scores(slots, h).masked_fill(~valid, float("-inf"))
-            picked = F.log_softmax(scores, dim=1).gather(1, (edge - start)[:, None]).squeeze(1)
+            if lo is not None:  # [R, E_t] scores of the whole depth, then each row's node's children
+                scores = (h @ rows_vectors.t()).gather(1, slots - lo)
+            else:
+                scores = torch.bmm(rows_vectors.view(*slots.shape, -1), h.unsqueeze(2)).squeeze(2)  # [R, A]
+            if self.bias is not None:
+                scores = scores + self.bias[slots]  # the bias's gradient stays dense
+            scores = upcast(scores).masked_fill(~valid, float("-inf"))
+            picked = F.log_softmax(scores, dim=1).gather(1, position[:, None]).squeeze(1)
             output = output + picked if rows is None else output.index_add(0, rows, picked)
         return HeadOutput(output, -output.mean())
 
