@@ -7,14 +7,15 @@ import sys
 
 from sohsm.cli.flags import name_flags
 from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
-from sohsm.cli.train_options import head_overrides, requested_head_options
+from sohsm.cli.train_options import add_clusters_options, head_overrides, requested_head_options
 from sohsm.data.errors import DataError
 from sohsm.heads import head_names
 
 #: option dest -> config field of `s2s train` (left out: the config default, or the run's on --resume)
 S2S_FIELDS = {
     "data_dir": "data.data_dir", "extra": "data.extra", "min_count": "data.min_count", "max_size": "data.max_size",
-    "clusters_from": "data.clusters_from", "emb_size": "model.emb_size", "hidden_size": "model.hidden_size",
+    "clusters_from": "data.clusters_from", "clusters_format": "data.clusters_format",
+    "clusters_cut": "data.clusters_cut", "emb_size": "model.emb_size", "hidden_size": "model.hidden_size",
     "lr": "optim.lr", "weight_decay": "optim.weight_decay", "clip": "optim.clip", "batch_size": "batch_size",
     "eval_batch_size": "eval_batch_size", "epochs": "epochs", "max_tokens": "max_tokens",
     "time_budget": "time_budget", "eval_every": "eval_every", "checkpoint_every": "checkpoint_every",
@@ -109,8 +110,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--head", choices=head_names(), help="the decoder's output layer (required for a new run)")
     g.add_argument("--head-option", action="append", default=[], metavar="KEY=VALUE", help="an option of the head")
     g.add_argument("--update-every", type=int, metavar="K", help="self-organized head: re-cluster every K steps")
-    g.add_argument("--clusters-from", metavar="RUN", help="take the head's clusters, fixed, from a `sohsm lm train` "
-                   "run on the titles `sohsm s2s titles` writes")
+    add_clusters_options(g)
     g.add_argument("--emb-size", type=int, metavar="N", help="embedding size (default 512)")
     g.add_argument("--hidden-size", type=int, metavar="N", help="LSTM size = head input size (default 512)")
     g = p.add_argument_group("optimization, budgets and files")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field
 
-from sohsm.train.config import HeadConfig, OptimConfig, RunConfig
+from sohsm.train.config import HeadConfig, OptimConfig, RunConfig, check_clusters_source
 
 #: fields that may differ between a summariser's run and its resumption
 S2S_RESUMABLE_FIELDS = frozenset({
@@ -41,6 +41,10 @@ class S2SDataConfig:
     max_size: int | None = 69_000
     #: a ``sohsm lm train`` run on the training titles whose clusters the head takes and keeps fixed; ``None``: none
     clusters_from: str | None = None
+    #: its format (``json``, ``brown``, ``tsv``, ``run``); ``None``: detected (a folder is a run)
+    clusters_format: str | None = None
+    #: brown paths files: a two-level clustering by this many leading bits; ``None``: the whole tree
+    clusters_cut: int | None = None
 
 
 @dataclass
@@ -117,3 +121,4 @@ class S2SConfig(RunConfig):
                              f"got {self.data.dataset!r}")
         if self.data.max_size is not None and self.data.max_size < 3:
             raise ValueError(f"data.max_size must be >= 3 or None, got {self.data.max_size}")
+        check_clusters_source(self.data)
