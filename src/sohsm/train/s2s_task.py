@@ -8,7 +8,9 @@ in the loss nor in a self-organized head's cluster statistics.
 
 ``clusters_from`` names a language-model run trained on the training titles
 (``sohsm s2s titles``, then ``sohsm lm train``): the head takes that run's word
-clusters and keeps them fixed, as the paper does.
+clusters and keeps them fixed, as the paper does; or a hierarchy file
+(:mod:`sohsm.train.hierarchies`). ``data.dataset = "reverse"`` trains on the
+synthetic reverse task instead (:mod:`sohsm.data.reverse`).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from torch import Tensor
 
 from sohsm.data.files import cached_sha256
 from sohsm.data.headlines import TrainingPairs, load_training_pairs
+from sohsm.data.reverse import reverse_data, reverse_vocab
 from sohsm.data.pairs import PairBatch, build_title_vocab, encode, epoch_batches, input_size, make_batch, pad_id
 from sohsm.data.vocab import Vocabulary
 from sohsm.heads import Head, build_head, head_options
@@ -45,19 +48,29 @@ class S2STask(Task):
     def __init__(self, config: S2SConfig, pairs: TrainingPairs, device: torch.device) -> None:
         d = config.data
         self.config, self.pairs, self.device = config, pairs, device
-        self.vocab = build_title_vocab(pairs.train.targets, d.min_count, d.max_size)
+        if d.dataset == "reverse":
+            self.vocab = reverse_vocab(d.symbols, pairs.train.targets)
+        else:
+            self.vocab = build_title_vocab(pairs.train.targets, d.min_count, d.max_size)
         self.train_ids = (encode(pairs.train.sources, self.vocab), encode(pairs.train.targets, self.vocab))
         self.valid_ids = (encode(pairs.valid.sources, self.vocab), encode(pairs.valid.targets, self.vocab))
         self.epoch_length = -(-len(pairs.train) // config.batch_size)
         self.tokens_per_epoch = sum(len(t) + 1 for t in self.train_ids[1])
-        files = " ".join(f"{Path(f).name}:{cached_sha256(f)[:16]}" for f in pairs.train.files)
-        self.corpus_signature = (f"{d.dataset} {files} pairs={len(pairs.train)} min_count={d.min_count} "
-                                 f"max_size={d.max_size}")
+        if d.dataset == "reverse":
+            self.corpus_signature = (f"reverse symbols={d.symbols} pairs={d.train_pairs} valid={d.valid_pairs} "
+                                     f"pairs_seed={d.pairs_seed}")
+        else:
+            files = " ".join(f"{Path(f).name}:{cached_sha256(f)[:16]}" for f in pairs.train.files)
+            self.corpus_signature = (f"{d.dataset} {files} pairs={len(pairs.train)} min_count={d.min_count} "
+                                     f"max_size={d.max_size}")
         self.clusters, self.hierarchy = task_hierarchy(config, self.vocab)
 
     @classmethod
     def load(cls, config: S2SConfig, device: torch.device) -> S2STask:
-        return cls(config, load_training_pairs(config.data.data_dir, config.data.extra), device)
+        d = config.data
+        if d.dataset == "reverse":
+            return cls(config, reverse_data(d.symbols, d.train_pairs, d.valid_pairs, d.pairs_seed), device)
+        return cls(config, load_training_pairs(d.data_dir, d.extra), device)
 
     @classmethod
     def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
