@@ -86,6 +86,31 @@ class _Layout:
         self.path_edges = paths  # [N, D]
 
 
+class _GatherRows(torch.autograd.Function):
+    """``weight[index]`` for several index tensors at once, with one dense gradient for ``weight``.
+
+    One gradient tensor for all pieces (not one per piece, nor a concatenation of the
+    pieces' gradients): at N = 300k a weight-sized buffer costs more than the arithmetic.
+    """
+
+    @staticmethod
+    def forward(ctx, weight: Tensor, *indices: Tensor) -> tuple[Tensor, ...]:
+        ctx.save_for_backward(*indices)
+        ctx.weight_shape = weight.shape
+        return tuple(weight.index_select(0, index) for index in indices)
+
+    @staticmethod
+    def backward(ctx, *grads: Tensor):
+        indices = ctx.saved_tensors
+        grad = None
+        for index, g in zip(indices, grads):
+            if g is not None:
+                if grad is None:
+                    grad = g.new_zeros(ctx.weight_shape)
+                grad.index_add_(0, index, g)
+        return (grad, *([None] * len(indices)))
+
+
 class TreeSoftmax(Head):
     """Hierarchical softmax over a tree given as nested lists of word ids (any arity, any depth).
 
@@ -243,7 +268,10 @@ class TreeSoftmax(Head):
             dense = hi - lo <= _DENSE_FACTOR * width  # few edges at this depth: score them all with one product
             pieces.append(torch.arange(lo, hi, device=hidden.device) if dense else slots.reshape(-1))
             plans.append((rows, edge - start, valid, slots, lo if dense else None))
-        vectors = F.embedding(torch.cat(pieces), self.weight, sparse=self.sparse).split([p.numel() for p in pieces])
+        if self.sparse:
+            vectors = F.embedding(torch.cat(pieces), self.weight, sparse=True).split([p.numel() for p in pieces])
+        else:
+            vectors = _GatherRows.apply(self.weight, *pieces)
         for (rows, position, valid, slots, lo), rows_vectors in zip(plans, vectors):
             h = hidden if rows is None else hidden[rows]
             if lo is not None:  # [R, E_t] scores of the whole depth, then each row's node's children
