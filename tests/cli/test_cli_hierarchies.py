@@ -93,3 +93,11 @@ def test_a_head_without_clusters_refuses_a_hierarchy(source, ptb_slice, small, c
     code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--clusters-from",
                        source / "clusters.json", "--run-dir", tmp_path / "run", *small, *STEPS)
     assert code == 2 and "takes no hierarchy" in err and not (tmp_path / "run").exists()
+
+
+def test_a_deep_tree_is_refused_by_a_two_level_head(ptb_slice, small, cli, tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text('[["the", ["of", "a"]], ["company"]]')
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "two_level_random", "--clusters-from", deep,
+                       "--run-dir", tmp_path / "run", *small, *STEPS)
+    assert code == 2 and "3 levels deep" in err and "'tree' head" in err and not (tmp_path / "run").exists()

@@ -7,22 +7,19 @@ two-level head one cluster per bit string, or per ``data.clusters_cut``-bit pref
 """
 from __future__ import annotations
 
-import os
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from sohsm.clustering.hierarchy import assignment_to_hierarchy, children_to_hierarchy, hierarchy_to_assignment
-from sohsm.clustering.hierarchy_files import map_to_vocab, read_hierarchy, ids_to_words
+from sohsm.clustering.hierarchy_files import detect_format, ids_to_words, map_to_vocab, read_hierarchy
 from sohsm.data.vocab import Vocabulary
 from sohsm.heads import Head, head_options
 
-#: the formats a hierarchy source can have: the file formats, or ``run`` (a run directory)
-SOURCE_FORMATS = ("json", "brown", "tsv", "run")
 
 
 @dataclass(frozen=True)
@@ -91,7 +88,7 @@ def load_hierarchy(source: str | os.PathLike[str], vocab: Vocabulary, format: st
     """Read a hierarchy from a file or a run directory and map it onto ``vocab``.
 
     Args:
-        format: one of :data:`SOURCE_FORMATS`; ``None``: a folder is a run, a file's format is detected.
+        format: one of :data:`sohsm.train.config.CLUSTERS_FORMATS`; ``None``: a folder is a run, a file's format is detected.
         cut: brown files: a two-level clustering by this many leading bits.
         two_level: the head takes a two-level clustering: brown files without ``cut``
             give one cluster per bit string, and the missing words one fallback cluster.
@@ -108,27 +105,25 @@ def load_hierarchy(source: str | os.PathLike[str], vocab: Vocabulary, format: st
     else:
         if format == "brown" or (format is None and cut is not None):
             format = "brown"
-        if two_level and cut is None and (format or _detect(path)) == "brown":
+        format = format or detect_format(path)
+        if two_level and cut is None and format == "brown":
             cut = 1 << 30  # every bit string its own cluster
         words = read_hierarchy(path, format, cut)
-        format = format or _detect(path)
     counts = vocab.counts
     branching = None if two_level else max(2, math.ceil(math.sqrt(len(vocab))))
     mapped = map_to_vocab(words, vocab.itos, counts, fallback_branching=branching)
     if two_level:
-        hierarchy_to_assignment(mapped.tree, len(vocab))  # refuses a deeper hierarchy
+        try:
+            hierarchy_to_assignment(mapped.tree, len(vocab))
+        except ValueError as error:  # a deeper hierarchy
+            raise ValueError(f"{source}: {error}; a two-level head takes two levels, the 'tree' head any depth"
+                             + (" (or cut Brown paths at a prefix length)" if format == "brown" else "")) from None
     return LoadedHierarchy(mapped.tree, str(source), format, mapped.missing, mapped.missing_mass, mapped.unknown)
 
 
-def _detect(path: Path) -> str:
-    from sohsm.clustering.hierarchy_files import detect_format
-
-    return detect_format(path)
-
-
 def takes_tree(head_name: str) -> bool:
-    """Whether head ``head_name`` takes a whole hierarchy (``tree=`` nested lists) rather than clusters."""
-    return "tree" in (head_options(head_name) or {}) and head_name == "tree"
+    """Whether head ``head_name`` takes a whole hierarchy (a ``tree`` option) rather than clusters."""
+    return "tree" in (head_options(head_name) or {})
 
 
 def hierarchy_options(head_name: str, options: dict[str, Any], loaded: LoadedHierarchy, n_words: int) -> tuple[dict, Tensor | None]:
@@ -153,11 +148,3 @@ def set_clusters(head: Head, assignment: Tensor, head_name: str) -> None:
     head.set_assignment(assignment.to(head.assignment.device))
     if hasattr(head, "freeze"):
         head.freeze()
-
-
-def checkpoint_tree(state: dict, head_name: str) -> Any:
-    """The hierarchy a checkpoint's head state brings: nested ids for ``tree``, an assignment for two-level heads."""
-    if takes_tree(head_name):
-        return None  # TreeSoftmax takes its tables from the state dict itself
-    assignment = state.get("assignment")
-    return None if assignment is None else torch.as_tensor(assignment).cpu()
