@@ -209,3 +209,14 @@ def test_huffman_children_convert_to_nested_lists():
     nested = children_to_hierarchy(children)
     assert depth(nested) == 3 and sorted(_leaves(nested)) == [0, 1, 2, 3]
     assert 0 in nested  # the most frequent word sits under the root
+
+
+def test_the_hierarchies_doc_example_runs():
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "hierarchies.md"
+    (source,) = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    namespace: dict = {}
+    exec(compile(source, str(doc), "exec"), namespace)
+    assert namespace["head"].path_lengths().tolist() == [2, 2, 2, 2, 3, 3, 1]
