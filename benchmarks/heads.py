@@ -66,6 +66,7 @@ HEADS = (
     ("tree_huffman", "tree_huffman", {}),
     ("tree_huffman+sparse", "tree_huffman", {"sparse": True}),
     ("tree_random", "tree_random", {}),
+    ("tree_depth3", "tree", {"depth": 3}),  # n-ary balanced tree, branching ceil(N^(1/3))
     ("importance_sampling", "importance_sampling", {}),
     ("nce", "nce", {}),
     ("nce+sparse", "nce", {"sparse": True}),

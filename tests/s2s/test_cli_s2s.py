@@ -4,6 +4,7 @@ import json
 import pytest
 import torch
 
+from sohsm.clustering.hierarchy import assignment_to_hierarchy
 from sohsm.train import read_metrics
 
 TINY = ["--emb-size", "16", "--hidden-size", "16", "--batch-size", "32", "--no-extra", "--quiet"]
@@ -117,3 +118,22 @@ def test_unaligned_training_files_are_refused(tmp_path, tiny_data, cli):
     title.write_text("".join(title.read_text().splitlines(keepends=True)[:-1]))
     code, _, err = cli("s2s", "train", "--data-dir", data, *TINY, "--head", "full", "--run-dir", tmp_path / "run")
     assert "has 199 lines but" in _one_line_error(code, err) and not (tmp_path / "run").exists()
+
+
+def test_hierarchy_files_and_the_tree_head(trained, tmp_path, cli):
+    """Exported clusters as a file: a two-level head takes them, the tree head the whole tree; both decode."""
+    root, data = trained
+    clusters = tmp_path / "clusters.tsv"
+    assert cli("clusters", "export", root / "lm", "--format", "tsv", "--out", clusters)[0] == 0
+    code, _, err = cli("s2s", "train", *data, *TINY, "--head", "two_level_random", "--clusters-from", clusters,
+                       "--run-dir", tmp_path / "two", "--max-tokens", 300, "--eval-every", 0)
+    assert code == 0, err
+    lm = torch.load(root / "lm" / "best.pt", weights_only=True)["head"]["assignment"]
+    taken = torch.load(tmp_path / "two" / "last.pt", weights_only=True)["head"]["assignment"]
+    assert assignment_to_hierarchy(taken) == assignment_to_hierarchy(lm)  # the same clusters (empty ones dropped)
+    code, _, err = cli("s2s", "train", *data, *TINY, "--head", "tree", "--clusters-from", root / "lm",
+                       "--run-dir", tmp_path / "tree", "--max-tokens", 300, "--eval-every", 0)
+    assert code == 0, err
+    code, out, err = cli("s2s", "decode", tmp_path / "tree", "--checkpoint", "last", "--input", "gigaword",
+                         *data[:2], "--quiet", "--max-len", 3)
+    assert code == 0 and out.count("\n") > 0, err

@@ -1,4 +1,4 @@
-"""`sohsm clusters`: what a trained two-level head's clusters hold (the paper's Table 3)."""
+"""`sohsm clusters`: what a trained head's clusters hold (the paper's Table 3), and exporting them to files."""
 from __future__ import annotations
 
 import argparse
@@ -7,11 +7,8 @@ import sys
 from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
 
 
-
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``clusters`` command and its ``show`` subcommand."""
+    """Add the ``clusters`` command and its ``show`` and ``export`` subcommands."""
     parser = subparsers.add_parser(
         "clusters", help="inspect the word clusters of a trained run", formatter_class=_RAW,
         description=_wrap(
@@ -38,6 +35,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", choices=("best", "last"), default="best",
                    help="best.pt (best dev perplexity, the default) or last.pt")
     p.set_defaults(func=_show)
+    p = sub.add_parser(
+        "export", help="write a run's clusters or tree as a hierarchy file", formatter_class=_RAW,
+        description=_wrap(
+            "Write the clusters (two-level heads) or the tree (tree heads) of a run as nested JSON lists of "
+            "words, a Brown paths file (bits<TAB>word<TAB>count; a two-level clustering reads back with "
+            "--clusters-cut = the bits of its cluster ids) or word<TAB>class lines (two-level only). "
+            "Any of them is read back by --clusters-from.",
+        ),
+        epilog="examples:\n  sohsm clusters export runs/ptb-sohsm --format json --out ptb-clusters.json\n"
+        "  sohsm clusters export runs/ptb-sohsm --format tsv > classes.txt\n"
+        "  sohsm lm train --corpus ptb --head two_level_random --clusters-from ptb-clusters.json --run-dir runs/x",
+    )
+    p.add_argument("run", metavar="RUN", help="a run directory (`sohsm lm train` or `sohsm s2s train`)")
+    p.add_argument("--format", required=True, choices=("json", "brown", "tsv"), help="the file format")
+    p.add_argument("--out", metavar="FILE", help="where to write (atomically; default: standard output)")
+    p.set_defaults(func=_export)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -74,4 +87,28 @@ def _show(args: argparse.Namespace) -> int:
     print(f"{'rank':>4}  {'cluster':>7}  {'words':>5}  {'tf-mass':>7}  most frequent words")
     for s in rows:
         print(f"{rank[s.cluster]:>4}  {s.cluster:>7}  {s.size:>5}  {s.tf_mass:>7.4f}  {' '.join(s.words)}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from sohsm.clustering.hierarchy_files import brown_cut_width, format_hierarchy, ids_to_words
+    from sohsm.data.files import write_atomic_text
+    from sohsm.train.hierarchies import head_hierarchy, load_any_run
+
+    try:
+        head, vocab = load_any_run(args.run)
+        tree = head_hierarchy(head)
+        words = ids_to_words(tree, vocab.itos)
+        text = format_hierarchy(words, args.format, dict(zip(vocab.itos, vocab.counts.tolist())))
+        if args.out:
+            write_atomic_text(args.out, text)
+    except (ValueError, OSError) as error:
+        raise CommandError(str(error)) from None
+    if not args.out:
+        sys.stdout.write(text)
+        return 0
+    two_level = all(not isinstance(w, list) for item in tree if isinstance(item, list) for w in item)
+    note = (f"; read back as the same clusters with --clusters-cut {brown_cut_width(tree)}"
+            if args.format == "brown" and two_level else "")
+    print(f"{args.out}: {len(tree):,} top-level nodes over {len(vocab):,} words ({args.format}){note}", file=sys.stderr)
     return 0

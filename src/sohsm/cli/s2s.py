@@ -7,14 +7,16 @@ import sys
 
 from sohsm.cli.flags import name_flags
 from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
-from sohsm.cli.train_options import head_overrides, requested_head_options
+from sohsm.cli.train_options import add_clusters_options, head_overrides, requested_head_options
 from sohsm.data.errors import DataError
 from sohsm.heads import head_names
 
 #: option dest -> config field of `s2s train` (left out: the config default, or the run's on --resume)
 S2S_FIELDS = {
     "data_dir": "data.data_dir", "extra": "data.extra", "min_count": "data.min_count", "max_size": "data.max_size",
-    "clusters_from": "data.clusters_from", "emb_size": "model.emb_size", "hidden_size": "model.hidden_size",
+    "clusters_from": "data.clusters_from", "clusters_format": "data.clusters_format",
+    "clusters_cut": "data.clusters_cut", "dataset": "data.dataset", "symbols": "data.symbols",
+    "train_pairs": "data.train_pairs", "valid_pairs": "data.valid_pairs", "pairs_seed": "data.pairs_seed", "emb_size": "model.emb_size", "hidden_size": "model.hidden_size",
     "lr": "optim.lr", "weight_decay": "optim.weight_decay", "clip": "optim.clip", "batch_size": "batch_size",
     "eval_batch_size": "eval_batch_size", "epochs": "epochs", "max_tokens": "max_tokens",
     "time_budget": "time_budget", "eval_every": "eval_every", "checkpoint_every": "checkpoint_every",
@@ -103,14 +105,19 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
                        epilog=_EPILOG)
     g = p.add_argument_group("data")
     _data_options(g)
+    g.add_argument("--dataset", choices=("gigaword", "reverse"),
+                   help="gigaword headlines (default) or the synthetic reverse task (target = source reversed)")
+    g.add_argument("--symbols", type=int, metavar="V", help="reverse task: alphabet size (default 1000)")
+    g.add_argument("--train-pairs", type=int, metavar="N", help="reverse task: training pairs (default 3000)")
+    g.add_argument("--valid-pairs", type=int, metavar="N", help="reverse task: held-out pairs (default 200)")
+    g.add_argument("--pairs-seed", type=int, metavar="S", help="reverse task: seed of the pairs (default 0)")
     g.add_argument("--min-count", type=int, metavar="N", help="title words seen fewer times become <unk> (default 1)")
     g.add_argument("--max-size", type=int, metavar="N", help="at most N output words (default 69000, the paper's)")
     g = p.add_argument_group("model and head")
     g.add_argument("--head", choices=head_names(), help="the decoder's output layer (required for a new run)")
     g.add_argument("--head-option", action="append", default=[], metavar="KEY=VALUE", help="an option of the head")
     g.add_argument("--update-every", type=int, metavar="K", help="self-organized head: re-cluster every K steps")
-    g.add_argument("--clusters-from", metavar="RUN", help="take the head's clusters, fixed, from a `sohsm lm train` "
-                   "run on the titles `sohsm s2s titles` writes")
+    add_clusters_options(g)
     g.add_argument("--emb-size", type=int, metavar="N", help="embedding size (default 512)")
     g.add_argument("--hidden-size", type=int, metavar="N", help="LSTM size = head input size (default 512)")
     g = p.add_argument_group("optimization, budgets and files")
@@ -162,11 +169,29 @@ def _train(args: argparse.Namespace) -> int:
           f"({result.tokens / max(result.elapsed_s, 1e-9):,.0f} tokens/s)")
     if result.last_eval is not None:
         print(f"dev         ppl {result.last_eval.ppl:.2f} (best {result.best_ppl:.2f})")
+    reverse = _print_reverse_accuracy(result.run_dir)
     print(f"signature   {format_signature(result.signature)}")
-    print(f"decode      sohsm s2s decode {run} --input gigaword --out {shlex.quote(str(result.run_dir / 'giga.txt'))}")
+    if not reverse:
+        print(f"decode      sohsm s2s decode {run} --input gigaword --out {shlex.quote(str(result.run_dir / 'giga.txt'))}")
     if result.stopped != "done":
         print(f"resume      sohsm s2s train --run-dir {run} --resume")
     return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0
+
+
+def _print_reverse_accuracy(run_dir) -> bool:
+    """For a reverse-task run, print the share of held-out strings that greedy decoding reverses exactly;
+    whether the run is one."""
+    import json
+
+    from sohsm.train.s2s_run import held_out_pairs, load_summariser, sequence_accuracy
+
+    if json.loads((run_dir / "config.json").read_text())["data"].get("dataset") != "reverse":
+        return False
+    run = load_summariser(run_dir, "last")
+    held_out = held_out_pairs(run.config)
+    print(f"accuracy    {100 * sequence_accuracy(run, held_out):.1f}% of {len(held_out):,} held-out strings "
+          "reversed exactly (greedy decoding, last.pt)")
+    return True
 
 
 # -- decode -------------------------------------------------------------------------------------------

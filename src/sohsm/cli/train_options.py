@@ -21,6 +21,7 @@ from sohsm.train.config import AMP_CHOICES, DEFAULT_LR, OPTIMIZERS
 TRAIN_FIELDS = {
     "corpus": "data.corpus", "data_dir": "data.data_dir", "cache_dir": "data.cache_dir",
     "min_count": "data.min_count", "max_size": "data.max_size", "text_mode": "data.text_mode",
+    "clusters_from": "data.clusters_from", "clusters_format": "data.clusters_format", "clusters_cut": "data.clusters_cut",
     "emb_size": "model.emb_size", "hidden_size": "model.hidden_size", "layers": "model.layers",
     "dropout": "model.dropout", "tie_weights": "model.tie_weights",
     "optimizer": "optim.optimizer", "lr": "optim.lr", "clip": "optim.clip", "weight_decay": "optim.weight_decay",
@@ -65,6 +66,19 @@ def parse_option_list(text: str) -> dict[str, Any]:
     return options
 
 
+def add_clusters_options(g) -> None:
+    """``--clusters-from FILE|RUN``, ``--clusters-format`` and ``--clusters-cut`` (shared by `lm train` and `s2s train`)."""
+    from sohsm.train.config import CLUSTERS_FORMATS
+
+    g.add_argument("--clusters-from", metavar="FILE|RUN",
+                   help="the head's fixed clusters or tree: a hierarchy file (nested JSON lists of words, Brown "
+                   "paths 'bits<TAB>word<TAB>count', 'word<TAB>class') or a trained run; the 'tree' head takes the "
+                   "whole tree, two-level heads its clusters; vocabulary words it lacks go to a fallback node")
+    g.add_argument("--clusters-format", choices=CLUSTERS_FORMATS, help="format of --clusters-from (default: detected)")
+    g.add_argument("--clusters-cut", type=int, metavar="BITS",
+                   help="Brown paths: one cluster per BITS-bit prefix (a two-level clustering)")
+
+
 def add_training_options(p: argparse.ArgumentParser, *, compare: bool = False) -> None:
     """Add the options of `lm train` to ``p``; for `lm compare` without --head, --run-dir and --resume."""
     g = p.add_argument_group("data")
@@ -77,6 +91,8 @@ def add_training_options(p: argparse.ArgumentParser, *, compare: bool = False) -
     g.add_argument("--max-size", type=int, metavar="N", help="at most N vocabulary entries")
     g.add_argument("--text-mode", choices=("lines", "running"),
                    help="your own text: 'lines' (an end-of-line token after each line, default) or 'running'")
+
+    add_clusters_options(g)
 
     g = p.add_argument_group("model and head")
     if not compare:

@@ -12,6 +12,7 @@ from sohsm.data.vocab import Vocabulary
 from sohsm.heads import Head, build_head, head_options
 from sohsm.models.lstm_lm import LSTMLanguageModel
 from sohsm.train.config import TrainConfig
+from sohsm.train.hierarchies import LoadedHierarchy, hierarchy_options, set_clusters, takes_tree
 
 #: optimizer classes by config name
 OPTIMIZER_CLASSES: dict[str, type[torch.optim.Optimizer]] = {
@@ -40,15 +41,19 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def build_run_head(config: TrainConfig, vocab: Vocabulary) -> Head:
+def build_run_head(config: TrainConfig, vocab: Vocabulary, hierarchy: LoadedHierarchy | None = None,
+                   saved_head: dict | None = None) -> Head:
     """The head named by ``config.head``, with the vocabulary's counts and the run's seed.
 
     The run's seed goes to heads that take a ``seed`` option (the random clusters
-    of the two-level heads) unless ``config.head.options`` sets one.
+    of the two-level heads) unless ``config.head.options`` sets one. With
+    ``hierarchy`` (from ``data.clusters_from``) the ``tree`` head takes the whole
+    tree and a two-level head its clusters, fixed; with ``saved_head`` (a
+    checkpoint's head state) a head built from a hierarchy takes the checkpoint's.
 
     Raises:
         ValueError: the head does not take one of the options (naming it and the
-            head's options), or refuses a value.
+            head's options), or refuses a value, or takes no hierarchy.
     """
     name, d, n = config.head.name, config.model.hidden_size, len(vocab)
     options: dict[str, Any] = dict(config.head.options)
@@ -56,11 +61,21 @@ def build_run_head(config: TrainConfig, vocab: Vocabulary) -> Head:
         options["update_every"] = config.head.update_every
     if "seed" not in options and "seed" in (head_options(name) or {}):
         options["seed"] = config.seed
-    return build_head(name, d, n, counts=torch.from_numpy(vocab.counts.copy()), **options)
+    assignment = None
+    if saved_head is not None and getattr(config.data, "clusters_from", None) and not takes_tree(name):
+        assignment = saved_head["assignment"].cpu()
+        options["n_clusters"] = int(assignment.max()) + 1
+    elif hierarchy is not None:
+        options, assignment = hierarchy_options(name, options, hierarchy, n)
+    head = build_head(name, d, n, counts=torch.from_numpy(vocab.counts.copy()), **options)
+    if assignment is not None:
+        set_clusters(head, assignment, name)
+    return head
 
 
-def build_model_and_head(config: TrainConfig, vocab: Vocabulary,
-                         device: torch.device | str = "cpu") -> tuple[LSTMLanguageModel, Head]:
+def build_model_and_head(config: TrainConfig, vocab: Vocabulary, device: torch.device | str = "cpu",
+                         hierarchy: LoadedHierarchy | None = None,
+                         saved_head: dict | None = None) -> tuple[LSTMLanguageModel, Head]:
     """The LSTM and the head of a run, initialised from ``config.seed`` and moved to ``device``.
 
     Seeds torch's global generator with ``config.seed`` first, so the initial
@@ -70,7 +85,7 @@ def build_model_and_head(config: TrainConfig, vocab: Vocabulary,
     m = config.model
     model = LSTMLanguageModel(len(vocab), emb_size=m.emb_size, hidden_size=m.hidden_size, layers=m.layers,
                               dropout=m.dropout)
-    head = build_run_head(config, vocab)
+    head = build_run_head(config, vocab, hierarchy, saved_head)
     if m.tie_weights:
         model.tie_weights(head)
     return model.to(device), head.to(device)

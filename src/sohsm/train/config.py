@@ -60,6 +60,12 @@ class DataConfig:
     max_size: int | None = None
     #: your own text only: ``"lines"`` (an ``<eos>`` after each line) or ``"running"``; ``None``: ``"lines"``
     text_mode: str | None = None
+    #: a hierarchy file (json, brown, tsv) or a trained run whose clusters or tree the head takes, fixed
+    clusters_from: str | None = None
+    #: its format (``json``, ``brown``, ``tsv``, ``run``); ``None``: detected
+    clusters_format: str | None = None
+    #: brown paths files: a two-level clustering by this many leading bits; ``None``: the whole tree
+    clusters_cut: int | None = None
 
 
 @dataclass
@@ -254,6 +260,7 @@ class TrainConfig(RunConfig):
             raise ValueError(f"data.text_mode must be 'lines', 'running' or None, got {self.data.text_mode!r}")
         if self.data.max_size is not None and self.data.max_size < 2:
             raise ValueError(f"data.max_size must be >= 2 or None, got {self.data.max_size}")
+        check_clusters_source(self.data)
         if self.model.tie_weights and self.model.emb_size != self.model.hidden_size:
             raise ValueError(f"model.tie_weights needs model.emb_size == model.hidden_size, got "
                              f"{self.model.emb_size} and {self.model.hidden_size}")
@@ -343,3 +350,23 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
         raise TypeError(f"unsupported config field type {hint!r} for {name}")
     kind = getattr(hint, "__name__", str(hint))
     raise ValueError(f"{name} must be {kind}, got {value!r} ({type(value).__name__})")
+
+
+#: formats of ``data.clusters_from``: hierarchy files, or ``run`` (a run directory)
+CLUSTERS_FORMATS = ("json", "brown", "tsv", "run")
+
+
+def check_clusters_source(data: Any) -> None:
+    """Check ``clusters_format`` and ``clusters_cut`` of a data section; raises ValueError naming the field."""
+    if data.clusters_format not in (None, *CLUSTERS_FORMATS):
+        raise ValueError(f"data.clusters_format must be one of {', '.join(CLUSTERS_FORMATS)} or None, "
+                         f"got {data.clusters_format!r}")
+    if data.clusters_cut is not None:
+        if data.clusters_cut < 1:
+            raise ValueError(f"data.clusters_cut must be >= 1 or None, got {data.clusters_cut}")
+        if data.clusters_from is None:
+            raise ValueError("data.clusters_cut needs data.clusters_from (a brown paths file)")
+        if data.clusters_format not in (None, "brown"):
+            raise ValueError(f"data.clusters_cut applies to brown paths files, not to {data.clusters_format}")
+    if data.clusters_format is not None and data.clusters_from is None:
+        raise ValueError("data.clusters_format needs data.clusters_from")

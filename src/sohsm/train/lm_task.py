@@ -35,6 +35,7 @@ from sohsm.train.builders import build_model_and_head
 from sohsm.train.checkpoint import CHECKPOINT_FORMAT, reading_checkpoint
 from sohsm.train.config import TrainConfig
 from sohsm.train.distributed import Ranks
+from sohsm.train.hierarchies import load_hierarchy, takes_tree
 from sohsm.train.evaluation import stream_hidden_states
 from sohsm.train.precision import autocast_fails
 from sohsm.train.preflight import check_run_fits
@@ -61,6 +62,10 @@ class LMTask(Task):
         self.tokens_per_epoch = self.epoch_length * config.batch_size
         self.state: tuple[Tensor, Tensor] | None = None
         self.ranks = Ranks(device=device)
+        d = config.data
+        #: the hierarchy the head takes (``data.clusters_from``), read before anything is written
+        self.hierarchy = (load_hierarchy(d.clusters_from, self.vocab, d.clusters_format, d.clusters_cut,
+                                         two_level=not takes_tree(config.head.name)) if d.clusters_from else None)
 
     @classmethod
     def load(cls, config: TrainConfig, device: torch.device) -> LMTask:
@@ -71,7 +76,7 @@ class LMTask(Task):
         out = dict(overrides)
         if out.get("data.corpus") is not None:
             out["data.corpus"] = normalise_corpus(out["data.corpus"])
-        for key in ("data.data_dir", "data.cache_dir"):
+        for key in ("data.data_dir", "data.cache_dir", "data.clusters_from"):
             if isinstance(out.get(key), str):
                 out[key] = str(Path(out[key]).expanduser().resolve())
         return out
@@ -110,7 +115,7 @@ class LMTask(Task):
         check_vocabulary(self.corpus, trained_vocab, trained_on, path)
 
     def build(self, device: torch.device) -> tuple[LSTMLanguageModel, Head]:
-        return build_model_and_head(self.config, self.vocab, device)
+        return build_model_and_head(self.config, self.vocab, device, self.hierarchy)
 
     # -- training ---------------------------------------------------------------------
     def batches(self, epoch: int, cursor: int) -> Iterator[tuple[tuple[Tensor, Tensor], int]]:
@@ -143,8 +148,9 @@ class LMTask(Task):
                                     columns=self.ranks.share(self.config.eval_batch_size))
 
     def startup_lines(self, model, head, device, planned_tokens, done_tokens) -> list[str]:
-        return startup_lines(self.config, self.corpus, model, head, device, planned_tokens, self.tokens_per_epoch,
-                             done_tokens)
+        lines = startup_lines(self.config, self.corpus, model, head, device, planned_tokens, self.tokens_per_epoch,
+                              done_tokens)
+        return lines + ([self.hierarchy.summary()] if self.hierarchy is not None else [])
 
 
 def load_lm_corpus(config: TrainConfig) -> Corpus:

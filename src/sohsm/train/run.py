@@ -66,7 +66,7 @@ def load_run(run_dir: str | os.PathLike[str], checkpoint: str = "best", device: 
         vocab = Vocabulary.from_dict(data["vocab"])
     with reading_checkpoint(path):
         with torch.random.fork_rng(devices=[]):
-            model, head = build_model_and_head(config, vocab, dev)
+            model, head = build_model_and_head(config, vocab, dev, saved_head=data["head"])
         model.load_state_dict(data["model"])
         head.load_state_dict(data["head"])
         loaded = LoadedRun(run_dir=run_dir, path=path, config=config, vocab=vocab, model=model, head=head,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field
 
-from sohsm.train.config import HeadConfig, OptimConfig, RunConfig
+from sohsm.train.config import HeadConfig, OptimConfig, RunConfig, check_clusters_source
 
 #: fields that may differ between a summariser's run and its resumption
 S2S_RESUMABLE_FIELDS = frozenset({
@@ -28,8 +28,15 @@ S2S_RESUMABLE_FIELDS = frozenset({
 class S2SDataConfig:
     """Which pairs the summariser trains on, and its vocabulary."""
 
-    #: the data set (only Gigaword has training pairs)
+    #: the data set: ``gigaword`` (headlines) or ``reverse`` (the synthetic reverse task, :mod:`sohsm.data.reverse`)
     dataset: str = "gigaword"
+    #: reverse task: the alphabet's size V (= the head's classes, less ``<eos>`` and ``<unk>``)
+    symbols: int = 1000
+    #: reverse task: training pairs (the tutorial's 3000) and held-out pairs
+    train_pairs: int = 3000
+    valid_pairs: int = 200
+    #: reverse task: seed of the pairs (the run's ``seed`` draws the model, the batches and random trees)
+    pairs_seed: int = 0
     #: where the data sets are; ``None``: ``$SOHSM_DATA``, else ``~/.cache/sohsm`` (a location, not an identity)
     data_dir: str | None = None
     #: add the two extra subsets of Rush's validation split (less pairs whose article is in the test or dev set):
@@ -41,6 +48,10 @@ class S2SDataConfig:
     max_size: int | None = 69_000
     #: a ``sohsm lm train`` run on the training titles whose clusters the head takes and keeps fixed; ``None``: none
     clusters_from: str | None = None
+    #: its format (``json``, ``brown``, ``tsv``, ``run``); ``None``: detected (a folder is a run)
+    clusters_format: str | None = None
+    #: brown paths files: a two-level clustering by this many leading bits; ``None``: the whole tree
+    clusters_cut: int | None = None
 
 
 @dataclass
@@ -112,8 +123,11 @@ class S2SConfig(RunConfig):
         for name in ("eval_every", "checkpoint_every"):
             if self.get(name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {self.get(name)}")
-        if self.data.dataset != "gigaword":
-            raise ValueError(f"data.dataset must be 'gigaword' (the only data set with training pairs), "
-                             f"got {self.data.dataset!r}")
+        if self.data.dataset not in ("gigaword", "reverse"):
+            raise ValueError(f"data.dataset must be 'gigaword' or 'reverse', got {self.data.dataset!r}")
+        for name in ("symbols", "train_pairs", "valid_pairs"):
+            if getattr(self.data, name) < (2 if name == "symbols" else 1):
+                raise ValueError(f"data.{name} must be >= {2 if name == 'symbols' else 1}, got {getattr(self.data, name)}")
         if self.data.max_size is not None and self.data.max_size < 3:
             raise ValueError(f"data.max_size must be >= 3 or None, got {self.data.max_size}")
+        check_clusters_source(self.data)

@@ -117,3 +117,26 @@ def decode(run: LoadedSummariser, inputs: Pairs, *, beam: int = 5, max_len: int 
     seconds = time.perf_counter() - start
     hypotheses = [h for h in found if h is not None]
     return Decoded([" ".join(vocab.decode(h.ids)) for h in hypotheses], hypotheses, seconds)
+
+
+def sequence_accuracy(run: LoadedSummariser, pairs: Pairs, batch_size: int = 256) -> float:
+    """Share of ``pairs`` whose greedy decoding (beam 1, the head's exact top-1) equals the target exactly."""
+    if not pairs.targets:
+        raise ValueError("sequence accuracy needs pairs with targets")
+    longest = max(len(t) for t in pairs.targets)
+    out = decode(run, Pairs(pairs.sources, None), beam=1, max_len=longest + 1, batch_size=batch_size)
+    return sum(h == " ".join(t) for h, t in zip(out.headlines, pairs.targets)) / len(pairs.targets)
+
+
+def held_out_pairs(config: S2SConfig) -> Pairs:
+    """The held-out pairs of a reverse-task run, generated again from its config.
+
+    Raises:
+        ValueError: the run is not on the reverse task.
+    """
+    from sohsm.data.reverse import reverse_data
+
+    d = config.data
+    if d.dataset != "reverse":
+        raise ValueError(f"held-out pairs are generated for the reverse task only; this run is on {d.dataset}")
+    return reverse_data(d.symbols, d.train_pairs, d.valid_pairs, d.pairs_seed).valid

@@ -8,7 +8,9 @@ in the loss nor in a self-organized head's cluster statistics.
 
 ``clusters_from`` names a language-model run trained on the training titles
 (``sohsm s2s titles``, then ``sohsm lm train``): the head takes that run's word
-clusters and keeps them fixed, as the paper does.
+clusters and keeps them fixed, as the paper does; or a hierarchy file
+(:mod:`sohsm.train.hierarchies`). ``data.dataset = "reverse"`` trains on the
+synthetic reverse task instead (:mod:`sohsm.data.reverse`).
 """
 from __future__ import annotations
 
@@ -22,11 +24,14 @@ from torch import Tensor
 
 from sohsm.data.files import cached_sha256
 from sohsm.data.headlines import TrainingPairs, load_training_pairs
+from sohsm.data.reverse import reverse_data, reverse_vocab
 from sohsm.data.pairs import PairBatch, build_title_vocab, encode, epoch_batches, input_size, make_batch, pad_id
 from sohsm.data.vocab import Vocabulary
 from sohsm.heads import Head, build_head, head_options
 from sohsm.models.seq2seq import AttentionSeq2Seq
 from sohsm.train.checkpoint import S2S_CHECKPOINT_FORMAT, reading_checkpoint
+from sohsm.clustering.hierarchy import hierarchy_to_assignment
+from sohsm.train.hierarchies import LoadedHierarchy, load_hierarchy, takes_tree
 from sohsm.train.lm_task import vocabulary_difference
 from sohsm.train.s2s_config import S2SConfig
 from sohsm.train.task import Task, register_task
@@ -43,19 +48,29 @@ class S2STask(Task):
     def __init__(self, config: S2SConfig, pairs: TrainingPairs, device: torch.device) -> None:
         d = config.data
         self.config, self.pairs, self.device = config, pairs, device
-        self.vocab = build_title_vocab(pairs.train.targets, d.min_count, d.max_size)
+        if d.dataset == "reverse":
+            self.vocab = reverse_vocab(d.symbols, pairs.train.targets)
+        else:
+            self.vocab = build_title_vocab(pairs.train.targets, d.min_count, d.max_size)
         self.train_ids = (encode(pairs.train.sources, self.vocab), encode(pairs.train.targets, self.vocab))
         self.valid_ids = (encode(pairs.valid.sources, self.vocab), encode(pairs.valid.targets, self.vocab))
         self.epoch_length = -(-len(pairs.train) // config.batch_size)
         self.tokens_per_epoch = sum(len(t) + 1 for t in self.train_ids[1])
-        files = " ".join(f"{Path(f).name}:{cached_sha256(f)[:16]}" for f in pairs.train.files)
-        self.corpus_signature = (f"{d.dataset} {files} pairs={len(pairs.train)} min_count={d.min_count} "
-                                 f"max_size={d.max_size}")
-        self.clusters = load_clusters(d.clusters_from, self.vocab) if d.clusters_from else None
+        if d.dataset == "reverse":
+            self.corpus_signature = (f"reverse symbols={d.symbols} pairs={d.train_pairs} valid={d.valid_pairs} "
+                                     f"pairs_seed={d.pairs_seed}")
+        else:
+            files = " ".join(f"{Path(f).name}:{cached_sha256(f)[:16]}" for f in pairs.train.files)
+            self.corpus_signature = (f"{d.dataset} {files} pairs={len(pairs.train)} min_count={d.min_count} "
+                                     f"max_size={d.max_size}")
+        self.clusters, self.hierarchy = task_hierarchy(config, self.vocab)
 
     @classmethod
     def load(cls, config: S2SConfig, device: torch.device) -> S2STask:
-        return cls(config, load_training_pairs(config.data.data_dir, config.data.extra), device)
+        d = config.data
+        if d.dataset == "reverse":
+            return cls(config, reverse_data(d.symbols, d.train_pairs, d.valid_pairs, d.pairs_seed), device)
+        return cls(config, load_training_pairs(d.data_dir, d.extra), device)
 
     @classmethod
     def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -79,7 +94,7 @@ class S2STask(Task):
         torch.manual_seed(self.config.seed)
         m = self.config.model
         model = AttentionSeq2Seq(input_size(self.vocab), pad_id(self.vocab), m.emb_size, m.hidden_size)
-        head = build_s2s_head(self.config, self.vocab, self.clusters)
+        head = build_s2s_head(self.config, self.vocab, self.clusters, self.hierarchy)
         return model.to(device), head.to(device)
 
     # -- training ---------------------------------------------------------------------
@@ -120,7 +135,7 @@ class S2STask(Task):
         plan = f"plan: {planned_tokens:,} target tokens ({planned_tokens / self.tokens_per_epoch:.2f} epochs)"
         if done_tokens:
             plan += f"; resuming at {done_tokens:,}"
-        return [what, plan]
+        return [what, plan] + ([self.hierarchy.summary()] if self.hierarchy is not None else [])
 
 
 def target_rows(model: AttentionSeq2Seq, batch: PairBatch, pad: int) -> tuple[Tensor, Tensor]:
@@ -149,8 +164,23 @@ def load_clusters(run_dir: str | os.PathLike[str], vocab: Vocabulary) -> Tensor:
     return assignment.detach().cpu().clone()
 
 
-def build_s2s_head(config: S2SConfig, vocab: Vocabulary, clusters: Tensor | None = None) -> Head:
-    """The head named by ``config.head`` over the title words; with ``clusters``, those clusters, fixed.
+def task_hierarchy(config: S2SConfig, vocab: Vocabulary) -> tuple[Tensor | None, LoadedHierarchy | None]:
+    """``(clusters, hierarchy)`` from ``data.clusters_from``: a language-model run on the same titles gives
+    its clusters as they are; a hierarchy file (or a run for the ``tree`` head) is mapped by words."""
+    d = config.data
+    if not d.clusters_from:
+        return None, None
+    tree_head = takes_tree(config.head.name)
+    if d.clusters_format in (None, "run") and Path(d.clusters_from).is_dir() and not tree_head:
+        return load_clusters(d.clusters_from, vocab), None
+    loaded = load_hierarchy(d.clusters_from, vocab, d.clusters_format, d.clusters_cut, two_level=not tree_head)
+    return (None if tree_head else hierarchy_to_assignment(loaded.tree, len(vocab))), loaded
+
+
+def build_s2s_head(config: S2SConfig, vocab: Vocabulary, clusters: Tensor | None = None,
+                   hierarchy: LoadedHierarchy | None = None) -> Head:
+    """The head named by ``config.head`` over the title words; with ``clusters``, those clusters, fixed;
+    the ``tree`` head takes ``hierarchy`` whole.
 
     Raises:
         ValueError: the head does not take its options, or has no clusters to set.
@@ -163,6 +193,8 @@ def build_s2s_head(config: S2SConfig, vocab: Vocabulary, clusters: Tensor | None
         options["seed"] = config.seed
     if clusters is not None and "n_clusters" in takes:
         options.setdefault("n_clusters", int(clusters.max()) + 1)
+    if hierarchy is not None and takes_tree(name):
+        options["tree"] = hierarchy.tree
     head = build_head(name, config.model.hidden_size, len(vocab), counts=torch.from_numpy(vocab.counts.copy()),
                       **options)
     if clusters is not None:
