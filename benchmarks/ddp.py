@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -31,6 +30,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from _machine import machine
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
@@ -132,18 +133,6 @@ def grad_bytes_at(n: int, d: int) -> int:
     return int(sizes[0] + per_word * (n - 1000))
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dim", type=int, default=512, help="embedding = LSTM = head size (the paper's 512)")
@@ -181,7 +170,7 @@ def report_lines(args, results: dict, argv) -> list[str]:
         "# Data-parallel training: tokens/s and bytes all-reduced per step",
         "",
         f"Produced by `{command.strip()}` on {datetime.date.today().isoformat()}",
-        f"({machine()}, sohsm {sohsm.__version__}); gloo, one thread per process; load average "
+        f"({machine(threads=False)}, sohsm {sohsm.__version__}); gloo, one thread per process; load average "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores when the run ended.",
         "",
         f"The training step of `sohsm lm train` on PTB (N = {vocab:,}), LSTM {args.dim}/{args.dim}, global batch "

@@ -41,15 +41,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import math
 import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from _machine import machine
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
@@ -278,18 +278,6 @@ def large_vocabulary_lines(large: dict, d: int, tokens: int) -> list[str]:
     for name, ms, step_ms, mib, gib in large["rows"]:
         lines.append(f"| {n:,} | {name} | {ms:.1f} | {step_ms:.1f} | {mib:.1f} | {gib:.1f} |")
     return lines
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}, Python {platform.python_version()}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -33,6 +32,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from _machine import machine
 
 import sohsm
 from sohsm import build_head
@@ -194,16 +195,6 @@ def write_report(args, argv, rows, speed, minutes: float) -> None:
         ]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {torch.get_num_threads()} thread(s), torch {torch.__version__}, Python {platform.python_version()}"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,22 @@
+"""What the benchmarks say about the machine they ran on (shared by the scripts in this folder)."""
+from __future__ import annotations
+
+import os
+import platform
+
+import torch
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from ``/proc/cpuinfo`` where there is one)."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            return next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def machine(threads: bool = True) -> str:
+    """``CPU, N threads (or cores), torch X, Python Y`` for a results table's header."""
+    count = f"{torch.get_num_threads()} thread(s)" if threads else f"{os.cpu_count()} cores"
+    return f"{cpu_name()}, {count}, torch {torch.__version__}, Python {platform.python_version()}"
