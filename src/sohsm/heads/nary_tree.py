@@ -10,8 +10,6 @@ the cluster vectors, below it the word vectors) are special cases.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -21,7 +19,7 @@ from sohsm.clustering.hierarchy import (
 )
 from sohsm.heads.base import Head, HeadOutput, upcast
 from sohsm.heads.registry import register_head
-from sohsm.heads.tree import _merge_topk, _write_rows
+from sohsm.heads.tree import TreeTopK, best_first_topk
 
 
 #: a depth whose edges number at most this many times its widest node's children is scored whole, with
@@ -29,18 +27,8 @@ from sohsm.heads.tree import _merge_topk, _write_rows
 _DENSE_FACTOR = 128
 
 
-class NodeTopK(NamedTuple):
-    """Exact top-k words of a :class:`TreeSoftmax`.
-
-    Attributes:
-        values: ``[B, k]`` log-probabilities, best first.
-        indices: ``[B, k]`` word ids.
-        nodes_visited: ``[B]`` internal nodes whose children were scored for each row.
-    """
-
-    values: Tensor
-    indices: Tensor
-    nodes_visited: Tensor
+#: the result of :meth:`TreeSoftmax.search_topk` (the same fields as the binary heads' search)
+NodeTopK = TreeTopK
 
 
 class _Layout:
@@ -328,49 +316,22 @@ class TreeSoftmax(Head):
         """
         k = self._check_k(k)
         hidden = self._flatten_hidden(hidden)
-        layout, n_internal = self._layout, self._layout.n_internal
-        batch, device = hidden.size(0), hidden.device
+        layout = self._layout
         neg_inf = float("-inf")
-        dtype = upcast(hidden[:0]).dtype
-        best_values = torch.full((batch, k), neg_inf, dtype=dtype, device=device)
-        best_words = torch.zeros(batch, k, dtype=torch.long, device=device)
-        front_lp = torch.zeros(batch, 1, dtype=dtype, device=device)  # frontier of internal nodes (-inf = empty)
-        front_node = torch.zeros(batch, 1, dtype=torch.long, device=device)
-        visited = torch.zeros(batch, dtype=torch.long, device=device)
-        pops, rounds = 1, 0
-        while batch:
-            threshold = best_values[:, -1]
-            rows = (front_lp.max(dim=1).values > threshold).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                break
-            rounds += 1
-            if rounds > 2 * layout.max_length:
-                pops = min(2 * pops, max_pops)
-            f_lp, f_node, bound = front_lp[rows], front_node[rows], threshold[rows, None]
-            take = min(pops, f_lp.size(1))
-            sel_lp, sel_pos = f_lp.topk(take, dim=1)  # [R, take]
-            sel_node = f_node.gather(1, sel_pos)
-            f_lp = f_lp.scatter(1, sel_pos, neg_inf)
-            expand = sel_lp > bound  # [R, take]
-            visited[rows] += expand.sum(dim=1)
-            start, arity = layout.offsets[sel_node], layout.arity[sel_node]  # [R, take]
+
+        def expand(rows: Tensor, node: Tensor, node_lp: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
+            start, arity = layout.offsets[node], layout.arity[node]  # [R, take]
             width = int(arity.max())
-            span = torch.arange(width, device=device)
-            valid = (span < arity[..., None]) & expand[..., None]  # [R, take, A]
+            span = torch.arange(width, device=hidden.device)
+            valid = (span < arity[..., None]) & live[..., None]  # [R, take, A]
             slots = torch.where(valid, start[..., None] + span, start[..., None])
             scores = self._scores(slots.flatten(1), hidden[rows]).view(valid.shape)
-            child_lp = F.log_softmax(scores.masked_fill(~valid, neg_inf), dim=2) + sel_lp[..., None]
+            child_lp = F.log_softmax(scores.masked_fill(~valid, neg_inf), dim=2) + node_lp[..., None]
             child_lp = child_lp.masked_fill(~valid, neg_inf).flatten(1)  # [R, take * A]
-            child = layout.child[slots].flatten(1)
-            is_leaf = child >= n_internal
-            values, words = _merge_topk(best_values[rows], best_words[rows],
-                                        child_lp.masked_fill(~is_leaf, neg_inf), (child - n_internal).clamp(min=0))
-            best_values[rows], best_words[rows] = values, words
-            f_lp = torch.cat([f_lp, child_lp.masked_fill(is_leaf, neg_inf)], dim=1)
-            f_node = torch.cat([f_node, child.masked_fill(is_leaf, 0)], dim=1)
-            f_lp.masked_fill_(f_lp <= values[:, -1:], neg_inf)  # cannot beat the new k-th best
-            front_lp, front_node = _write_rows(front_lp, front_node, rows, f_lp, f_node)
-        return NodeTopK(best_values, best_words, visited)
+            return child_lp, layout.child[slots].flatten(1)
+
+        return best_first_topk(expand, hidden.size(0), k, layout.n_internal, layout.max_length,
+                               upcast(hidden[:0]).dtype, hidden.device, max_pops)
 
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """Same as ``log_prob(hidden).topk(k)``, by best-first search over the tree (:meth:`search_topk`)."""

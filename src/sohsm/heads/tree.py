@@ -25,7 +25,7 @@ class TreeTopK(NamedTuple):
     Attributes:
         values: ``[B, k]`` log-probabilities, best first.
         indices: ``[B, k]`` word ids.
-        nodes_visited: ``[B]`` internal nodes whose two branches were scored for each row.
+        nodes_visited: ``[B]`` internal nodes whose children were scored for each row.
     """
 
     values: Tensor
@@ -209,43 +209,17 @@ class BinaryTreeSoftmax(Head):
         """
         k = self._check_k(k)
         hidden = self._flatten_hidden(hidden)
-        layout, n_internal = self._layout, self.n_classes - 1
-        batch, device = hidden.size(0), hidden.device
+        layout = self._layout
         neg_inf = float("-inf")
-        best_values = hidden.new_full((batch, k), neg_inf)
-        best_words = torch.zeros(batch, k, dtype=torch.long, device=device)
-        front_lp = hidden.new_zeros(batch, 1)  # frontier: internal nodes not yet expanded (-inf = empty)
-        front_node = torch.zeros(batch, 1, dtype=torch.long, device=device)
-        visited = torch.zeros(batch, dtype=torch.long, device=device)
-        pops, rounds = 1, 0
-        while True:
-            threshold = best_values[:, -1]
-            rows = (front_lp.max(dim=1).values > threshold).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                break
-            rounds += 1
-            if rounds > 2 * layout.max_length:
-                pops = min(2 * pops, max_pops)
-            f_lp, f_node, bound = front_lp[rows], front_node[rows], threshold[rows, None]
-            take = min(pops, f_lp.size(1))
-            sel_lp, sel_pos = f_lp.topk(take, dim=1)  # [R, take]
-            sel_node = f_node.gather(1, sel_pos)
-            f_lp = f_lp.scatter(1, sel_pos, neg_inf)  # popped; those that cannot win are dropped
-            expand = sel_lp > bound  # [R, take]
-            visited[rows] += expand.sum(dim=1)
-            scores = torch.bmm(self.weight[sel_node], hidden[rows].unsqueeze(2)).squeeze(2)  # [R, take]
-            child_lp = torch.stack([sel_lp + F.logsigmoid(scores), sel_lp + F.logsigmoid(-scores)], dim=2)
-            child_lp = child_lp.masked_fill(~expand[:, :, None], neg_inf).flatten(1)  # [R, 2 take]
-            child = layout.children[sel_node].flatten(1)  # [R, 2 take]
-            is_leaf = child >= n_internal
-            values, words = _merge_topk(best_values[rows], best_words[rows],
-                                        child_lp.masked_fill(~is_leaf, neg_inf), (child - n_internal).clamp(min=0))
-            best_values[rows], best_words[rows] = values, words
-            f_lp = torch.cat([f_lp, child_lp.masked_fill(is_leaf, neg_inf)], dim=1)
-            f_node = torch.cat([f_node, child.masked_fill(is_leaf, 0)], dim=1)
-            f_lp.masked_fill_(f_lp <= values[:, -1:], neg_inf)  # cannot beat the new k-th best
-            front_lp, front_node = _write_rows(front_lp, front_node, rows, f_lp, f_node)
-        return TreeTopK(best_values, best_words, visited)
+
+        def expand(rows: Tensor, node: Tensor, node_lp: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
+            scores = torch.bmm(self.weight[node], hidden[rows].unsqueeze(2)).squeeze(2)  # [R, take]
+            child_lp = torch.stack([node_lp + F.logsigmoid(scores), node_lp + F.logsigmoid(-scores)], dim=2)
+            child_lp = child_lp.masked_fill(~live[:, :, None], neg_inf).flatten(1)  # [R, 2 take]
+            return child_lp, layout.children[node].flatten(1)
+
+        return best_first_topk(expand, hidden.size(0), k, self.n_classes - 1, layout.max_length, hidden.dtype,
+                               hidden.device, max_pops)
 
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """Same as ``log_prob(hidden).topk(k)``, by best-first search over the tree (:meth:`search_topk`)."""
@@ -255,6 +229,57 @@ class BinaryTreeSoftmax(Head):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, n_classes={self.n_classes}, "
                 f"max_path_length={self._layout.max_length}, sparse={self.sparse}")
+
+
+def best_first_topk(expand, batch: int, k: int, n_internal: int, max_depth: int, dtype: torch.dtype,
+                    device: torch.device, max_pops: int = 1024) -> TreeTopK:
+    """Exact top-k leaves of a tree by best-first search, for every row at once (binary and n-ary heads).
+
+    A node's path log-probability bounds every leaf below it, so nodes are expanded in
+    descending path log-probability and a row stops when no node left can beat its k-th
+    best word. Each round a row expands its best frontier node, or, after ``2 * max_depth``
+    rounds (a flat distribution, as in an untrained head), its best ``2, 4, ...`` up to
+    ``max_pops`` nodes that can still win. Node ids below ``n_internal`` are internal nodes
+    (the root is 0); a leaf is ``n_internal + word``.
+
+    Args:
+        expand: ``expand(rows, node, node_lp, live) -> (child_lp, child)``: for the selected
+            ``node [R, take]`` of ``rows [R]`` with path log-probabilities ``node_lp``, the
+            path log-probabilities ``[R, take * A]`` of their children (``-inf`` where
+            ``live`` is false or a child does not exist) and the children's node ids.
+    """
+    neg_inf = float("-inf")
+    best_values = torch.full((batch, k), neg_inf, dtype=dtype, device=device)
+    best_words = torch.zeros(batch, k, dtype=torch.long, device=device)
+    front_lp = torch.zeros(batch, 1, dtype=dtype, device=device)  # frontier: internal nodes (-inf = empty)
+    front_node = torch.zeros(batch, 1, dtype=torch.long, device=device)
+    visited = torch.zeros(batch, dtype=torch.long, device=device)
+    pops, rounds = 1, 0
+    while batch:
+        threshold = best_values[:, -1]
+        rows = (front_lp.max(dim=1).values > threshold).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            break
+        rounds += 1
+        if rounds > 2 * max_depth:
+            pops = min(2 * pops, max_pops)
+        f_lp, f_node, bound = front_lp[rows], front_node[rows], threshold[rows, None]
+        take = min(pops, f_lp.size(1))
+        sel_lp, sel_pos = f_lp.topk(take, dim=1)  # [R, take]
+        sel_node = f_node.gather(1, sel_pos)
+        f_lp = f_lp.scatter(1, sel_pos, neg_inf)  # popped; those that cannot win are dropped
+        live = sel_lp > bound  # [R, take]
+        visited[rows] += live.sum(dim=1)
+        child_lp, child = expand(rows, sel_node, sel_lp, live)
+        is_leaf = child >= n_internal
+        values, words = _merge_topk(best_values[rows], best_words[rows],
+                                    child_lp.masked_fill(~is_leaf, neg_inf), (child - n_internal).clamp(min=0))
+        best_values[rows], best_words[rows] = values, words
+        f_lp = torch.cat([f_lp, child_lp.masked_fill(is_leaf, neg_inf)], dim=1)
+        f_node = torch.cat([f_node, child.masked_fill(is_leaf, 0)], dim=1)
+        f_lp.masked_fill_(f_lp <= values[:, -1:], neg_inf)  # cannot beat the new k-th best
+        front_lp, front_node = _write_rows(front_lp, front_node, rows, f_lp, f_node)
+    return TreeTopK(best_values, best_words, visited)
 
 
 def _merge_topk(values: Tensor, words: Tensor, new_values: Tensor, new_words: Tensor) -> tuple[Tensor, Tensor]:
