@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax, head_names
+from sohsm.heads import SelfOrganizedSoftmax, TreeSoftmax, TwoLevelSoftmax, head_names
 
 from .test_precision import make_head
 
@@ -35,10 +35,11 @@ def test_checkpointing_updates_the_statistics_once_per_step(reentrant):
 
 
 # -- hooks on the weight ----------------------------------------------------------------------------
-def test_hooks_on_the_two_level_weight():
-    """Documented in TwoLevelSoftmax: a tensor hook gets ``None`` (the gradient goes straight into
-    ``weight.grad``); a post-accumulate-grad hook runs once ``weight.grad`` holds the batch's gradient."""
-    head = TwoLevelSoftmax(D, N)
+@pytest.mark.parametrize("cls", [TwoLevelSoftmax, TreeSoftmax])
+def test_hooks_on_a_weight_whose_gradient_the_head_writes(cls):
+    """Documented in TwoLevelSoftmax and TreeSoftmax: a tensor hook gets ``None`` (the gradient goes straight
+    into ``weight.grad``); a post-accumulate-grad hook runs once ``weight.grad`` holds the batch's gradient."""
+    head = cls(D, N)
     seen = []
     head.weight.register_hook(lambda grad: seen.append(("tensor hook", grad)))
     head.weight.register_post_accumulate_grad_hook(lambda p: seen.append(("post accumulate", p.grad.clone())))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax, head_names
+from sohsm.heads import SelfOrganizedSoftmax, TreeSoftmax, TwoLevelSoftmax, head_names
 
 from .distributed import ddp_gradient_errors, ddp_reclustering, spawn
 
@@ -17,16 +17,32 @@ DDP_VARIANTS = [
 ]
 
 
-def test_a_write_into_the_gradient_buffer_by_someone_else_is_not_trusted(monkeypatch):
-    """DDP copies all ranks' mean gradient into ``weight.grad``; the next step must not keep stale blocks."""
-    import sohsm.heads.two_level as two_level
+#: heads that write ``weight.grad`` into a reused buffer (the tree head gathers rows at every depth here)
+BUFFERED_HEADS = {
+    "two_level": lambda: TwoLevelSoftmax(4, 30, n_clusters=6),
+    "tree": lambda: TreeSoftmax(4, 30, depth=3),
+}
 
-    monkeypatch.setattr(two_level, "_distributed", lambda: True)  # as when a process group is up
-    head = TwoLevelSoftmax(4, 30, n_clusters=6)
-    fresh = TwoLevelSoftmax(4, 30, n_clusters=6)
+
+@pytest.fixture(params=sorted(BUFFERED_HEADS))
+def buffered_pair(request, monkeypatch):
+    """Two heads of one kind with equal weights."""
+    import sohsm.heads.nary_tree as nary_tree
+
+    monkeypatch.setattr(nary_tree, "_DENSE_FACTOR", 0)  # gather each row's children, as at a large N
+    head, fresh = BUFFERED_HEADS[request.param](), BUFFERED_HEADS[request.param]()
     fresh.load_state_dict(head.state_dict())
+    return head, fresh
+
+
+def test_a_write_into_the_gradient_buffer_by_someone_else_is_not_trusted(monkeypatch, buffered_pair):
+    """DDP copies all ranks' mean gradient into ``weight.grad``; the next step must not keep stale rows."""
+    import sohsm.heads.reused_gradient as reused_gradient
+
+    monkeypatch.setattr(reused_gradient, "distributed", lambda: True)  # as when a process group is up
+    head, fresh = buffered_pair
     head(torch.randn(3, 4), torch.tensor([0, 1, 2])).loss.backward()
-    head.weight.grad.copy_(torch.randn(30, 4))  # as DDP's bucket copy does, in every cluster's block
+    head.weight.grad.copy_(torch.randn_like(head.weight))  # as DDP's bucket copy does, in every row
     head.zero_grad(set_to_none=True)
     hidden, target = torch.randn(3, 4), torch.tensor([5, 6, 7])
     head(hidden, target).loss.backward()
@@ -34,12 +50,10 @@ def test_a_write_into_the_gradient_buffer_by_someone_else_is_not_trusted(monkeyp
     assert torch.equal(head.weight.grad, fresh.weight.grad)
 
 
-def test_clipping_in_one_process_keeps_the_gradient_exact_without_a_full_zeroing():
-    """Clipping scales ``.grad`` in place (a version bump); zero blocks stay zero, so the record still holds."""
-    head = TwoLevelSoftmax(4, 30, n_clusters=6)
-    fresh = TwoLevelSoftmax(4, 30, n_clusters=6)
-    fresh.load_state_dict(head.state_dict())
-    for step, target in enumerate(([0, 1, 2], [5, 6, 7], [0, 9, 20])):
+def test_clipping_in_one_process_keeps_the_gradient_exact_without_a_full_zeroing(buffered_pair):
+    """Clipping scales ``.grad`` in place (a version bump); zero rows stay zero, so the record still holds."""
+    head, fresh = buffered_pair
+    for step, target in enumerate(([0, 1, 2], [5, 6, 7], [0, 9, 20], [29, 28, 3])):
         hidden, target = torch.randn(3, 4), torch.tensor(target)
         head.zero_grad(set_to_none=True)
         fresh.zero_grad(set_to_none=True)
@@ -51,6 +65,18 @@ def test_clipping_in_one_process_keeps_the_gradient_exact_without_a_full_zeroing
             assert head._grad.known()  # the record survived the scaling below
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1e-3)
         torch.nn.utils.clip_grad_norm_(fresh.parameters(), 1e-3)
+
+
+def test_gradients_accumulate_over_two_backward_passes(buffered_pair):
+    """Without ``zero_grad`` between them, two batches' gradients add up in the reused buffer."""
+    head, fresh = buffered_pair
+    batches = [(torch.randn(3, 4), torch.tensor(t)) for t in ([0, 1, 2], [5, 6, 29])]
+    head(*batches[0]).loss.backward()
+    head.zero_grad(set_to_none=True)  # the buffer now holds stale rows of the first batch
+    for hidden, target in batches:
+        head(hidden, target).loss.backward()
+    (fresh(*batches[0]).loss + fresh(*batches[1]).loss).backward()
+    torch.testing.assert_close(head.weight.grad, fresh.weight.grad)
 
 
 def test_ddp_gradients_of_every_head_equal_one_process_on_the_union_batch(tmp_path):
@@ -83,9 +109,10 @@ def test_reclustering_under_ddp_gives_every_rank_the_one_process_assignment(tmp_
 
 
 # -- configurations that cannot work are refused at set-up ---------------------------------------
-def test_data_parallel_replicas_are_refused():
+@pytest.mark.parametrize("cls", [TwoLevelSoftmax, TreeSoftmax])
+def test_data_parallel_replicas_are_refused(cls):
     """nn.DataParallel on several devices replicates the head; a replica's weight gradient would be lost."""
-    head = TwoLevelSoftmax(4, 30)
+    head = cls(4, 30)
     with pytest.raises(RuntimeError, match="DataParallel"):
         head._replicate_for_data_parallel()  # what nn.DataParallel calls on every module it replicates
     # on one device DataParallel runs the module itself, which works
@@ -94,11 +121,13 @@ def test_data_parallel_replicas_are_refused():
         assert torch.isfinite(model(torch.randn(3, 4), torch.tensor([0, 1, 2])).loss)
 
 
-def test_a_weight_flattened_into_a_larger_buffer_is_refused():
+@pytest.mark.parametrize("make", [lambda: SelfOrganizedSoftmax(4, 30, update_every=0), lambda: TreeSoftmax(4, 30)])
+def test_a_weight_flattened_into_a_larger_buffer_is_refused(make):
     """FSDP (flat parameters) and ZeRO-3 make each weight a view into one flat buffer."""
-    head = SelfOrganizedSoftmax(4, 30, update_every=0)
-    flat = torch.zeros(2 * 30 * 4)
-    head.weight.data = flat[: 30 * 4].view(30, 4)
+    head = make()
+    rows = head.weight.size(0)
+    flat = torch.zeros(2 * rows * 4)
+    head.weight.data = flat[: rows * 4].view(rows, 4)
     with pytest.raises(RuntimeError, match="flat buffer.*FSDP"):
         head(torch.randn(3, 4), torch.tensor([0, 1, 2]))
     head.eval()

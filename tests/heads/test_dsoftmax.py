@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from sohsm.heads import DifferentiatedSoftmax, build_head
 from sohsm.heads.dsoftmax import default_dims

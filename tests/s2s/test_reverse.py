@@ -2,7 +2,6 @@
 import re
 
 import pytest
-import torch
 
 from sohsm.data.reverse import MAX_LENGTH, MIN_LENGTH, reverse_data, reverse_vocab
 

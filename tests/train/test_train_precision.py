@@ -1,7 +1,6 @@
 """fp16 loss scaling of a training step (the LM runs under bf16 and fp16: tests/cli/test_cli_amp_compile.py)."""
 from __future__ import annotations
 
-import pytest
 import torch
 
 from sohsm.heads import build_head

@@ -19,6 +19,7 @@ from sohsm.clustering.hierarchy import (
 )
 from sohsm.heads.base import Head, HeadOutput, upcast
 from sohsm.heads.registry import register_head
+from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 from sohsm.heads.tree import TreeTopK, best_first_topk
 
 
@@ -75,31 +76,30 @@ class _Layout:
 
 
 class _GatherRows(torch.autograd.Function):
-    """``weight[index]`` for several index tensors at once, with one dense gradient for ``weight``.
+    """``weight[index]`` for several index tensors at once; the backward writes the weight's gradient itself.
 
-    One gradient tensor for all pieces (not one per piece, nor a concatenation of the
-    pieces' gradients): at N = 300k a weight-sized buffer costs more than the arithmetic.
+    The gradient of every piece is added into ``weight.grad``, which is the head's
+    :class:`~sohsm.heads.reused_gradient.ReusedGradient` when it starts empty: at
+    N = 300k a fresh weight-sized gradient each step (allocated, zeroed, then
+    mostly untouched) costs more than the arithmetic, while zeroing the rows the
+    previous step wrote costs a small share of it.
     """
 
     @staticmethod
-    def forward(ctx, weight: Tensor, *indices: Tensor) -> tuple[Tensor, ...]:
+    def forward(ctx, weight: Tensor, head: "TreeSoftmax", *indices: Tensor) -> tuple[Tensor, ...]:
         ctx.save_for_backward(*indices)
-        ctx.weight_shape = weight.shape
+        ctx.head = head
         return tuple(weight.index_select(0, index) for index in indices)
 
     @staticmethod
     def backward(ctx, *grads: Tensor):
         indices = ctx.saved_tensors
-        grad = None
-        for index, g in zip(indices, grads):
-            if g is not None:
-                if grad is None:
-                    grad = g.new_zeros(ctx.weight_shape)
-                grad.index_add_(0, index, g)
-        return (grad, *([None] * len(indices)))
+        if ctx.needs_input_grad[0]:
+            ctx.head._accumulate_weight_grad(indices, grads)
+        return (None, None, *([None] * len(indices)))
 
 
-class TreeSoftmax(Head):
+class TreeSoftmax(WritesWeightGradient, Head):
     """Hierarchical softmax over a tree given as nested lists of word ids (any arity, any depth).
 
     Each internal node has its own softmax over its children; a word's
@@ -152,6 +152,13 @@ class TreeSoftmax(Head):
         very wide node (a cluster of 10k words) makes every row of a batch that
         reaches it pay for 10k scores. Split wide nodes
         (:func:`sohsm.clustering.hierarchy.group_balanced`).
+
+        Without ``sparse``, the gradient of :attr:`weight` is added directly into
+        ``weight.grad`` (a buffer reused across steps, of which only the rows written
+        by the previous step are zeroed), as in :class:`~sohsm.heads.TwoLevelSoftmax`:
+        a tensor hook on ``weight`` is called with ``None`` and ``torch.autograd.grad``
+        cannot return it; post-accumulate-grad hooks, optimizers, ``zero_grad``,
+        clipping, gradient accumulation and DistributedDataParallel work as usual.
     """
 
     def __init__(
@@ -183,6 +190,7 @@ class TreeSoftmax(Head):
         self.register_buffer("offsets", tables.offsets)
         self.register_buffer("child", tables.child)
         self._layout = _Layout(self.offsets, self.child)
+        self._grad = ReusedGradient()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -194,6 +202,7 @@ class TreeSoftmax(Head):
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the tables on the same device
         result = super()._apply(fn, recurse)
         self._layout = _Layout(self.offsets, self.child)
+        self._grad = ReusedGradient()
         return result
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -211,6 +220,7 @@ class TreeSoftmax(Head):
             if self.bias is not None:
                 self.bias = nn.Parameter(self.bias.new_zeros(n_edges))
             self._layout = _Layout(self.offsets, self.child)
+            self._grad = ReusedGradient()
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # -- structure ------------------------------------------------------------------
@@ -263,7 +273,9 @@ class TreeSoftmax(Head):
         if self.sparse:
             vectors = F.embedding(torch.cat(pieces), self.weight, sparse=True).split([p.numel() for p in pieces])
         else:
-            vectors = _GatherRows.apply(self.weight, *pieces)
+            if torch.is_grad_enabled() and self.weight.requires_grad:
+                self._check_weight_is_whole()
+            vectors = _GatherRows.apply(self.weight, self, *pieces)
         for (rows, position, valid, slots, lo), rows_vectors in zip(plans, vectors):
             h = hidden if rows is None else hidden[rows]
             if lo is not None:  # [R, E_t] scores of the whole depth, then each row's node's children
@@ -276,6 +288,25 @@ class TreeSoftmax(Head):
             picked = F.log_softmax(scores, dim=1).gather(1, position[:, None]).squeeze(1)
             output = output + picked if rows is None else output.index_add(0, rows, picked)
         return HeadOutput(output, -output.mean())
+
+    def _accumulate_weight_grad(self, indices: tuple[Tensor, ...], grads: tuple[Tensor | None, ...]) -> None:
+        """Add the gradient ``grads[i]`` of the rows ``weight[indices[i]]`` into ``weight.grad``."""
+        weight, buffer = self.weight, self._grad
+        grad = weight.grad
+        if grad is None:
+            grad = buffer.fresh(weight)
+        elif grad.is_sparse or grad.shape != weight.shape:
+            raise RuntimeError("TreeSoftmax.weight.grad must be a dense tensor shaped like the weight")
+        known = grad is buffer.tensor and buffer.known()
+        written = []
+        for index, g in zip(indices, grads):
+            if g is not None:
+                grad.index_add_(0, index, g.to(grad.dtype))
+                written.append(index)
+        if weight.grad is None:
+            weight.grad = grad
+        if grad is buffer.tensor:
+            buffer.written(written, known)
 
     # -- evaluation -------------------------------------------------------------------
     def _edge_log_probs(self, hidden: Tensor) -> Tensor:

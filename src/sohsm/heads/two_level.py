@@ -15,7 +15,6 @@ moves every word's row, its gradient and its optimizer state together.
 """
 from __future__ import annotations
 
-import math
 import weakref
 from typing import NamedTuple
 
@@ -26,6 +25,7 @@ from torch import Tensor, nn
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
 from sohsm.heads.base import ClusterScores, Head, HeadOutput, check_counts, upcast
 from sohsm.heads.registry import register_head
+from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 
 
 class TopKResult(NamedTuple):
@@ -70,73 +70,6 @@ class _Layout:
         self.position_of_word = self.slot_of_word - offsets[assignment]
 
 
-def _distributed() -> bool:
-    """Whether a process group is up (DDP, or anything else that may write into ``.grad``)."""
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
-
-
-class _GradientBuffer:
-    """A weight-sized gradient buffer that lives across steps.
-
-    A freshly allocated ``N x d`` gradient each step costs more than the
-    arithmetic of the head (page faults), so the head writes the blocks of the
-    clusters present in a batch into this buffer and hands it over as the
-    weight's ``.grad``. Blocks written by an earlier step and absent now are
-    zeroed; everything else is known to be zero already.
-
-    Under ``torch.distributed`` anyone may write into the buffer while it is
-    ``.grad`` (DDP's all-reduce copies the mean gradient of *all* ranks' clusters
-    into it). The tensor's version counter tells: after a write the head did not
-    make, the next step zeroes the whole buffer (one ``memset``, still far cheaper
-    than a fresh allocation) instead of trusting its record of the written blocks.
-    In one process only scalings and zeroing happen (see :meth:`known`).
-    """
-
-    def __init__(self) -> None:
-        self.tensor: Tensor | None = None
-        self.dirty: set[int] | None = None  # clusters whose block may be non-zero; None = unknown
-        self.version = -1  # the tensor's version after the head's last write
-
-    def invalidate(self) -> None:
-        self.dirty = None
-
-    def known(self) -> bool:
-        """Whether :attr:`dirty` holds: no one but the head has written into the buffer since.
-
-        In one process the only writes into ``.grad`` between steps are scalings and
-        zeroing (gradient clipping, ``zero_grad``), which keep a zero block zero, so
-        the record holds whatever the version counter says; clipping bumps it every
-        step, and a full ``memset`` then would cost a pass over ``N x d`` floats.
-        Under ``torch.distributed`` a write may fill any block, so the counter decides.
-        """
-        if self.dirty is None or self.tensor is None:
-            return False
-        return self.tensor._version == self.version or not _distributed()
-
-    def fresh(self, weight: Tensor, layout: _Layout, present: list[int]) -> Tensor:
-        """The buffer, zero outside the blocks of ``present`` (which the caller overwrites)."""
-        t = self.tensor
-        if t is None or t.shape != weight.shape or t.dtype != weight.dtype or t.device != weight.device:
-            self.tensor = t = torch.zeros_like(weight, memory_format=torch.contiguous_format)
-        elif not self.known():
-            t.zero_()
-        else:
-            keep = set(present)
-            for c in self.dirty - keep:
-                t[layout.offsets[c] : layout.offsets[c + 1]].zero_()
-        self.dirty = set()
-        self.version = t._version
-        return t
-
-    def written(self, present: list[int], known: bool) -> None:
-        """The head has just written the blocks of ``present``; ``known``: :meth:`known` held before."""
-        if known:
-            self.dirty.update(present)
-        else:
-            self.dirty = None
-        self.version = self.tensor._version
-
-
 class _Groups(NamedTuple):
     """Rows of a batch grouped by the cluster whose words they score."""
 
@@ -174,7 +107,7 @@ class _InClusterLogProb(torch.autograd.Function):
     buffer; the log-softmax and the target gather are done once for the batch.
     Backward: the softmax gradient once for the batch, then two products per
     present cluster; the weight gradient goes straight into ``weight.grad``
-    (see :class:`_GradientBuffer`), so autograd never sees an ``N x d`` tensor.
+    (see :class:`~sohsm.heads.reused_gradient.ReusedGradient`), so autograd never sees an ``N x d`` tensor.
     """
 
     @staticmethod
@@ -213,7 +146,7 @@ class _InClusterLogProb(torch.autograd.Function):
         return grad_hidden, None, None, None, None
 
 
-class TwoLevelSoftmax(Head):
+class TwoLevelSoftmax(WritesWeightGradient, Head):
     """Two-level softmax over fixed word clusters (class-based softmax).
 
     ``P(w | h) = P(C(w) | h) * P(w | h, C(w))``: a softmax over the clusters and a
@@ -298,7 +231,7 @@ class TwoLevelSoftmax(Head):
         self.weight = nn.Parameter(torch.empty(n_classes, in_features))
         self.register_buffer("assignment", assignment.clone())
         self._layout_cache = _Layout(self.assignment, self.n_clusters)
-        self._grad = _GradientBuffer()
+        self._grad = ReusedGradient()
         #: optimizers given to :meth:`attach`, held weakly, each with its hook handle (or ``None``)
         self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.register_load_state_dict_post_hook(_rebuild_layout_after_load)
@@ -334,31 +267,10 @@ class TwoLevelSoftmax(Head):
     def _layout(self, layout: _Layout) -> None:
         self._layout_cache = layout
 
-    def _replicate_for_data_parallel(self):
-        raise RuntimeError(
-            f"{type(self).__name__} cannot run under nn.DataParallel on several devices: it writes its "
-            "weight gradient into weight.grad itself, and a replica's weight is a copy, so the gradient "
-            "would be lost. Use DistributedDataParallel (one process per device)."
-        )
-
-    def _check_weight_is_whole(self) -> None:
-        """Refuse a sharded or flattened :attr:`weight` (FSDP, tensor parallel): the kernel needs all its rows."""
-        weight = self.weight
-        sharded = any(cls.__name__ == "DTensor" for cls in type(weight).__mro__)
-        flattened = not isinstance(weight, nn.Parameter) or (
-            weight.untyped_storage().nbytes() != weight.numel() * weight.element_size())
-        if sharded or flattened:
-            raise RuntimeError(
-                f"{type(self).__name__}.weight is {'sharded' if sharded else 'a view into a larger flat buffer'} "
-                "(FSDP, ZeRO-3 or tensor parallelism?): the two-level kernel re-lays out every row of the "
-                "weight and writes its gradient itself, so it cannot run on a shard. Leave the head out of "
-                "the sharded modules (e.g. FSDP's ignored_modules) and wrap it in DistributedDataParallel."
-            )
-
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the layout on the same device
         result = super()._apply(fn, recurse)
         self._layout = _Layout(self.assignment, self.n_clusters)
-        self._grad = _GradientBuffer()
+        self._grad = ReusedGradient()
         return result
 
     def clusters(self) -> list[Tensor]:
@@ -478,7 +390,7 @@ class TwoLevelSoftmax(Head):
         grad = weight.grad
         fresh = grad is None
         if fresh:
-            grad = self._grad.fresh(weight, layout, groups.clusters)
+            grad = self._grad.fresh(weight, keep=frozenset(self._regions(groups.clusters)))
         elif grad.is_sparse or grad.shape != weight.shape:
             raise RuntimeError("TwoLevelSoftmax.weight.grad must be a dense tensor shaped like the weight")
         beta = 0.0 if fresh else 1.0  # a fresh buffer's present blocks are overwritten, not added to
@@ -490,7 +402,12 @@ class TwoLevelSoftmax(Head):
         if fresh:
             weight.grad = grad
         if grad is self._grad.tensor:
-            self._grad.written(groups.clusters, known)
+            self._grad.written(self._regions(groups.clusters), known)
+
+    def _regions(self, clusters: list[int]) -> list[tuple[int, int]]:
+        """The ``(start, stop)`` row ranges of ``clusters``' blocks in :attr:`weight`."""
+        offsets = self._layout.offsets
+        return [(offsets[c], offsets[c + 1]) for c in clusters]
 
     # -- evaluation ---------------------------------------------------------------
     def log_prob(self, hidden: Tensor) -> Tensor:

@@ -1,0 +1,113 @@
+"""A weight-sized gradient buffer reused across steps, for heads that write their weight's gradient themselves.
+
+At a large vocabulary a freshly allocated ``N x d`` gradient each step costs more
+than a head's arithmetic (the page faults of a new buffer, then a pass to zero
+it), while a step touches only some rows. The two-level heads (a block per
+cluster present in the batch) and :class:`~sohsm.heads.TreeSoftmax` (the rows
+of the nodes on the batch's paths) therefore keep one buffer, hand it over as
+``weight.grad``, and at the next step zero only the parts they wrote before.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+#: a part of the buffer a step wrote: rows ``start .. stop - 1``, or the rows of an index tensor
+Region = "tuple[int, int] | Tensor"
+
+
+def distributed() -> bool:
+    """Whether a process group is up (DDP, or anything else that may write into ``.grad``)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+class ReusedGradient:
+    """A weight-sized gradient buffer that lives across steps, with a record of the rows written into it.
+
+    The head writes (or adds) the rows of a step into the buffer and hands it over
+    as the weight's ``.grad``; at the next step the rows written before are zeroed
+    (except those the caller overwrites) and everything else is known to be zero.
+
+    Under ``torch.distributed`` anyone may write into the buffer while it is
+    ``.grad`` (DDP's all-reduce copies the mean gradient of *all* ranks' rows into
+    it). The tensor's version counter tells: after a write the head did not make,
+    the next step zeroes the whole buffer (one ``memset``, still far cheaper than a
+    fresh allocation) instead of trusting its record. In one process only scalings
+    and zeroing happen (see :meth:`known`).
+    """
+
+    def __init__(self) -> None:
+        self.tensor: Tensor | None = None
+        self.dirty: list | None = None  # regions that may be non-zero; None = unknown
+        self.version = -1  # the tensor's version after the head's last write
+
+    def invalidate(self) -> None:
+        self.dirty = None
+
+    def known(self) -> bool:
+        """Whether :attr:`dirty` holds: no one but the head has written into the buffer since.
+
+        In one process the only writes into ``.grad`` between steps are scalings and
+        zeroing (gradient clipping, ``zero_grad``), which keep a zero row zero, so
+        the record holds whatever the version counter says; clipping bumps it every
+        step, and a full ``memset`` then would cost a pass over ``N x d`` floats.
+        Under ``torch.distributed`` a write may fill any row, so the counter decides.
+        """
+        if self.dirty is None or self.tensor is None:
+            return False
+        return self.tensor._version == self.version or not distributed()
+
+    def fresh(self, weight: Tensor, keep: frozenset = frozenset()) -> Tensor:
+        """The buffer, zero outside the ``(start, stop)`` regions in ``keep`` (which the caller overwrites)."""
+        t = self.tensor
+        if t is None or t.shape != weight.shape or t.dtype != weight.dtype or t.device != weight.device:
+            self.tensor = t = torch.zeros_like(weight, memory_format=torch.contiguous_format)
+        elif not self.known():
+            t.zero_()
+        else:
+            for region in self.dirty:
+                if isinstance(region, Tensor):
+                    t.index_fill_(0, region, 0.0)
+                elif region not in keep:
+                    t[region[0] : region[1]].zero_()
+        self.dirty = []
+        self.version = t._version
+        return t
+
+    def written(self, regions: list, known: bool) -> None:
+        """The head has just written ``regions``; ``known``: :meth:`known` held before the write."""
+        if known:
+            self.dirty.extend(regions)
+        else:
+            self.dirty = None
+        self.version = self.tensor._version
+
+
+class WritesWeightGradient(nn.Module):
+    """Mixin of heads whose backward writes ``weight.grad`` itself (through a :class:`ReusedGradient`).
+
+    Such a head cannot run as a replica (``nn.DataParallel`` on several devices: the
+    replica's weight is a copy, so its gradient would be lost) nor on a sharded or
+    flattened weight (FSDP, ZeRO-3, tensor parallelism): both are refused with a message.
+    """
+
+    def _replicate_for_data_parallel(self):
+        raise RuntimeError(
+            f"{type(self).__name__} cannot run under nn.DataParallel on several devices: it writes its "
+            "weight gradient into weight.grad itself, and a replica's weight is a copy, so the gradient "
+            "would be lost. Use DistributedDataParallel (one process per device)."
+        )
+
+    def _check_weight_is_whole(self) -> None:
+        """Refuse a sharded or flattened :attr:`weight` (FSDP, tensor parallel): the kernel needs all its rows."""
+        weight = self.weight
+        sharded = any(cls.__name__ == "DTensor" for cls in type(weight).__mro__)
+        flattened = not isinstance(weight, nn.Parameter) or (
+            weight.untyped_storage().nbytes() != weight.numel() * weight.element_size())
+        if sharded or flattened:
+            raise RuntimeError(
+                f"{type(self).__name__}.weight is {'sharded' if sharded else 'a view into a larger flat buffer'} "
+                "(FSDP, ZeRO-3 or tensor parallelism?): the head writes the gradient of every row of the "
+                "weight itself, so it cannot run on a shard. Leave the head out of the sharded modules "
+                "(e.g. FSDP's ignored_modules) and wrap it in DistributedDataParallel."
+            )
