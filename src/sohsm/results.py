@@ -86,8 +86,9 @@ def shared_settings(config: TrainConfig) -> str:
         budget.append(f"{config.max_tokens:,} tokens")
     if config.time_budget is not None:
         budget.append(f"{config.time_budget:g} s of training")
+    decay = f" divided by {o.lr_decay:g} after each epoch past the first {o.lr_decay_after}" if o.lr_decay != 1 else ""
     return (f"corpus {config.data.corpus}, LSTM {m.layers}×{m.emb_size}/{m.hidden_size} (dropout {m.dropout:g}), "
-            f"{o.optimizer} lr {o.learning_rate:g}, clip {o.clip}, weight decay {o.weight_decay:g}, "
+            f"{o.optimizer} lr {o.learning_rate:g}{decay}, clip {o.clip}, weight decay {o.weight_decay:g}, "
             f"BPTT {config.bptt}, batch {config.batch_size}, seed {config.seed}, "
             f"dev evaluation every {config.eval_every} steps; budget: the first spent of {', '.join(budget)}")
 

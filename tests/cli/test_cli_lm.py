@@ -320,3 +320,32 @@ def test_auto_k_is_recorded_in_the_signature(tmp_path, ptb_slice, small, cli, pr
     k = torch.load(run_dir / "last.pt", weights_only=False)["signature"]["K"]
     assert isinstance(k, int) and k >= 1
     assert f"K:{k}" in out
+
+
+# -- learning-rate decay ---------------------------------------------------------------------------
+def test_lr_decay_follows_the_epochs_and_resumes_exactly(tmp_path, ptb_slice, small, cli):
+    """Rate 1, 1/2, 1/4 in epochs 1-3 (decay 2 after 1 epoch); 1 epoch + resume to 3 == 3 epochs straight."""
+    corpus = tmp_path / "tiny"
+    corpus.mkdir()
+    for split, lines in (("train", 60), ("valid", 10), ("test", 10)):
+        text = (ptb_slice / f"{split}.txt").read_text(encoding="utf-8").splitlines(keepends=True)[:lines]
+        (corpus / f"{split}.txt").write_text("".join(text), encoding="utf-8")
+    common = ["--corpus", corpus, "--head", "full", *small, "--optimizer", "sgd", "--lr", 1, "--lr-decay", 2,
+              "--lr-decay-after", 1, "--log-every", 1, "--eval-every", 0]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert cli("lm", "train", "--run-dir", straight, *common, "--epochs", 3)[0] == 0
+    assert cli("lm", "train", "--run-dir", resumed, *common, "--epochs", 1)[0] == 0
+    assert cli("lm", "train", "--run-dir", resumed, "--resume", "--quiet", "--epochs", 3)[0] == 0
+    records = [r for r in read_metrics(straight / "metrics.jsonl") if r["kind"] == "train"]
+    rates = {math.ceil(r["epoch"]): r["lr"] for r in records}
+    assert rates == {1: 1.0, 2: 0.5, 3: 0.25}
+    expected, got = _train_losses(straight), _train_losses(resumed)
+    assert [s for s, _ in got] == [s for s, _ in expected]
+    assert max(abs(a - b) for (_, a), (_, b) in zip(expected, got)) <= 1e-6
+
+
+def test_lr_decay_below_one_is_refused(tmp_path, ptb_slice, small, cli):
+    code, out, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--run-dir", tmp_path / "run",
+                         *small, "--lr-decay", 0.5)
+    assert code != 0 and "--lr-decay must be >= 1" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()

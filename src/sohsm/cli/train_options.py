@@ -25,6 +25,7 @@ TRAIN_FIELDS = {
     "emb_size": "model.emb_size", "hidden_size": "model.hidden_size", "layers": "model.layers",
     "dropout": "model.dropout", "tie_weights": "model.tie_weights",
     "optimizer": "optim.optimizer", "lr": "optim.lr", "clip": "optim.clip", "weight_decay": "optim.weight_decay",
+    "lr_decay": "optim.lr_decay", "lr_decay_after": "optim.lr_decay_after",
     "bptt": "bptt", "batch_size": "batch_size", "eval_batch_size": "eval_batch_size", "epochs": "epochs",
     "max_tokens": "max_tokens", "time_budget": "time_budget", "eval_every": "eval_every",
     "checkpoint_every": "checkpoint_every", "log_every": "log_every", "seed": "seed", "device": "device",
@@ -115,6 +116,9 @@ def add_training_options(p: argparse.ArgumentParser, *, compare: bool = False) -
     g.add_argument("--optimizer", choices=OPTIMIZERS,
                    help="default adagrad; default rates: " + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()))
     g.add_argument("--lr", type=float, metavar="LR", help="learning rate (default: the optimizer's, see above)")
+    g.add_argument("--lr-decay", type=float, metavar="F",
+                   help="divide the rate by F after every epoch past --lr-decay-after (default 1: constant)")
+    g.add_argument("--lr-decay-after", type=int, metavar="E", help="epochs at the full rate first (default 0)")
     g.add_argument("--clip", type=float, metavar="NORM", help="clip the gradient norm (default 0.25; 0 = no clipping)")
     g.add_argument("--weight-decay", type=float, metavar="W", help="weight decay on the LSTM parameters (default 1e-6)")
     g.add_argument("--bptt", type=int, metavar="T", help="truncated back-propagation length (default 20)")

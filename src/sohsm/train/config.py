@@ -108,11 +108,25 @@ class OptimConfig:
     clip: float | None = 0.25
     #: the paper's weight decay, on the LSTM's parameters only
     weight_decay: float = 1e-6
+    #: divide the rate by this once per epoch after the first ``lr_decay_after`` (1: a constant rate, the paper's)
+    lr_decay: float = 1.0
+    #: epochs trained at the full rate before the decay starts
+    lr_decay_after: int = 0
 
     @property
     def learning_rate(self) -> float:
         """``lr``, or the optimizer's default rate when ``lr`` is ``None``."""
         return DEFAULT_LR[self.optimizer] if self.lr is None else self.lr
+
+    def rate_in_epoch(self, epoch: int) -> float:
+        """The rate of the (0-based) ``epoch``: :attr:`learning_rate` divided by :attr:`lr_decay` once per
+        epoch past the first :attr:`lr_decay_after` (Zaremba et al.'s schedule; it depends on the epoch
+        alone, so a resumed run follows it exactly).
+
+        >>> OptimConfig(optimizer="sgd", lr=1.0, lr_decay=2.0, lr_decay_after=2).rate_in_epoch(3)
+        0.25
+        """
+        return self.learning_rate / self.lr_decay ** max(0, epoch + 1 - self.lr_decay_after)
 
 
 class RunConfig:
@@ -178,6 +192,10 @@ class RunConfig:
             raise ValueError(f"optim.clip must be positive or None, got {self.optim.clip}")
         if not self.optim.weight_decay >= 0:
             raise ValueError(f"optim.weight_decay must be >= 0, got {self.optim.weight_decay}")
+        if not self.optim.lr_decay >= 1:
+            raise ValueError(f"optim.lr_decay must be >= 1 (1 = a constant rate), got {self.optim.lr_decay}")
+        if self.optim.lr_decay_after < 0:
+            raise ValueError(f"optim.lr_decay_after must be >= 0, got {self.optim.lr_decay_after}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1 or None, got {self.max_tokens}")
         if self.time_budget is not None and not self.time_budget > 0:

@@ -282,6 +282,9 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
             clock.start()
             stopped = budget_spent(guard)
             while stopped is None:
+                rate = config.optim.rate_in_epoch(p.epoch)
+                for group in optimizer.param_groups:
+                    group["lr"] = rate
                 for batch, cursor in task.batches(p.epoch, p.cursor):
                     # forward, backward, clip, check, update; a self-organising head may re-cluster in the update
                     result = step(batch, p.step + 1)
