@@ -165,12 +165,12 @@ def nce_output(weight, bias, log_q, hidden, target, noise) -> Tensor:
     return torch.stack(rows)
 
 
-def negative_sampling_output(weight, hidden, target, noise) -> Tensor:
-    """Per-row NEG objective (Melamud et al. 2017, Eq. 4), one row at a time."""
+def negative_sampling_output(weight, hidden, target, noise, offset: float = 0.0) -> Tensor:
+    """Per-row NEG objective (Melamud et al. 2017, Eq. 4), one row at a time; ``offset`` is added to every score."""
     rows = []
     for i in range(hidden.size(0)):
-        total = torch.log(torch.sigmoid(hidden[i] @ weight[int(target[i])]))
+        total = torch.log(torch.sigmoid(hidden[i] @ weight[int(target[i])] + offset))
         for u in noise:
-            total = total + torch.log(torch.sigmoid(-(hidden[i] @ weight[int(u)])))
+            total = total + torch.log(torch.sigmoid(-(hidden[i] @ weight[int(u)] + offset)))
         rows.append(total)
     return torch.stack(rows)

@@ -17,8 +17,8 @@ BASELINES = {
     "tree_random": (BinaryTreeSoftmax, "nll", {"sparse"}),
     "importance_sampling": (ImportanceSamplingSoftmax, "importance_sampling",
                             {"n_samples", "noise_power", "bias", "remove_accidental_hits", "sparse"}),
-    "nce": (NCESoftmax, "nce", {"n_samples", "noise_power", "sparse"}),
-    "pmi": (PMISoftmax, "negative_sampling", {"n_samples", "noise_power", "sparse"}),
+    "nce": (NCESoftmax, "nce", {"n_samples", "noise_power", "sparse", "bias_init"}),
+    "pmi": (PMISoftmax, "negative_sampling", {"n_samples", "noise_power", "sparse", "shift"}),
     "dsoftmax": (DifferentiatedSoftmax, "nll", {"cutoffs", "dims", "bias"}),
 }
 

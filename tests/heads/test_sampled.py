@@ -46,7 +46,7 @@ def _reference(head, hidden, target, noise):
     elif head.objective == "nce":
         output = nce_output(weight, bias, log_q, hidden, target, noise)
     else:
-        output = negative_sampling_output(weight, hidden, target, noise)
+        output = negative_sampling_output(weight, hidden, target, noise, -math.log(K) if head.shift else 0.0)
     return output, weight, bias
 
 
@@ -58,6 +58,10 @@ def test_importance_sampling_variants_match_formula(options):
 @pytest.mark.parametrize("name", ["nce", "pmi"])
 def test_objective_and_gradients_match_formula(name):
     _check_objective_and_gradients(name, {})
+
+
+def test_shifted_pmi_matches_formula():
+    _check_objective_and_gradients("pmi", {"shift": True})
 
 
 def _check_objective_and_gradients(name, options):
@@ -163,6 +167,10 @@ def test_nce_initialisation_and_pmi_has_no_bias():
     assert torch.allclose(nce.bias.detach(), torch.full((N,), -math.log(N)))
     nce.reset_parameters()
     assert torch.allclose(nce.bias.detach(), torch.full((N,), -math.log(N)))
+    unigram = NCESoftmax(D, N, counts=_counts(), bias_init="unigram")
+    assert torch.allclose(unigram.bias.detach().double(), noise_distribution(_counts(), N).log())
+    with pytest.raises(ValueError, match="bias_init"):
+        NCESoftmax(D, N, bias_init="zeros")
     assert PMISoftmax(D, N).bias is None
     assert ImportanceSamplingSoftmax(D, N).bias is None and ImportanceSamplingSoftmax(D, N, bias=True).bias is not None
 
@@ -224,8 +232,10 @@ def _bigram_language(seed: int, n: int = 30):
     return transitions, stationary, math.exp(float(entropy)), g
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_converged_sampled_heads_reach_the_true_perplexity_of_a_bigram_language(name):
+@pytest.mark.parametrize("name, options", [(name, {}) for name in NAMES]
+                         + [("pmi", {"shift": True}), ("nce", {"bias_init": "unigram"})],
+                         ids=[*NAMES, "pmi-shift", "nce-unigram"])
+def test_converged_sampled_heads_reach_the_true_perplexity_of_a_bigram_language(name, options):
     """Trained to convergence, each sampled objective's exact test-time distribution is the right one.
 
     Over three seeds, each with its own language, a head fed the previous word's embedding reaches
@@ -241,7 +251,7 @@ def test_converged_sampled_heads_reach_the_true_perplexity_of_a_bigram_language(
 
         torch.manual_seed(seed)
         embedding = torch.nn.Embedding(n, d)
-        head = build_head(name, d, n, counts=(stationary * 1e6).round(), seed=seed, n_samples=20)
+        head = build_head(name, d, n, counts=(stationary * 1e6).round(), seed=seed, n_samples=20, **options)
         optimizer = torch.optim.Adam([*embedding.parameters(), *head.parameters()], lr=0.02)
         for _ in range(800):
             prev, nxt = sample(256)

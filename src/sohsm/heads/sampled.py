@@ -242,8 +242,15 @@ class NCESoftmax(SampledSoftmax):
     et al. (2013) and Zoph et al. (2016), as described by Melamud et al. (2017) §2,
     https://arxiv.org/abs/1708.01276.
 
+    With ``bias_init="unigram"`` the bias starts at ``log q(w)`` instead: an
+    untrained word then starts at its unigram probability rather than at ``1 / N``.
+    A rare word is drawn as noise about ``k q(w)`` times per position, so in a
+    short training it keeps much of its starting score (docs/results/lm.md).
+
     Args:
-        see :class:`SampledSoftmax`; the bias is always learned.
+        bias_init: ``"uniform"`` (``-log N``, the papers' heuristic) or ``"unigram"``
+            (``log q(w)``). Default: ``"uniform"``.
+        others: see :class:`SampledSoftmax`; the bias is always learned.
 
     Example::
 
@@ -255,13 +262,20 @@ class NCESoftmax(SampledSoftmax):
     objective = "nce"
 
     def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
-                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False) -> None:
+                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False, bias_init: str = "uniform") -> None:
+        if bias_init not in ("uniform", "unigram"):
+            raise ValueError(f"bias_init must be 'uniform' or 'unigram', got {bias_init!r}")
+        self.bias_init = bias_init
         super().__init__(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
                          bias=True, seed=seed, sparse=sparse)
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
-        nn.init.constant_(self.bias, -math.log(self.n_classes))
+        with torch.no_grad():
+            if self.bias_init == "unigram":
+                self.bias.copy_(self.noise_log_probs)
+            else:
+                self.bias.fill_(-math.log(self.n_classes))
 
     def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:
         s_target, s_noise = self._scores(hidden, target, noise)
@@ -280,11 +294,23 @@ class PMISoftmax(SampledSoftmax):
     unigram distribution (the noise distribution for ``noise_power != 1``)
     puts back what the PMI divides out. No bias, no normalising constant.
 
+    With ``shift=True`` the training scores are ``u_w . h - log k``, so ``u_w . h``
+    is driven towards the PMI itself instead of ``PMI - log k``; the test-time
+    formula is unchanged (a constant cancels in the normalisation). What changes
+    is where an untrained word starts: at ``u . h = 0`` it stands at independence
+    (``P(w | h) = q(w)``) rather than ``k`` times above it. A rare word is drawn
+    as noise about ``k q(w)`` times per position, so in a short training it keeps
+    its starting score, and unshifted those words take far more than their
+    unigram share of the probability (docs/results/lm.md measures this).
+
     Paper: Melamud, Dagan and Goldberger (2017), "A Simple Language Model based
-    on PMI Matrix Approximations", https://arxiv.org/abs/1708.01276 (§3, Algorithm 1).
+    on PMI Matrix Approximations", https://arxiv.org/abs/1708.01276 (§3, Algorithm 1);
+    ``shift=False`` is the paper's objective.
 
     Args:
-        see :class:`SampledSoftmax`.
+        shift: train ``u . h`` towards the PMI (subtract ``log k`` from the training
+            scores). Default: ``False`` (the paper's objective).
+        others: see :class:`SampledSoftmax`.
 
     Example::
 
@@ -298,9 +324,10 @@ class PMISoftmax(SampledSoftmax):
     objective = "negative_sampling"
 
     def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
-                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False) -> None:
+                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False, shift: bool = False) -> None:
         super().__init__(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
                          bias=False, seed=seed, sparse=sparse)
+        self.shift = bool(shift)
 
     def logits(self, hidden: Tensor) -> Tensor:
         logits = upcast(F.linear(hidden, self.weight))
@@ -308,7 +335,12 @@ class PMISoftmax(SampledSoftmax):
 
     def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:
         s_target, s_noise = self._scores(hidden, target, noise)
+        if self.shift:
+            s_target, s_noise = s_target - math.log(self.n_samples), s_noise - math.log(self.n_samples)
         return F.logsigmoid(s_target) + F.logsigmoid(-s_noise).sum(dim=1)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", shift={self.shift}"
 
 
 @register_head("importance_sampling")
@@ -322,13 +354,13 @@ def _importance_sampling(in_features: int, n_classes: int, counts=None, seed: in
 
 @register_head("nce")
 def _nce(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
-         noise_power: float = 1.0, sparse: bool = False) -> NCESoftmax:
+         noise_power: float = 1.0, sparse: bool = False, bias_init: str = "uniform") -> NCESoftmax:
     return NCESoftmax(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
-                      seed=seed, sparse=sparse)
+                      seed=seed, sparse=sparse, bias_init=bias_init)
 
 
 @register_head("pmi")
 def _pmi(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
-         noise_power: float = 1.0, sparse: bool = False) -> PMISoftmax:
+         noise_power: float = 1.0, sparse: bool = False, shift: bool = False) -> PMISoftmax:
     return PMISoftmax(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
-                      seed=seed, sparse=sparse)
+                      seed=seed, sparse=sparse, shift=shift)
