@@ -60,8 +60,8 @@ def test_objective_and_gradients_match_formula(name):
     _check_objective_and_gradients(name, {})
 
 
-def test_shifted_pmi_matches_formula():
-    _check_objective_and_gradients("pmi", {"shift": True})
+def test_the_papers_unshifted_pmi_matches_formula():
+    _check_objective_and_gradients("pmi", {"shift": False})
 
 
 def _check_objective_and_gradients(name, options):
@@ -163,11 +163,13 @@ def test_samples_follow_the_noise_distribution_and_the_seed():
 
 
 def test_nce_initialisation_and_pmi_has_no_bias():
-    nce = NCESoftmax(D, N, counts=_counts())
+    nce = NCESoftmax(D, N, counts=_counts(), bias_init="uniform")  # the papers' start
     assert torch.allclose(nce.bias.detach(), torch.full((N,), -math.log(N)))
     nce.reset_parameters()
     assert torch.allclose(nce.bias.detach(), torch.full((N,), -math.log(N)))
-    unigram = NCESoftmax(D, N, counts=_counts(), bias_init="unigram")
+    unigram = NCESoftmax(D, N, counts=_counts())  # the default
+    assert torch.allclose(unigram.bias.detach().double(), noise_distribution(_counts(), N).log())
+    unigram.reset_parameters()
     assert torch.allclose(unigram.bias.detach().double(), noise_distribution(_counts(), N).log())
     with pytest.raises(ValueError, match="bias_init"):
         NCESoftmax(D, N, bias_init="zeros")
@@ -233,8 +235,8 @@ def _bigram_language(seed: int, n: int = 30):
 
 
 @pytest.mark.parametrize("name, options", [(name, {}) for name in NAMES]
-                         + [("pmi", {"shift": True}), ("nce", {"bias_init": "unigram"})],
-                         ids=[*NAMES, "pmi-shift", "nce-unigram"])
+                         + [("pmi", {"shift": False}), ("nce", {"bias_init": "uniform"})],
+                         ids=[*NAMES, "pmi-paper", "nce-paper"])
 def test_converged_sampled_heads_reach_the_true_perplexity_of_a_bigram_language(name, options):
     """Trained to convergence, each sampled objective's exact test-time distribution is the right one.
 

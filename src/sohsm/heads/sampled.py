@@ -9,8 +9,8 @@ owns and saves in its state dict, so a resumed run draws the same samples.
 
     objective            training score of word w for hidden h          test-time log P(w | h)
     importance_sampling  s_w - log q(w), softmax over target + samples   log_softmax(h.u + b)_w
-    nce                  sigma(s_w - log(k q(w))), Z_c = 1, b = -log N   log_softmax(h.u + b)_w
-    negative_sampling    sigma(h.u_w)                                    log_softmax(h.u + log q)_w
+    nce                  sigma(s_w - log(k q(w))), Z_c = 1, b = log q    log_softmax(h.u + b)_w
+    negative_sampling    sigma(h.u_w - log k)                            log_softmax(h.u + log q)_w
 
 with ``s_w = h . u_w + b_w`` and ``q`` the noise distribution.
 """
@@ -234,7 +234,8 @@ class NCESoftmax(SampledSoftmax):
     Each (target, hidden) pair is told apart from ``k`` noise words by a logistic
     classifier on ``Δ_w = h . u_w + b_w - log Z_c - log(k q(w))`` with ``Z_c = 1``;
     the training output of a row is ``log σ(Δ_t) + Σ_j log σ(-Δ_uj)``. The bias
-    starts at ``-log N`` so that ``exp(s_w)`` starts near a normalised ``1 / N``.
+    starts at ``log q(w)`` so that ``exp(s_w)`` starts near the normalised unigram
+    distribution (the papers' ``-log N``, a uniform start, is ``bias_init="uniform"``).
     At evaluation ``P(w | h) = softmax(h . u + b)_w``, normalised exactly.
 
     Papers: Gutmann and Hyvärinen (2012); Mnih and Teh (2012),
@@ -242,27 +243,31 @@ class NCESoftmax(SampledSoftmax):
     et al. (2013) and Zoph et al. (2016), as described by Melamud et al. (2017) §2,
     https://arxiv.org/abs/1708.01276.
 
-    With ``bias_init="unigram"`` the bias starts at ``log q(w)`` instead: an
-    untrained word then starts at its unigram probability rather than at ``1 / N``.
-    A rare word is drawn as noise about ``k q(w)`` times per position, so in a
-    short training it keeps much of its starting score (docs/results/lm.md).
+    Why not ``-log N``: a rare word is drawn as noise only about ``k q(w)`` times
+    per position, so in a short training it keeps much of its starting score, and
+    a uniform start gives the rare words far more than their share
+    (docs/results/lm.md measures both; the default was chosen by them).
 
     Args:
-        bias_init: ``"uniform"`` (``-log N``, the papers' heuristic) or ``"unigram"``
-            (``log q(w)``). Default: ``"uniform"``.
+        bias_init: ``"unigram"`` (``log q(w)``) or ``"uniform"`` (``-log N``, the
+            heuristic of Vaswani et al. and Zoph et al. the PMI paper follows).
+            Default: ``"unigram"``.
         others: see :class:`SampledSoftmax`; the bias is always learned.
 
     Example::
 
         >>> head = NCESoftmax(8, 50, counts=torch.arange(50, 0, -1), n_samples=10)
-        >>> bool(torch.allclose(head.bias.detach(), torch.full((50,), -math.log(50))))
+        >>> bool(torch.allclose(head.bias.detach().double(), head.noise_log_probs))  # log q(w)
+        True
+        >>> paper = NCESoftmax(8, 50, n_samples=10, bias_init="uniform")
+        >>> bool(torch.allclose(paper.bias.detach(), torch.full((50,), -math.log(50))))
         True
     """
 
     objective = "nce"
 
     def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
-                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False, bias_init: str = "uniform") -> None:
+                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False, bias_init: str = "unigram") -> None:
         if bias_init not in ("uniform", "unigram"):
             raise ValueError(f"bias_init must be 'uniform' or 'unigram', got {bias_init!r}")
         self.bias_init = bias_init
@@ -288,20 +293,21 @@ class NCESoftmax(SampledSoftmax):
 class PMISoftmax(SampledSoftmax):
     """PMI language model: word2vec's negative-sampling objective, normalised at test time.
 
-    Training maximises ``log σ(u_t . h) + Σ_j log σ(-u_uj . h)`` with ``u_j ~ q``,
-    which drives ``u_w . h`` towards ``PMI_k(w, h) = log(P(w | h) / (k q(w)))``.
+    The paper's training maximises ``log σ(u_t . h) + Σ_j log σ(-u_uj . h)`` with
+    ``u_j ~ q``, which drives ``u_w . h`` towards ``PMI_k(w, h) = log(P(w | h) / (k q(w)))``.
     At test time ``P(w | h) = exp(u_w . h) q(w) / Σ_v exp(u_v . h) q(v)``: the
     unigram distribution (the noise distribution for ``noise_power != 1``)
     puts back what the PMI divides out. No bias, no normalising constant.
 
-    With ``shift=True`` the training scores are ``u_w . h - log k``, so ``u_w . h``
+    By default (``shift=True``) the training scores are ``u_w . h - log k``, so ``u_w . h``
     is driven towards the PMI itself instead of ``PMI - log k``; the test-time
     formula is unchanged (a constant cancels in the normalisation). What changes
     is where an untrained word starts: at ``u . h = 0`` it stands at independence
     (``P(w | h) = q(w)``) rather than ``k`` times above it. A rare word is drawn
     as noise about ``k q(w)`` times per position, so in a short training it keeps
     its starting score, and unshifted those words take far more than their
-    unigram share of the probability (docs/results/lm.md measures this).
+    unigram share of the probability (docs/results/lm.md measures this; the
+    default was chosen by those measurements).
 
     Paper: Melamud, Dagan and Goldberger (2017), "A Simple Language Model based
     on PMI Matrix Approximations", https://arxiv.org/abs/1708.01276 (§3, Algorithm 1);
@@ -309,7 +315,7 @@ class PMISoftmax(SampledSoftmax):
 
     Args:
         shift: train ``u . h`` towards the PMI (subtract ``log k`` from the training
-            scores). Default: ``False`` (the paper's objective).
+            scores). Default: ``True``; ``False`` is the paper's objective.
         others: see :class:`SampledSoftmax`.
 
     Example::
@@ -324,7 +330,7 @@ class PMISoftmax(SampledSoftmax):
     objective = "negative_sampling"
 
     def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
-                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False, shift: bool = False) -> None:
+                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False, shift: bool = True) -> None:
         super().__init__(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
                          bias=False, seed=seed, sparse=sparse)
         self.shift = bool(shift)
@@ -354,13 +360,13 @@ def _importance_sampling(in_features: int, n_classes: int, counts=None, seed: in
 
 @register_head("nce")
 def _nce(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
-         noise_power: float = 1.0, sparse: bool = False, bias_init: str = "uniform") -> NCESoftmax:
+         noise_power: float = 1.0, sparse: bool = False, bias_init: str = "unigram") -> NCESoftmax:
     return NCESoftmax(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
                       seed=seed, sparse=sparse, bias_init=bias_init)
 
 
 @register_head("pmi")
 def _pmi(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
-         noise_power: float = 1.0, sparse: bool = False, shift: bool = False) -> PMISoftmax:
+         noise_power: float = 1.0, sparse: bool = False, shift: bool = True) -> PMISoftmax:
     return PMISoftmax(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
                       seed=seed, sparse=sparse, shift=shift)
