@@ -36,8 +36,10 @@ def make_head(name: str, folder: str, **options):
     """Head ``name`` at the DDP tests' sizes, the same on every rank (a tree file for ``tree_file``)."""
     if name == "tree_file":
         path = os.path.join(folder, "tree.pt")
-        if not os.path.exists(path):
-            save_tree(path, random_tree(N, torch.Generator().manual_seed(0)))
+        if not os.path.exists(path):  # both ranks may get here: write privately, then rename (atomic),
+            private = f"{path}.{os.getpid()}"  # so that no rank reads a file another is still writing
+            save_tree(private, random_tree(N, torch.Generator().manual_seed(0)))
+            os.replace(private, path)
         options = {"path": path, **options}
     if name == "adaptive":
         options = {"div_value": 2.0, **options}
