@@ -99,7 +99,8 @@ def test_the_announced_k_is_the_one_the_head_chooses():
     config = TrainConfig(batch_size=4, bptt=5)
     head = build_head("self_organized", 8, 300, counts=counts, reclusters_per_epoch=3)
     described = progress.describe_k(head, config)
-    head.attach(torch.optim.SGD(head.parameters(), lr=0.1))
+    optimizer = torch.optim.SGD(head.parameters(), lr=0.1)  # attach holds it weakly: keep it alive
+    head.attach(optimizer)
     head(torch.randn(config.batch_size * config.bptt, 8), torch.randint(0, 300, (config.batch_size * config.bptt,)))
     assert described == f"K {head.update_every} (auto, ≈3 per epoch)"
     assert head.update_every == max(1, round(float(counts.sum()) / 20 / 3))
