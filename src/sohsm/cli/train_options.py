@@ -25,7 +25,8 @@ TRAIN_FIELDS = {
     "emb_size": "model.emb_size", "hidden_size": "model.hidden_size", "layers": "model.layers",
     "dropout": "model.dropout", "tie_weights": "model.tie_weights",
     "optimizer": "optim.optimizer", "lr": "optim.lr", "clip": "optim.clip", "weight_decay": "optim.weight_decay",
-    "lr_decay": "optim.lr_decay", "lr_decay_after": "optim.lr_decay_after",
+    "lr_decay": "optim.lr_decay", "lr_decay_after": "optim.lr_decay_after", "anneal": "optim.anneal",
+    "fused": "optim.fused",
     "bptt": "bptt", "batch_size": "batch_size", "eval_batch_size": "eval_batch_size", "epochs": "epochs",
     "max_tokens": "max_tokens", "time_budget": "time_budget", "eval_every": "eval_every",
     "checkpoint_every": "checkpoint_every", "log_every": "log_every", "seed": "seed", "device": "device",
@@ -119,6 +120,11 @@ def add_training_options(p: argparse.ArgumentParser, *, compare: bool = False) -
     g.add_argument("--lr-decay", type=float, metavar="F",
                    help="divide the rate by F after every epoch past --lr-decay-after (default 1: constant)")
     g.add_argument("--lr-decay-after", type=int, metavar="E", help="epochs at the full rate first (default 0)")
+    g.add_argument("--anneal", type=float, metavar="F",
+                   help="divide the rate by F whenever a dev evaluation is no better than the best so far "
+                   "(default 1: never)")
+    g.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
+                   help="the optimizer's fused step where torch has one (default: on)")
     g.add_argument("--clip", type=float, metavar="NORM", help="clip the gradient norm (default 0.25; 0 = no clipping)")
     g.add_argument("--weight-decay", type=float, metavar="W", help="weight decay on the LSTM parameters (default 1e-6)")
     g.add_argument("--bptt", type=int, metavar="T", help="truncated back-propagation length (default 20)")
