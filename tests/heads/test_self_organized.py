@@ -36,7 +36,7 @@ def _counts(n: int = N) -> torch.Tensor:
 
 def make_head(seed: int = 0, **kwargs) -> SelfOrganizedSoftmax:
     torch.manual_seed(seed)
-    options = dict(counts=_counts(), update_every=0, seed=seed)
+    options = dict(counts=_counts(), update_every=0, seed=seed, shortlist=0)  # the paper's head: no shortlist
     options.update(kwargs)
     return SelfOrganizedSoftmax(D, N, **options)
 
@@ -358,7 +358,7 @@ def test_training_without_attached_optimizer_warns_once():
 def test_small_vocabulary_fallback_is_recorded():
     """N = 30: 6 clusters with f_b = 0.1 hold at most ~0.6 of the mass, the rest falls back."""
     counts = torch.arange(30, 0, -1, dtype=torch.float64)
-    head = SelfOrganizedSoftmax(D, 30, counts=counts, update_every=0)
+    head = SelfOrganizedSoftmax(D, 30, counts=counts, update_every=0, shortlist=0)
     assert head.n_clusters * head.freq_budget < 1
     record = head.reassign()
     assert record["fallback_words"] > 0

@@ -109,7 +109,7 @@ def add_training_options(p: argparse.ArgumentParser, *, compare: bool = False) -
     g.add_argument("--emb-size", type=int, metavar="N", help="embedding size (default 512)")
     g.add_argument("--hidden-size", type=int, metavar="N", help="LSTM hidden size = head input size (default 512)")
     g.add_argument("--layers", type=int, metavar="N", help="LSTM layers (default 1)")
-    g.add_argument("--dropout", type=float, metavar="P", help="dropout (default 0)")
+    g.add_argument("--dropout", type=float, metavar="P", help="dropout on the LSTM's input and output (default 0.2)")
     g.add_argument("--tie-weights", action="store_true", default=None,
                    help="share the embedding with the output word vectors (full head only, emb = hidden size)")
 

@@ -78,8 +78,9 @@ class ModelConfig:
     hidden_size: int = 512
     #: the paper's text8 model: one layer
     layers: int = 1
-    #: the paper names no dropout for text8; weight decay is its regulariser
-    dropout: float = 0.0
+    #: dropout on the LSTM's input and output: PTB dev ppl fell for every head measured (LSTM 256, seed 1: full
+    #: 129.1 -> 121.8, self-organized 135.0 -> 123.1, frequency binning 135.0 -> 125.8); 0 is the paper's text8 model
+    dropout: float = 0.2
     #: off: only the full softmax can tie, and the comparison between heads must be like for like
     tie_weights: bool = False
 
