@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import math
 import os
 import statistics
 import sys
@@ -64,7 +63,7 @@ HEADS = (
     ("two_level_random", "two_level_random", {}),
     ("two_level_frequency", "two_level_frequency", {}),
     ("self_organized", "self_organized", {"update_every": 0}),
-    ("self_organized+shortlist", "self_organized", {"update_every": 0, "shortlist": "sqrt"}),
+    ("self_organized-no-shortlist", "self_organized", {"update_every": 0, "shortlist": 0}),  # the paper's head
     ("tree_huffman", "tree_huffman", {}),
     ("tree_huffman+sparse", "tree_huffman", {"sparse": True}),
     ("tree_random", "tree_random", {}),
@@ -83,11 +82,7 @@ def zipf_probabilities(n: int) -> torch.Tensor:
 
 
 def build_heads(n: int, d: int, counts: torch.Tensor, names: list[str]) -> dict[str, nn.Module]:
-    def sized(options: dict) -> dict:  # "sqrt": ceil(sqrt(N)) at this N
-        return {k: (math.ceil(math.sqrt(n)) if v == "sqrt" else v) for k, v in options.items()}
-
-    return {row: build_head(name, d, n, counts=counts, **sized(options))
-            for row, name, options in HEADS if row in names}
+    return {row: build_head(name, d, n, counts=counts, **options) for row, name, options in HEADS if row in names}
 
 
 def sync(device: torch.device) -> None:
@@ -370,8 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         "N, div_value 4). The sampled heads (importance_sampling, nce, pmi) time their training objective "
         "with k = 100 noise words per batch; `+sparse` rows give the word / node vectors row-sparse "
         "gradients (an optimizer that takes them is needed). `dsoftmax` (differentiated softmax): the "
-        "adaptive head's cutoffs as frequency bands of d/2, d/4, d/4 dimensions. `self_organized+shortlist`: "
-        "the ceil(sqrt(N)) most frequent words in clusters of their own (`shortlist`). '+ Adagrad step': "
+        "adaptive head's cutoffs as frequency bands of d/2, d/4, d/4 dimensions. `self_organized` keeps "
+        "its ceil(sqrt(N)) most frequent words in clusters of their own (its default `shortlist`); "
+        "`self_organized-no-shortlist` is the paper's head (`shortlist=0`). '+ Adagrad step': "
         "forward + backward plus the median time of an Adagrad step over the head's parameters (timed on "
         "its own, on the gradients of one forward + backward), as in a training step; the step is torch's "
         "fused one (`fused=True`, as `sohsm lm train` uses it), except for the `+sparse` rows, whose "

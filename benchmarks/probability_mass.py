@@ -6,7 +6,9 @@ over bands of the vocabulary's frequency ranks; the table gives the mean mass pe
 band beside the share of dev tokens in that band and the training unigram mass.
 A well-calibrated model gives a band about the share of tokens that fall in it;
 a head whose training never shows it a word (a sampled objective in a short
-training) can give that word far too much.
+training) can give that word far too much. A second table says where two heads'
+perplexities part: each band's share of the dev tokens' summed NLL (nats per dev
+token, so the bands add up to the run's NLL, whose exp is its perplexity).
 
 Usage::
 
@@ -16,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import torch
@@ -49,15 +52,17 @@ def band_mass(run_dir: Path, cuts: list[int], tokens: int) -> dict:
         band_of_word[(rank >= lo) & (rank < hi)] = b
     predicted = torch.zeros(len(edges), dtype=torch.float64)
     seen = torch.zeros(len(edges), dtype=torch.float64)
+    nll = torch.zeros(len(edges), dtype=torch.float64)
     total = 0
     for hidden, target in stream_hidden_states(run.model, ids, run.config.eval_batch_size, run.config.bptt):
-        probs = run.head.log_prob(hidden).double().exp()  # [T, N]
-        predicted.index_add_(0, band_of_word, probs.sum(0))
+        log_probs = run.head.log_prob(hidden).double()  # [T, N]
+        predicted.index_add_(0, band_of_word, log_probs.exp().sum(0))
         seen.index_add_(0, band_of_word[target], torch.ones(target.numel(), dtype=torch.float64))
+        nll.index_add_(0, band_of_word[target], -log_probs.gather(1, target[:, None]).squeeze(1))
         total += target.numel()
     unigram = torch.zeros(len(edges), dtype=torch.float64).index_add_(0, band_of_word, counts / counts.sum())
     return {"edges": edges, "predicted": (predicted / total).tolist(), "dev": (seen / total).tolist(),
-            "unigram": unigram.tolist(), "tokens": total, "head": run.config.head.name,
+            "unigram": unigram.tolist(), "nll": (nll / total).tolist(), "tokens": total, "head": run.config.head.name,
             "options": run.config.head.options}
 
 
@@ -82,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     first = rows[0][1]
     print("| dev tokens in the band | | " + " | ".join(f"{100 * p:.1f}%" for p in first["dev"]) + " |")
     print("| training unigram mass | | " + " | ".join(f"{100 * p:.1f}%" for p in first["unigram"]) + " |")
+    print("\nEach band's part of the dev NLL (nats per dev token; the parts add up to the run's NLL):\n")
+    print("| run | head | " + " | ".join(names) + " | NLL | ppl |")
+    print("|---|---|" + "---:|" * (len(names) + 2))
+    for run, r in rows:
+        total_nll = sum(r["nll"])
+        print(f"| {run.name} | {r['head']} | " + " | ".join(f"{v:.4f}" for v in r["nll"])
+              + f" | {total_nll:.4f} | {math.exp(total_nll):.2f} |")
     return 0
 
 

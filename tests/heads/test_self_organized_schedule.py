@@ -95,7 +95,7 @@ def test_reset_on_freeze_reinitialises_the_head_and_its_optimizer_state():
 
 def test_moved_words_take_the_mean_of_their_new_cluster_mates():
     torch.manual_seed(0)
-    head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=0, moved_vectors="cluster_mean")
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=0, moved_vectors="cluster_mean", shortlist=0)
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
     head.attach(optimizer)
     _step(head, optimizer, 1)

@@ -229,7 +229,9 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         )
         # start from "no information": the uniform cluster distribution. Saved in the state dict like
         # a buffer, but not registered as one: DDP would broadcast all N x C of it every forward.
-        self.q = torch.full((n_classes, self.n_clusters), -math.log2(self.n_clusters))
+        # Only the learned clusters need statistics: a shortlist word never moves, and no word moves to a
+        # shortlist word's cluster, so q has a column per learned cluster (N x (n_clusters - S) floats).
+        self.q = torch.full((n_classes, self.n_clusters - self.shortlist), -math.log2(self.n_clusters))
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
         #: one dict per re-assignment: step, change_rate, moved_tf_mass, empty_clusters, fallback_words
         self.history: list[dict] = []
@@ -407,9 +409,11 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
 
         Args:
             target: ``[B]`` word ids.
-            cluster_log_probs: ``[B, n_clusters]`` natural-log ``log P(c | h)`` of each row.
+            cluster_log_probs: ``[B, n_clusters]`` natural-log ``log P(c | h)`` of each row (the shortlist
+                words' columns are not kept).
         """
         target = target.reshape(-1)
+        cluster_log_probs = cluster_log_probs[:, self.shortlist:]  # the learned clusters' columns
         bad = (cluster_log_probs.isnan() | (cluster_log_probs == math.inf)).any(dim=1)
         if bool(bad.any()):
             target, cluster_log_probs = target[~bad], cluster_log_probs[~bad]
@@ -553,7 +557,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         if self._group is None or dist.get_rank(self._group) == 0:
             if self.shortlist:  # the shortlist words keep their own clusters; the rest share the learned ones
                 s, tail = self.shortlist, self.tail_words
-                result = greedy_assignment(self.q[tail, s:], tf[tail.to(tf.device)], self.max_cluster_size,
+                result = greedy_assignment(self.q[tail], tf[tail.to(tf.device)], self.max_cluster_size,
                                            self.freq_budget)
                 assignment = self.assignment.clone()
                 assignment[tail] = result.assignment.to(assignment.device) + s
