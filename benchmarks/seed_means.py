@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from statistics import mean
 
-from sohsm.train.report import summarise_run
+from sohsm.runs.report import summarise_run
 
 
 def best_ppl(folder: Path, run: str, epochs: float) -> float | None:

@@ -60,8 +60,9 @@ def register_compare(sub: argparse._SubParsersAction) -> None:
                    "k20:self_organized:update_every=20")
     g.add_argument("--report-only", action="store_true",
                    help="train nothing: rewrite the report from the runs in OUT")
-    add_training_options(p, compare=True)
-    p.set_defaults(func=_compare)
+    from sohsm.tasks.lm import LMConfig
+
+    p.set_defaults(func=_compare, config_flags=add_training_options(p, LMConfig, compare=True))
 
 
 # -- the runs -----------------------------------------------------------------------------------
@@ -96,15 +97,18 @@ def _takes(head: str, option: str) -> bool:
 
 
 def _planned_runs(args: argparse.Namespace) -> list[Any]:
-    """One :class:`~sohsm.train.compare.PlannedRun` per head and variant, as `lm train` would configure it.
+    """One :class:`~sohsm.runs.compare.PlannedRun` per head and variant, as `lm train` would configure it.
 
     The shared --head-option and --update-every go to the heads that take them; a
     variant's own options go to its head and win over the shared ones.
     """
-    from sohsm.train import TrainConfig, apply_overrides
-    from sohsm.train.compare import PlannedRun
+    from sohsm.runs.compare import PlannedRun
+    from sohsm.tasks.lm import LMConfig
+    from sohsm.train.config import apply_overrides
 
-    base = training_overrides(args)
+    base = training_overrides(args, args.config_flags, LMConfig)
+    for key in ("head.name", "head.options", "head.update_every"):  # a config file's head: each run has its own
+        base.pop(key, None)
     if "data.corpus" not in base:
         raise CommandError("a comparison needs --corpus (the same for every head)")
     shared, update_every = requested_head_options(args)
@@ -120,7 +124,7 @@ def _planned_runs(args: argparse.Namespace) -> list[Any]:
         where = f"--variant {name.removeprefix(head + '-')}: " if name != head else ""
         try:
             overrides = {**base, **head_overrides(head, options, k)}
-            runs.append(PlannedRun(name, apply_overrides(TrainConfig(), overrides)))
+            runs.append(PlannedRun(name, apply_overrides(LMConfig(), overrides)))
         except (CommandError, ValueError) as error:
             raise CommandError(f"{where}{error}") from None
     _refuse_unused(shared, update_every, [head for _, head, _ in specs])
@@ -142,7 +146,7 @@ def _refuse_unused(shared: dict[str, Any], update_every: int | None, heads: list
 
 # -- the command --------------------------------------------------------------------------------
 def _compare(args: argparse.Namespace) -> int:
-    from sohsm.train.compare import plan_comparison, run_comparison, save_comparison
+    from sohsm.runs.compare import plan_comparison, run_comparison, save_comparison
 
     if args.report_only:
         return _report_only(args)
@@ -162,7 +166,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _report_only(args: argparse.Namespace) -> int:
-    from sohsm.train.compare import load_comparison
+    from sohsm.runs.compare import load_comparison
 
     command, dirs = load_comparison(args.out)
     if args.heads is not None or args.variant:
@@ -172,8 +176,8 @@ def _report_only(args: argparse.Namespace) -> int:
 
 
 def _write_report(out: str, dirs: list[Path], command: str | None, rewritten_by: str | None = None) -> int:
-    from sohsm.results import write_comparison_report
-    from sohsm.train.report import results_table, summarise_run
+    from sohsm.runs.report import results_table, summarise_run
+    from sohsm.runs.results import write_comparison_report
 
     try:
         paths = write_comparison_report(out, dirs, command, rewritten_by=rewritten_by)

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from sohsm.clustering import default_max_cluster_size, default_n_clusters, greedy_assignment
-from sohsm.heads.base import check_counts
+from sohsm.heads.base import SelfOrganizingHead, check_counts
 from sohsm.heads.registry import register_head
 from sohsm.heads.two_level import TwoLevelSoftmax
 
@@ -37,7 +37,7 @@ def _user_stacklevel() -> int:
     return level
 
 
-class SelfOrganizedSoftmax(TwoLevelSoftmax):
+class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
     """Two-level softmax whose word clusters are learned from the model's predictions.
 
     For every word ``w`` a row ``q[w]`` estimates ``E[log2 P(c | context) | next word = w]``
@@ -216,6 +216,23 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
             return
         steps_per_epoch = float(self.counts.sum()) / batch_tokens
         self.update_every = max(1, round(steps_per_epoch / self.reclusters_per_epoch))
+
+    def describe_schedule(self, tokens_per_step: int | None = None) -> str:
+        """K as the head will use it, for a run's start-up lines: ``"K 43 (auto, ≈8 per epoch)"``.
+
+        Without a given K the head chooses it at its first batch from the epoch length
+        (``sum(counts) / tokens_per_step`` steps) and :attr:`reclusters_per_epoch`;
+        this computes the same number in advance.
+        """
+        k = self.update_every
+        if k == 0:
+            return "K 0 (never re-clusters)"
+        if k is not None:
+            return f"K {k}"
+        if not self.counts_given or not tokens_per_step:
+            return "K auto"
+        steps_per_epoch = float(self.counts.sum()) / tokens_per_step
+        return f"K {max(1, round(steps_per_epoch / self.reclusters_per_epoch))} (auto, ≈{self.reclusters_per_epoch:g} per epoch)"
 
     # -- q and tensors that are not buffers -------------------------------------------------
     def _apply(self, fn, recurse=True):

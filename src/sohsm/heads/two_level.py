@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
-from sohsm.heads.base import ClusterScores, Head, HeadOutput, check_counts, upcast
+from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, upcast
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 
@@ -146,7 +146,7 @@ class _InClusterLogProb(torch.autograd.Function):
         return grad_hidden, None, None, None, None
 
 
-class TwoLevelSoftmax(WritesWeightGradient, Head):
+class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
     """Two-level softmax over fixed word clusters (class-based softmax).
 
     ``P(w | h) = P(C(w) | h) * P(w | h, C(w))``: a softmax over the clusters and a
