@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import math
 import os
 import statistics
 import sys
@@ -63,6 +64,7 @@ HEADS = (
     ("two_level_random", "two_level_random", {}),
     ("two_level_frequency", "two_level_frequency", {}),
     ("self_organized", "self_organized", {"update_every": 0}),
+    ("self_organized+shortlist", "self_organized", {"update_every": 0, "shortlist": "sqrt"}),
     ("tree_huffman", "tree_huffman", {}),
     ("tree_huffman+sparse", "tree_huffman", {"sparse": True}),
     ("tree_random", "tree_random", {}),
@@ -81,7 +83,11 @@ def zipf_probabilities(n: int) -> torch.Tensor:
 
 
 def build_heads(n: int, d: int, counts: torch.Tensor, names: list[str]) -> dict[str, nn.Module]:
-    return {row: build_head(name, d, n, counts=counts, **options) for row, name, options in HEADS if row in names}
+    def sized(options: dict) -> dict:  # "sqrt": ceil(sqrt(N)) at this N
+        return {k: (math.ceil(math.sqrt(n)) if v == "sqrt" else v) for k, v in options.items()}
+
+    return {row: build_head(name, d, n, counts=counts, **sized(options))
+            for row, name, options in HEADS if row in names}
 
 
 def sync(device: torch.device) -> None:
@@ -100,14 +106,14 @@ def train_step_time(head: nn.Module, hidden: torch.Tensor, target: torch.Tensor,
 
 
 def optimizer_step_time(head: nn.Module, hidden: torch.Tensor, target: torch.Tensor, device, repeats: int) -> float:
-    """Median time of one Adagrad step over the head's parameters, on the gradients of one forward + backward.
+    """Median time of one (fused) Adagrad step over the head's parameters, on the gradients of one forward + backward.
 
     The optimizer (and its state, one more tensor per parameter) lives only while this
     head is timed, so the heads of one size do not all hold optimizer state at once.
     """
     head.zero_grad(set_to_none=True)
     head(hidden, target).loss.backward()
-    optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+    optimizer = adagrad(head)
     optimizer.step()  # warm-up: allocates the state
     times = []
     for _ in range(repeats):
@@ -118,6 +124,13 @@ def optimizer_step_time(head: nn.Module, hidden: torch.Tensor, target: torch.Ten
         times.append(time.perf_counter() - start)
     del optimizer
     return statistics.median(times)
+
+
+def adagrad(head: nn.Module) -> torch.optim.Optimizer:
+    """Adagrad (lr 0.1) as `sohsm lm train` builds it: the fused step, unless the head hands out row-sparse
+    gradients, which only the default step takes."""
+    fused = {} if getattr(head, "sparse", False) else {"fused": True}
+    return torch.optim.Adagrad(head.parameters(), lr=0.1, **fused)
 
 
 def full_softmax_bytes(n: int, d: int, tokens: int) -> int:
@@ -221,7 +234,7 @@ def decoding(n: int, d: int, counts, device, generator, train_steps: int, tokens
              "tree": BinaryTreeSoftmax(d, n, tree="huffman", counts=counts).to(device)}
     full = FullSoftmax(d, n).to(device)
     for head in heads.values():
-        optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+        optimizer = adagrad(head)
         head.attach(optimizer)
         for _ in range(train_steps):
             hidden, target = batch()
@@ -357,9 +370,12 @@ def main(argv: list[str] | None = None) -> int:
         "N, div_value 4). The sampled heads (importance_sampling, nce, pmi) time their training objective "
         "with k = 100 noise words per batch; `+sparse` rows give the word / node vectors row-sparse "
         "gradients (an optimizer that takes them is needed). `dsoftmax` (differentiated softmax): the "
-        "adaptive head's cutoffs as frequency bands of d/2, d/4, d/4 dimensions. '+ Adagrad step': "
+        "adaptive head's cutoffs as frequency bands of d/2, d/4, d/4 dimensions. `self_organized+shortlist`: "
+        "the ceil(sqrt(N)) most frequent words in clusters of their own (`shortlist`). '+ Adagrad step': "
         "forward + backward plus the median time of an Adagrad step over the head's parameters (timed on "
-        "its own, on the gradients of one forward + backward), as in a training step.",
+        "its own, on the gradients of one forward + backward), as in a training step; the step is torch's "
+        "fused one (`fused=True`, as `sohsm lm train` uses it), except for the `+sparse` rows, whose "
+        "row-sparse gradients only the default step takes.",
         "",
         "| N | head | fwd+bwd ms | speed-up vs full | fwd+bwd + Adagrad step ms | speed-up vs full "
         "| peak activations MiB | memory vs full |",

@@ -155,3 +155,49 @@ def test_the_runs_of_a_comparison_may_differ_only_in_their_head(tmp_path):
     with pytest.raises(ValueError, match="appears twice"):
         plan_comparison(tmp_path / "out", [run("a"), run("a")])
     assert not (tmp_path / "out").exists()
+
+
+# -- several seeds in one command -------------------------------------------------------------------------
+def test_compare_over_seeds_reports_means_and_differences_against_the_reference(tmp_path, ptb_slice, small, cli):
+    out = tmp_path / "seeds"
+    argv = ["lm", "compare", "--corpus", ptb_slice, "--out", out, "--heads", "two_level_random,adaptive",
+            "--seeds", "1,2", *small, *BUDGET]
+    code, stdout, err = cli(*argv)
+    assert code == 0, err
+    best = {}
+    for seed in (1, 2):
+        for head in ("two_level_random", "adaptive"):
+            config = json.loads((out / f"seed-{seed}" / head / "config.json").read_text())
+            assert config["seed"] == seed and config["head"]["name"] == head
+            best[seed, head] = min(r["ppl"] for r in read_metrics(out / f"seed-{seed}" / head / "metrics.jsonl")
+                                   if r["kind"] == "eval")
+        assert (out / f"seed-{seed}" / "results.md").is_file()
+    assert best[1, "adaptive"] != best[2, "adaptive"]  # the seeds made different runs
+    text = (out / "seeds.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    assert "vs adaptive, seed by seed" in rows["run"]  # adaptive is the default reference
+    diffs = [100 * (best[s, "two_level_random"] / best[s, "adaptive"] - 1) for s in (1, 2)]
+    cells = [c.strip() for c in rows["two_level_random"].split("|")[1:-1]]
+    mean = (best[1, "two_level_random"] + best[2, "two_level_random"]) / 2
+    assert cells[1:5] == [f"{best[1, 'two_level_random']:.2f}", f"{best[2, 'two_level_random']:.2f}", f"{mean:.2f}",
+                          "2"]
+    assert cells[5] == ", ".join(f"{d:+.2f}%" for d in diffs)
+    assert cells[6] == f"{sum(diffs) / 2:+.2f}% over 2"
+    assert "seeds.md" in stdout
+    # the report alone, against another reference
+    code, stdout, err = cli("lm", "compare", "--out", out, "--seeds", "1,2", "--reference", "two_level_random",
+                            "--report-only")
+    assert code == 0, err
+    assert "vs two_level_random, seed by seed" in (out / "seeds.md").read_text()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--seeds", "1,2", "--seed", "3"], "either --seed or --seeds"),
+    (["--seeds", "1,1"], "distinct integers"),
+    (["--seeds", "one"], "integers separated by commas"),
+    (["--reference", "full"], "give --seeds too"),
+])
+def test_bad_seeds_are_refused(tmp_path, ptb_slice, small, cli, options, message):
+    code, _, err = cli("lm", "compare", "--corpus", ptb_slice, "--out", tmp_path / "heads", *small, *options)
+    assert message in _one_line_error(code, err)
+    assert not (tmp_path / "heads").exists()

@@ -349,3 +349,71 @@ def test_lr_decay_below_one_is_refused(tmp_path, ptb_slice, small, cli):
                          *small, "--lr-decay", 0.5)
     assert code != 0 and "--lr-decay must be >= 1" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+# -- annealing and the fused step ---------------------------------------------------------------------
+def _tiny_corpus(tmp_path, ptb_slice, train_lines=60):
+    corpus = tmp_path / "tiny"
+    corpus.mkdir()
+    for split, lines in (("train", train_lines), ("valid", 10), ("test", 10)):
+        text = (ptb_slice / f"{split}.txt").read_text(encoding="utf-8").splitlines(keepends=True)[:lines]
+        (corpus / f"{split}.txt").write_text("".join(text), encoding="utf-8")
+    return corpus
+
+
+def test_anneal_divides_the_rate_when_dev_stalls_and_resumes_exactly(tmp_path, ptb_slice, small, cli):
+    """SGD at a rate that overfits 60 lines: every stalled evaluation divides the rate by 4; a resume follows."""
+    corpus = _tiny_corpus(tmp_path, ptb_slice)
+    common = ["--corpus", corpus, "--head", "full", *small, "--optimizer", "sgd", "--lr", 5, "--anneal", 4,
+              "--log-every", 1, "--eval-every", 2]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert cli("lm", "train", "--run-dir", straight, *common, "--epochs", 12)[0] == 0
+    assert cli("lm", "train", "--run-dir", resumed, *common, "--epochs", 5)[0] == 0
+    assert cli("lm", "train", "--run-dir", resumed, "--resume", "--quiet", "--epochs", 12)[0] == 0
+    records = read_metrics(straight / "metrics.jsonl")
+    best, expected_scale = math.inf, 1.0
+    scale_after = {}  # the rate each evaluation leaves for the steps after it
+    for r in records:
+        if r["kind"] == "eval":
+            if r["ppl"] < best:
+                best = r["ppl"]
+            else:
+                expected_scale /= 4
+            scale_after[r["step"]] = expected_scale
+    assert expected_scale < 1.0, "the test needs a run whose dev perplexity stalls"
+    train = [r for r in records if r["kind"] == "train"]
+    for r in train:
+        before = [s for s in scale_after if s < r["step"]]
+        scale = scale_after[max(before)] if before else 1.0
+        assert math.isclose(r["lr"], 5 * scale), (r["step"], r["lr"], scale)
+    expected, got = _train_losses(straight), _train_losses(resumed)
+    assert [s for s, _ in got] == [s for s, _ in expected]
+    assert max(abs(a - b) for (_, a), (_, b) in zip(expected, got)) <= 1e-6
+
+
+def test_anneal_below_one_is_refused(tmp_path, ptb_slice, small, cli):
+    code, out, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--run-dir", tmp_path / "run",
+                         *small, "--anneal", 0.5)
+    assert code != 0 and "anneal must be >= 1" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("head, optimizer", [("self_organized", "adagrad"), ("adaptive", "adam"), ("full", "sgd")])
+def test_fused_step_trains_as_the_default_step(tmp_path, ptb_slice, small, cli, head, optimizer):
+    """The fused optimizer step (the default) gives the losses of torch's default step, to float32 rounding."""
+    corpus = _tiny_corpus(tmp_path, ptb_slice, train_lines=200)
+    common = ["--corpus", corpus, "--head", head, *small, "--optimizer", optimizer, "--log-every", 1,
+              "--eval-every", 0, "--epochs", 2, "--update-every", 5] if head == "self_organized" else \
+             ["--corpus", corpus, "--head", head, *small, "--optimizer", optimizer, "--log-every", 1,
+              "--eval-every", 0, "--epochs", 2]
+    assert cli("lm", "train", "--run-dir", tmp_path / "fused", *common)[0] == 0
+    assert cli("lm", "train", "--run-dir", tmp_path / "plain", *common, "--no-fused")[0] == 0
+    fused = torch.load(tmp_path / "fused" / "last.pt", weights_only=False)
+    plain = torch.load(tmp_path / "plain" / "last.pt", weights_only=False)
+    assert fused["config"]["optim"]["fused"] is True and plain["config"]["optim"]["fused"] is False
+    assert fused["optimizer"]["param_groups"][0]["fused"] and not plain["optimizer"]["param_groups"][0]["fused"]
+    a, b = _train_losses(tmp_path / "fused"), _train_losses(tmp_path / "plain")
+    assert len(a) == len(b) > 20
+    assert max(abs(x - y) for (_, x), (_, y) in zip(a, b)) <= 1e-3
+    for key, value in plain["model"].items():
+        torch.testing.assert_close(fused["model"][key], value, rtol=0, atol=1e-3)

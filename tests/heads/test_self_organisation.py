@@ -190,7 +190,7 @@ def self_organisation_experiment(
     torch.manual_seed(seed)
     so_head = SelfOrganizedSoftmax(
         hidden, N_WORDS, counts=counts, n_clusters=N_CLUSTERS, gamma=1.5, freq_budget=0.1,
-        update_every=update_every, init="random", seed=seed,
+        update_every=update_every, init="random", seed=seed, shortlist=0,  # Algorithm 1 as the paper has it
     )
     start = so_head.assignment.clone()
     so_model = BigramLM(so_head)

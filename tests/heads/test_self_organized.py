@@ -36,7 +36,7 @@ def _counts(n: int = N) -> torch.Tensor:
 
 def make_head(seed: int = 0, **kwargs) -> SelfOrganizedSoftmax:
     torch.manual_seed(seed)
-    options = dict(counts=_counts(), update_every=0, seed=seed)
+    options = dict(counts=_counts(), update_every=0, seed=seed, shortlist=0)  # the paper's head: no shortlist
     options.update(kwargs)
     return SelfOrganizedSoftmax(D, N, **options)
 
@@ -358,7 +358,7 @@ def test_training_without_attached_optimizer_warns_once():
 def test_small_vocabulary_fallback_is_recorded():
     """N = 30: 6 clusters with f_b = 0.1 hold at most ~0.6 of the mass, the rest falls back."""
     counts = torch.arange(30, 0, -1, dtype=torch.float64)
-    head = SelfOrganizedSoftmax(D, 30, counts=counts, update_every=0)
+    head = SelfOrganizedSoftmax(D, 30, counts=counts, update_every=0, shortlist=0)
     assert head.n_clusters * head.freq_budget < 1
     record = head.reassign()
     assert record["fallback_words"] > 0
@@ -461,3 +461,67 @@ def test_bad_forward_input():
         head(torch.randn(3, D), torch.tensor([0, 1, 2], dtype=torch.int32))
     with pytest.raises(ValueError, match="k must be"):
         head.topk(torch.randn(3, D), 0)
+
+
+# -- the shortlist: the most frequent words in clusters of their own ------------------------------------
+def _shortlist_head(shortlist=8, n=200, d=6, seed=0, **options):
+    g = torch.Generator().manual_seed(seed)
+    counts = (1000.0 / torch.arange(1, n + 1, dtype=torch.float64))[torch.randperm(n, generator=g)].round() + 1
+    return SelfOrganizedSoftmax(d, n, counts=counts, shortlist=shortlist, seed=seed, **options), counts
+
+
+def test_shortlist_words_keep_clusters_of_their_own_through_reclusterings():
+    head, counts = _shortlist_head(shortlist=8, update_every=2)
+    optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+    head.attach(optimizer)
+    top = torch.sort(counts, descending=True, stable=True).indices[:8]
+    g = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        head(torch.randn(64, 6, generator=g), torch.randint(0, 200, (64,), generator=g)).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        assert head.assignment[top].tolist() == list(range(8))
+        sizes = head.cluster_sizes()
+        assert sizes[:8].tolist() == [1] * 8 and int(sizes[8:].max()) <= head.max_cluster_size
+        rest = torch.ones(200, dtype=torch.bool)
+        rest[top] = False
+        assert bool((head.assignment[rest] >= 8).all())
+    assert len(head.history) == 3 and head.history[0]["change_rate"] > 0
+    assert head.n_clusters == 8 + math.ceil(math.sqrt(200))
+
+
+def test_shortlist_head_matches_the_dense_reference():
+    head, _ = _shortlist_head(shortlist=8, update_every=0)
+    head = head.double()
+    g = torch.Generator().manual_seed(2)
+    top = torch.sort(head.counts.double(), descending=True, stable=True).indices[:8]
+    target = torch.cat([top.repeat(3), torch.randint(0, 200, (30,), generator=g)])  # shortlist and tail rows
+    hidden = torch.randn(target.numel(), 6, dtype=torch.float64, generator=g, requires_grad=True)
+    out = head(hidden, target)
+    out.loss.backward()
+    params = ref_params(head)
+    h = hidden.detach().clone().requires_grad_(True)
+    cluster_part, word_part = two_level_parts(params, h, target)
+    (-(cluster_part + word_part).mean()).backward()
+    torch.testing.assert_close(out.output, (cluster_part + word_part).detach(), rtol=0, atol=1e-10)
+    torch.testing.assert_close(hidden.grad, h.grad, rtol=0, atol=1e-10)
+    torch.testing.assert_close(head.cluster_weight.grad, params.cluster_weight.grad, rtol=0, atol=1e-10)
+    torch.testing.assert_close(in_word_order(head, head.weight.grad), params.word_weight.grad, rtol=0, atol=1e-10)
+    parts = head.score_parts(hidden.detach(), target)
+    assert bool((parts.in_cluster[:24] == 0).all())  # a word alone in its cluster: in-cluster log-prob 0
+    log_probs = head.log_prob(hidden.detach())
+    torch.testing.assert_close(log_probs.exp().sum(1), torch.ones(target.numel(), dtype=torch.float64))
+    values, indices = head.topk(hidden.detach(), 5)
+    torch.testing.assert_close(values, log_probs.topk(5).values, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"shortlist": -1}, "shortlist must be an integer"),
+    ({"shortlist": 200}, "shortlist must be an integer"),
+    ({"shortlist": 2.5}, "shortlist must be an integer"),
+    ({"shortlist": 5, "counts": None}, "shortlist needs the word counts"),
+])
+def test_bad_shortlist_is_refused(kwargs, match):
+    options = {"counts": torch.ones(200), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        SelfOrganizedSoftmax(6, 200, **options)

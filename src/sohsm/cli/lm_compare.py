@@ -20,8 +20,12 @@ from sohsm.cli.train_options import (
 from sohsm.data.errors import DataError
 from sohsm.heads import head_names, head_options
 
-#: the heads of a comparison when --heads is not given: the paper's method and its three baselines
-DEFAULT_HEADS = ("full", "self_organized", "two_level_frequency", "two_level_random")
+#: the heads of a comparison when --heads is not given: the reference, the paper's method, the peer a user
+#: has one import away (torch's adaptive softmax) and the classic class-based baseline
+DEFAULT_HEADS = ("full", "self_organized", "adaptive", "two_level_frequency")
+
+#: the head the others are compared with, seed by seed, when it is among them (else the first head)
+DEFAULT_REFERENCE = "adaptive"
 
 _EPILOG = """\
 Each head trains in OUT/<head> (a variant in OUT/<head>-<name>) with the same corpus, model, seed, data
@@ -37,7 +41,11 @@ examples:
   sohsm lm compare --corpus ptb --out runs/ptb-heads --epochs 2
   sohsm lm compare --corpus wikitext-2 --out runs/wt2 --heads full,self_organized --time-budget 3600 \\
       --emb-size 256 --hidden-size 256 --variant k200:self_organized:update_every=200,gamma=2
+  sohsm lm compare --corpus ptb --out runs/ptb-seeds --seeds 1,2,3   # OUT/seed-1, ...; seeds.md
   sohsm lm compare --out runs/ptb-heads --report-only          # rewrite the report from the runs
+
+With --seeds every seed's runs go to OUT/seed-S (each with its own report), and OUT/seeds.md holds each
+run's best dev perplexity per seed, the mean, and the difference against --reference seed by seed.
 """
 
 
@@ -58,6 +66,12 @@ def register_compare(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--variant", action="append", default=[], metavar="NAME:HEAD:KEY=VALUE,...",
                    help="one more run of HEAD with these head options, in OUT/HEAD-NAME (repeatable), e.g. "
                    "k20:self_organized:update_every=20")
+    g.add_argument("--seeds", metavar="S1,S2,...",
+                   help="train every head once per seed, in OUT/seed-S, and report the means over seeds "
+                   "(instead of --seed)")
+    g.add_argument("--reference", metavar="RUN",
+                   help=f"with --seeds: the run the others are compared with, seed by seed (default: "
+                   f"{DEFAULT_REFERENCE} when it is among the heads, else the first)")
     g.add_argument("--report-only", action="store_true",
                    help="train nothing: rewrite the report from the runs in OUT")
     from sohsm.tasks.lm import LMConfig
@@ -148,21 +162,73 @@ def _refuse_unused(shared: dict[str, Any], update_every: int | None, heads: list
 def _compare(args: argparse.Namespace) -> int:
     from sohsm.runs.compare import plan_comparison, run_comparison, save_comparison
 
+    seeds = _seed_list(args)
     if args.report_only:
-        return _report_only(args)
-    runs = _planned_runs(args)
+        return _report_only(args) if not seeds else _seed_report(args, seeds)
     command = "sohsm " + shlex.join(args.argv)
+    for seed in seeds or [None]:
+        out = args.out if seed is None else str(Path(args.out) / f"seed-{seed}")
+        if seed is not None:
+            args.seed = seed
+            print(f"seed {seed}: {out}", flush=True)
+        runs = _planned_runs(args)
+        try:
+            plans = plan_comparison(out, runs)
+            _print_plan(out, plans)
+            save_comparison(out, plans, command)
+            outcome = run_comparison(plans, progress=not args.quiet, announce=_announce(len(plans)))
+        except (ValueError, DataError) as error:
+            raise CommandError(str(error)) from None
+        if outcome.interrupted:
+            print(f"interrupted: run the same command again to continue ({args.out})")
+            return 130
+        code = _write_report(out, [p.path for p in plans], command)
+        if code:
+            return code
+    return _seed_report(args, seeds) if seeds else 0
+
+
+def _seed_list(args: argparse.Namespace) -> list[int] | None:
+    """The seeds of ``--seeds`` (``None`` without it); refuses it beside ``--seed`` and a repeated seed."""
+    if args.seeds is None:
+        if args.reference is not None:
+            raise CommandError("--reference compares runs over several seeds: give --seeds too")
+        return None
+    if args.seed is not None:
+        raise CommandError("give either --seed or --seeds, not both")
     try:
-        plans = plan_comparison(args.out, runs)
-        _print_plan(args.out, plans)
-        save_comparison(args.out, plans, command)
-        outcome = run_comparison(plans, progress=not args.quiet, announce=_announce(len(plans)))
-    except (ValueError, DataError) as error:
-        raise CommandError(str(error)) from None
-    if outcome.interrupted:
-        print(f"interrupted: run the same command again to continue ({args.out})")
-        return 130
-    return _write_report(args.out, [p.path for p in plans], command)
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise CommandError(f"--seeds expects integers separated by commas, e.g. 1,2,3; got {args.seeds!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise CommandError(f"--seeds expects distinct integers separated by commas, e.g. 1,2,3; got {args.seeds!r}")
+    return seeds
+
+
+def _seed_report(args: argparse.Namespace, seeds: list[int]) -> int:
+    """Write OUT/seeds.md (each run's best dev ppl per seed, the mean, the difference against the reference)."""
+    from sohsm.train.checkpoint import write_atomic
+    from sohsm.runs.compare import load_comparison
+    from sohsm.runs.report import seed_table
+
+    folders = [Path(args.out) / f"seed-{s}" for s in seeds]
+    present = [f for f in folders if (f / "compare.json").is_file()]
+    if not present:
+        raise CommandError(f"{args.out} holds no seed-S comparison of --seeds {args.seeds}: nothing to report")
+    command, dirs = load_comparison(present[0])
+    runs = [d.name for d in dirs]
+    reference = args.reference or (DEFAULT_REFERENCE if DEFAULT_REFERENCE in runs else runs[0])
+    if reference not in runs:
+        raise CommandError(f"--reference {reference} is not one of the runs ({', '.join(runs)})")
+    lines = seed_table(folders, runs, reference, labels=[f"seed {s}" for s in seeds])
+    text = (f"# Best dev perplexity over seeds {args.seeds}\n\nProduced by `{command}`; "
+            "a run that has not trained as many epochs as the others shows as \u2013 and is left out of its mean.\n\n"
+            + "\n".join(lines) + "\n")
+    path = Path(args.out) / "seeds.md"
+    write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
+    print("\n".join(lines))
+    print(f"{'seeds':<11} {path}")
+    return 0
 
 
 def _report_only(args: argparse.Namespace) -> int:

@@ -94,7 +94,10 @@ def _in_cluster_logits(hidden_sorted: Tensor, weight: Tensor, layout: _Layout, g
     row_counts = groups.row_counts
     weight_blocks = weight.split(sizes)  # one call makes every cluster's view
     for c, h, out in zip(groups.clusters, hidden_sorted.split(row_counts), logits.split(row_counts)):
-        torch.mm(h, weight_blocks[c].t(), out=out[:, : sizes[c]])
+        if sizes[c] == 1:  # a word alone in its cluster has in-cluster log-probability 0 whatever it scores
+            out[:, 0] = 0.0
+        else:
+            torch.mm(h, weight_blocks[c].t(), out=out[:, : sizes[c]])
     row_size = layout.sizes_t[groups.row_cluster]
     logits.masked_fill_(torch.arange(width, device=logits.device) >= row_size[:, None], float("-inf"))
     return logits
@@ -138,7 +141,10 @@ class _InClusterLogProb(torch.autograd.Function):
             grad_sorted = torch.empty_like(hidden_sorted)
             weight_blocks = weight.split(sizes)
             for c, g_c, out in zip(groups.clusters, grad_logits.split(row_counts), grad_sorted.split(row_counts)):
-                torch.mm(g_c[:, : sizes[c]], weight_blocks[c], out=out)
+                if sizes[c] == 1:  # the softmax over one word has gradient 0
+                    out.zero_()
+                else:
+                    torch.mm(g_c[:, : sizes[c]], weight_blocks[c], out=out)
             grad_hidden = torch.empty_like(grad_sorted)
             grad_hidden[groups.order] = grad_sorted
         if ctx.needs_input_grad[1]:
@@ -389,8 +395,10 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         layout, weight = self._layout, self.weight
         grad = weight.grad
         fresh = grad is None
+        # a word alone in its cluster gets no gradient (its in-cluster softmax is constant): skip its block
+        clusters = [c for c in groups.clusters if layout.sizes[c] > 1]
         if fresh:
-            grad = self._grad.fresh(weight, keep=frozenset(self._regions(groups.clusters)))
+            grad = self._grad.fresh(weight, keep=frozenset(self._regions(clusters)))
         elif grad.is_sparse or grad.shape != weight.shape:
             raise RuntimeError("TwoLevelSoftmax.weight.grad must be a dense tensor shaped like the weight")
         beta = 0.0 if fresh else 1.0  # a fresh buffer's present blocks are overwritten, not added to
@@ -398,11 +406,12 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         known = grad is self._grad.tensor and self._grad.known()
         grad_blocks = grad.split(sizes)
         for c, g_c, h_c in zip(groups.clusters, grad_logits.split(row_counts), hidden_sorted.split(row_counts)):
-            grad_blocks[c].addmm_(g_c[:, : sizes[c]].t(), h_c, beta=beta)
+            if sizes[c] > 1:
+                grad_blocks[c].addmm_(g_c[:, : sizes[c]].t(), h_c, beta=beta)
         if fresh:
             weight.grad = grad
         if grad is self._grad.tensor:
-            self._grad.written(self._regions(groups.clusters), known)
+            self._grad.written(self._regions(clusters), known)
 
     def _regions(self, clusters: list[int]) -> list[tuple[int, int]]:
         """The ``(start, stop)`` row ranges of ``clusters``' blocks in :attr:`weight`."""

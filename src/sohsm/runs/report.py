@@ -154,3 +154,49 @@ def cluster_lines(run_dir: str | os.PathLike[str], top: int = 8, words: int = 10
     for rank, s in enumerate(table[:top], start=1):
         lines.append(f"| {rank} | {s.cluster} | {s.size} | {s.tf_mass:.4f} | {' '.join(s.words)} |")
     return lines
+
+
+def best_over_seeds(folders: Sequence[str | os.PathLike[str]], runs: Sequence[str]) -> dict[str, list[float | None]]:
+    """``{run: [best dev ppl in each folder]}`` for the same runs trained with several seeds, one folder a seed.
+
+    A run missing from a folder, or one that has not trained as many epochs as the most any run of the
+    comparison trained (still running, or stopped early), gives ``None``: only equal-token numbers compare.
+    """
+    folders = [Path(f) for f in folders]
+    summaries = {(f, r): summarise_run(f / r) for f in folders for r in runs if (f / r / METRICS_FILE).is_file()}
+    budget = max((s.epochs or 0.0 for s in summaries.values()), default=0.0)
+
+    def best(folder: Path, run: str) -> float | None:
+        s = summaries.get((folder, run))
+        if s is None or s.epochs is None or s.epochs < budget - 1e-6:
+            return None
+        return s.best_ppl
+
+    return {run: [best(f, run) for f in folders] for run in runs}
+
+
+def seed_table(folders: Sequence[str | os.PathLike[str]], runs: Sequence[str], reference: str | None = None,
+               labels: Sequence[str] | None = None) -> list[str]:
+    """Markdown: each run's best dev ppl per seed (a column per folder), the mean, and against ``reference``
+    the difference seed by seed and its mean (only seeds where both runs finished count).
+    """
+    values = best_over_seeds(folders, runs)
+    labels = list(labels) if labels is not None else [Path(f).name for f in folders]
+    ref = values.get(reference) if reference else None
+    header = "| run | " + " | ".join(labels) + " | mean | seeds |"
+    rule = "|---|" + "---:|" * (len(labels) + 2)
+    if ref is not None:
+        header += f" vs {reference}, seed by seed | mean difference vs {reference} |"
+        rule += "---|---:|"
+    lines = [header, rule]
+    for run, vals in values.items():
+        known = [v for v in vals if v is not None]
+        row = f"| {run} | " + " | ".join(_fmt(v, ".2f") for v in vals)
+        row += f" | {_fmt(sum(known) / len(known) if known else None, '.2f')} | {len(known)} |"
+        if ref is not None:
+            diffs = [None if v is None or r is None else 100 * (v / r - 1) for v, r in zip(vals, ref)]
+            paired = [d for d in diffs if d is not None]
+            row += " " + ", ".join("–" if d is None else f"{d:+.2f}%" for d in diffs) + " |"
+            row += f" {sum(paired) / len(paired):+.2f}% over {len(paired)} |" if paired else " – |"
+        lines.append(row)
+    return lines

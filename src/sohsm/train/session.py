@@ -76,6 +76,7 @@ class Progress:
     epoch: int = 0
     cursor: int = 0  # where the epoch stands, in the task's units (a BPTT row, a batch)
     best_ppl: float | None = None
+    lr_scale: float = 1.0  # what annealing (``optim.anneal``) has left of the learning rate
     # the open train-record interval: summed loss (nats x tokens), tokens, steps, clock at its start
     log_sum: float = 0.0
     log_tokens: int = 0
@@ -110,6 +111,7 @@ def progress_of(checkpoint: Mapping[str, Any]) -> Progress:
         step=int(checkpoint["step"]), tokens=int(checkpoint["tokens"]), elapsed_s=float(checkpoint["elapsed_s"]),
         epoch=int(position["epoch"]), best_ppl=checkpoint["best_ppl"], log_sum=float(log["sum"]),
         log_tokens=int(log["tokens"]), log_steps=int(log["steps"]), log_start_s=float(log["start_s"]),
+        lr_scale=float(checkpoint.get("lr_scale", 1.0)),
     )
 
 
@@ -137,6 +139,7 @@ def _checkpoint(config: RunConfig, task: Task, model: nn.Module, head: Head, opt
         "tokens": p.tokens,
         "elapsed_s": p.elapsed_s,
         "best_ppl": p.best_ppl,
+        "lr_scale": p.lr_scale,
         "log": {"sum": float(log_sum), "tokens": p.log_tokens, "steps": p.log_steps, "start_s": p.log_start_s},
         "signature": {**signature, "K": head_k(head, signature.get("K"))},  # K may be set at step 1
     }
@@ -254,7 +257,15 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
         if p.best_ppl is None or result.ppl < p.best_ppl:
             p.best_ppl = result.ppl
             save(BEST)
+        elif config.optim.anneal > 1:  # the dev perplexity stalled: a smaller step from here on
+            p.lr_scale /= config.optim.anneal
+            set_rate()
         clock.start()
+
+    def set_rate() -> None:
+        rate = config.optim.rate_in_epoch(p.epoch) * p.lr_scale
+        for group in optimizer.param_groups:
+            group["lr"] = rate
 
     def save_last() -> None:
         clock.pause()
@@ -282,9 +293,7 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
             clock.start()
             stopped = budget_spent(guard)
             while stopped is None:
-                rate = config.optim.rate_in_epoch(p.epoch)
-                for group in optimizer.param_groups:
-                    group["lr"] = rate
+                set_rate()
                 for batch, cursor in task.batches(p.epoch, p.cursor):
                     # forward, backward, clip, check, update; a self-organising head may re-cluster in the update
                     result = step(batch, p.step + 1)

@@ -67,8 +67,9 @@ class ModelConfig:
     hidden_size: int = 512
     #: LSTM layers (the paper's text8 model: one)
     layers: int = 1
-    #: dropout (the paper names none for text8; weight decay is its regulariser)
-    dropout: float = field(default=0.0, metadata={"metavar": "P"})
+    #: dropout on the LSTM's input and output: PTB dev ppl fell for every head measured (LSTM 256, seed 1: full
+    #: 129.1 -> 121.8, self-organized 135.0 -> 123.1, frequency binning 135.0 -> 125.8); 0 is the paper's text8 model
+    dropout: float = field(default=0.2, metadata={"metavar": "P"})
     #: share the embedding with the output word vectors (full head only, emb_size = hidden_size); off by
     #: default: the comparison between heads must be like for like
     tie_weights: bool = False
