@@ -5,7 +5,7 @@ from sohsm.heads.full import FullSoftmax
 from sohsm.heads.two_level import TopKResult, TwoLevelSoftmax
 from sohsm.heads.self_organized import SelfOrganizedSoftmax
 from sohsm.heads.adaptive import AdaptiveSoftmax
-from sohsm.heads.tree import BinaryTreeSoftmax, TreeTopK
+from sohsm.heads.binary_tree import BinaryTreeSoftmax, TreeTopK
 from sohsm.heads.nary_tree import NodeTopK, TreeSoftmax
 from sohsm.heads.dsoftmax import DifferentiatedSoftmax
 from sohsm.heads.sampled import ImportanceSamplingSoftmax, NCESoftmax, PMISoftmax, SampledSoftmax

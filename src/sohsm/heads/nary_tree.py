@@ -20,7 +20,7 @@ from sohsm.clustering.hierarchy import (
 from sohsm.heads.base import HeadOutput, HierarchicalHead, upcast
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
-from sohsm.heads.tree import TreeTopK, best_first_topk
+from sohsm.heads.binary_tree import TreeTopK, best_first_topk
 
 
 #: a depth whose edges number at most this many times its widest node's children is scored whole, with

@@ -1,4 +1,4 @@
-"""The self-organized hierarchical softmax (Shen, Wang and Tian 2017).
+"""The self-organized hierarchical softmax (Shen, Tan, Pal and Courville 2017).
 
 A two-level softmax whose clusters are re-learned during training: an EM in
 which the M-step is ordinary gradient descent with the clusters fixed, and the
@@ -8,9 +8,9 @@ predictions.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
-import sys
 import warnings
 
 import torch
@@ -37,10 +37,19 @@ SMOOTHING = ("epoch", "paper_literal")
 def _user_stacklevel() -> int:
     """``stacklevel`` that makes a warning point at the first frame outside torch and these heads."""
     inside = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1  # level 1: the function that warns
+    frame, level = inspect.currentframe().f_back, 1  # level 1: the function that warns (the public frame API)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(inside):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _is_zero_redundancy(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` is torch's ZeroRedundancyOptimizer (which shards its state across ranks)."""
+    if not dist.is_available():  # a torch built without distributed support has none
+        return False
+    from torch.distributed.optim import ZeroRedundancyOptimizer  # imported only where it exists
+
+    return isinstance(optimizer, ZeroRedundancyOptimizer)
 
 
 class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
@@ -58,7 +67,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
     Words keep their vectors and optimizer state when they move
     (:meth:`TwoLevelSoftmax.set_assignment`).
 
-    Paper: Shen, Wang and Tian (2017), "Self-organized Hierarchical Softmax",
+    Paper: Shen, Tan, Pal and Courville (2017), "Self-organized Hierarchical Softmax",
     https://arxiv.org/abs/1707.08588 (Eq. 1-10, Algorithm 1).
 
     Args:
@@ -389,6 +398,8 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
     # -- cluster statistics (Eq. 9-10) ---------------------------------------------------------
     @torch.no_grad()
     def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        # torch has no public way to ask whether this forward runs inside a backward pass (activation
+        # checkpointing recomputes it there); its graph task id is -1 outside one
         if self.frozen or torch._C._current_graph_task_id() != -1:
             return  # a forward recomputed during backward (activation checkpointing) was already seen
         group = self._find_group()
@@ -465,7 +476,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         the same handle. The head holds its optimizers weakly: one its owner drops
         is not kept alive. Returns the hook handle.
         """
-        if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
+        if _is_zero_redundancy(optimizer):
             raise ValueError(
                 "SelfOrganizedSoftmax cannot follow a ZeroRedundancyOptimizer: its state for the head's "
                 "weight lives on one rank only, so a re-assignment could not move it with the words. "
@@ -513,14 +524,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         layout = self._layout
         stay_slots = layout.slot_of_word[~moved]
         stay_clusters = self.assignment[~moved]
-        tensors = [self.weight.data]
-        optimizers = list(self._optimizers)
-        if optimizer is not None and all(optimizer is not o for o in optimizers):
-            optimizers.append(optimizer)
-        for opt in optimizers:
-            for value in opt.state.get(self.weight, {}).values():
-                if isinstance(value, Tensor) and value.shape == self.weight.shape:
-                    tensors.append(value)
+        tensors = [self.weight.data, *self._optimizer_state(self.weight, optimizer, rows=True)]
         n_stay = torch.bincount(stay_clusters, minlength=self.n_clusters).to(self.weight.dtype)
         moved_words = moved.nonzero().squeeze(1)
         target_clusters = self.assignment[moved_words]
@@ -541,17 +545,9 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         self.reset_parameters()
         if self.reset_on_freeze == "head_keep_state":
             return
-        optimizers = list(self._optimizers)
-        if optimizer is not None and all(optimizer is not o for o in optimizers):
-            optimizers.append(optimizer)
-        for opt in optimizers:
-            for p in self.parameters():
-                state = opt.state.get(p)
-                if not state:
-                    continue
-                for key, value in state.items():
-                    if isinstance(value, Tensor):
-                        value.zero_()
+        for p in self.parameters():
+            for value in self._optimizer_state(p, optimizer):
+                value.zero_()
 
     @torch.no_grad()
     def reassign(self, optimizer: torch.optim.Optimizer | None = None) -> dict:

@@ -9,7 +9,7 @@ A run config composes four sections and the loop's own settings::
       optim: OptimConfig   optimizer, learning rate, clipping, weight decay (shared by every task)
       bptt, batch_size, epochs, max_tokens, time_budget, eval_every, ... , seed, device, amp, compile
 
-Defaults are the paper's text8 setting (Shen et al. 2017, §5). A config
+Defaults are the paper's text8 setting (Shen et al. 2017, §4). A config
 is built from a dict (``config.json``) with :meth:`LMConfig.from_dict` and
 changed with :func:`~sohsm.train.config.apply_overrides`; both reject unknown keys
 and values of the wrong type, and nothing is ever evaluated as code.

@@ -331,7 +331,7 @@ def _tree_random(in_features: int, n_classes: int, counts=None, seed: int = 0,
 
 
 @register_head("tree_file")
-def _tree_file(in_features: int, n_classes: int, counts=None, seed: int = 0, path: str | None = None,
+def _tree_file(in_features: int, n_classes: int, counts=None, path: str | None = None,
                sparse: bool = False) -> BinaryTreeSoftmax:
     """A tree read from a file written by :func:`sohsm.clustering.save_tree` (e.g. a bootstrapped tree)."""
     if path is None:
