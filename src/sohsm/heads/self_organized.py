@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import sys
 import warnings
 
 import torch
@@ -44,12 +45,13 @@ def _user_stacklevel() -> int:
 
 
 def _is_zero_redundancy(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether ``optimizer`` is torch's ZeroRedundancyOptimizer (which shards its state across ranks)."""
-    if not dist.is_available():  # a torch built without distributed support has none
-        return False
-    from torch.distributed.optim import ZeroRedundancyOptimizer  # imported only where it exists
+    """Whether ``optimizer`` is torch's ZeroRedundancyOptimizer (which shards its state across ranks).
 
-    return isinstance(optimizer, ZeroRedundancyOptimizer)
+    An instance of it means its module was imported, so the check imports nothing (importing
+    ``torch.distributed.optim`` would compile its TorchScript optimizers on every attach).
+    """
+    module = sys.modules.get("torch.distributed.optim.zero_redundancy_optimizer")
+    return module is not None and isinstance(optimizer, module.ZeroRedundancyOptimizer)
 
 
 class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
