@@ -642,3 +642,46 @@ def test_moving_to_cuda_rebuilds_the_layout():
     moved = gpu.set_assignment(torch.roll(gpu.assignment, 1))
     assert moved.any()
     assert torch.equal(gpu.word_vectors().cpu(), head.word_vectors())
+
+
+# -- word_dim: in-cluster scores in fewer dimensions --------------------------------------------------
+@pytest.mark.parametrize("variant", ["random", "explicit"])
+def test_word_dim_matches_a_dense_reference(variant):
+    torch.manual_seed(4)
+    assignment = "random" if variant == "random" else _explicit_assignment()
+    head = TwoLevelSoftmax(D, N, assignment=assignment, word_dim=3).double()
+    assert head.weight.shape == (N, 3) and head.word_projection.weight.shape == (3, D)
+    hidden, target = _batch(5)
+    hidden.requires_grad_(True)
+    out = head(hidden, target)
+    out.loss.backward()
+    # the reference, from the equations: cluster softmax on h, word softmax on P h inside the target's cluster
+    leaf = lambda t: t.detach().clone().requires_grad_(True)  # noqa: E731
+    h, cluster_w, word_w, proj = leaf(hidden), leaf(head.cluster_weight), leaf(head.word_vectors()), \
+        leaf(head.word_projection.weight)
+    assignment = head.assignment
+    cluster_part = torch.log_softmax(h @ cluster_w.t(), dim=1).gather(1, assignment[target][:, None]).squeeze(1)
+    logits = (h @ proj.t()) @ word_w.t()  # [B, N]
+    same = assignment[None, :] == assignment[target][:, None]
+    word_part = torch.log_softmax(logits.masked_fill(~same, float("-inf")), dim=1).gather(1, target[:, None]).squeeze(1)
+    expected = cluster_part + word_part
+    (-expected.mean()).backward()
+    torch.testing.assert_close(out.output, expected.detach(), rtol=0, atol=1e-10)
+    torch.testing.assert_close(hidden.grad, h.grad, rtol=0, atol=1e-10)
+    torch.testing.assert_close(head.cluster_weight.grad, cluster_w.grad, rtol=0, atol=1e-10)
+    torch.testing.assert_close(head.word_projection.weight.grad, proj.grad, rtol=0, atol=1e-10)
+    torch.testing.assert_close(in_word_order(head, head.weight.grad), word_w.grad, rtol=0, atol=1e-10)
+    log_probs = head.log_prob(hidden.detach())
+    torch.testing.assert_close(log_probs.exp().sum(1), torch.ones(hidden.size(0), dtype=torch.float64))
+    torch.testing.assert_close(head.topk(hidden.detach(), 4)[0], log_probs.topk(4).values, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"word_dim": 0}, "word_dim must be an integer"),
+    ({"word_dim": D + 1}, "word_dim must be an integer"),
+    ({"word_dim": 2.5}, "word_dim must be an integer"),
+    ({"word_dim": 3, "projection": True}, "cannot be combined"),
+])
+def test_bad_word_dim_is_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TwoLevelSoftmax(D, N, **kwargs)

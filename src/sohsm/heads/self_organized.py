@@ -122,6 +122,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
             dev ppl 121.6 against 126.0 without (adaptive softmax 121.0); a shortlist
             of 455 words did no better (121.8). ``0`` is the paper's head (every word
             in a learned cluster); see docs/results/lm.md.
+        word_dim: in-cluster scores in ``word_dim`` dimensions (:class:`TwoLevelSoftmax`).
 
     Example::
 
@@ -162,6 +163,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         moved_vectors: str = "keep",
         update_growth: float = 1.0,
         shortlist: int | None = None,
+        word_dim: int | None = None,
     ) -> None:
         if smoothing not in SMOOTHING:
             raise ValueError(f"smoothing must be one of {SMOOTHING}, got {smoothing!r}")
@@ -209,7 +211,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
             assignment[tail] = tail_clusters + shortlist
         super().__init__(
             in_features, n_classes, assignment=assignment, n_clusters=shortlist + n_clusters, counts=counts,
-            projection=projection, seed=seed,
+            projection=projection, seed=seed, word_dim=word_dim,
         )
         self.shortlist = shortlist
         if shortlist:

@@ -177,6 +177,12 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
             for the cluster and one for the word softmax). Default: ``False``, by
             measurement (see :class:`~sohsm.heads.SelfOrganizedSoftmax` and docs/results/lm.md).
         seed: seed of the random assignment.
+        word_dim: score the words inside a cluster in ``word_dim`` dimensions: the
+            hidden state is first mapped to them by a ``d x word_dim`` linear map, and
+            the word vectors ``U^V`` have ``word_dim`` entries (adaptive softmax gives
+            its tail clusters ``d / 4`` and ``d / 16``). Fewer parameters to train per
+            word and fewer bytes a step; the cluster softmax keeps all ``d``.
+            Default: ``None`` (``d``, no map). Not with ``projection``.
 
     Shape:
         - hidden: ``[B, d]`` (``[*, d]`` is flattened)
@@ -210,8 +216,15 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         counts: Tensor | None = None,
         projection: bool = False,
         seed: int = 0,
+        word_dim: int | None = None,
     ) -> None:
         super().__init__(in_features, n_classes)
+        if word_dim is not None and (isinstance(word_dim, bool) or int(word_dim) != word_dim
+                                     or not 1 <= int(word_dim) <= in_features):
+            raise ValueError(f"word_dim must be an integer in [1, {in_features}] or None, got {word_dim!r}")
+        word_dim = None if word_dim is None or int(word_dim) == in_features else int(word_dim)
+        if word_dim is not None and projection:
+            raise ValueError("word_dim and projection cannot be combined: Eq. 1's projection keeps d dimensions")
         if isinstance(assignment, str):
             n_clusters = default_n_clusters(n_classes) if n_clusters is None else int(n_clusters)
             if not 1 <= n_clusters <= n_classes:
@@ -232,9 +245,12 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         assignment = check_assignment(assignment, n_classes, self.n_clusters)
 
         self.projection = nn.Linear(in_features, 2 * in_features, bias=False) if projection else None
+        #: ``d -> word_dim`` map of the hidden state before the in-cluster softmax (``None``: all ``d`` dimensions)
+        self.word_projection = nn.Linear(in_features, word_dim, bias=False) if word_dim is not None else None
+        self.word_dim = in_features if word_dim is None else word_dim
         self.cluster_weight = nn.Parameter(torch.empty(self.n_clusters, in_features))
         #: word vectors U^V, rows grouped by cluster (see the module docstring)
-        self.weight = nn.Parameter(torch.empty(n_classes, in_features))
+        self.weight = nn.Parameter(torch.empty(n_classes, self.word_dim))
         self.register_buffer("assignment", assignment.clone())
         self._layout_cache = _Layout(self.assignment, self.n_clusters)
         self._grad = ReusedGradient()
@@ -248,8 +264,10 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         bound = self.in_features ** -0.5
         if self.projection is not None:
             self.projection.reset_parameters()
+        if self.word_projection is not None:
+            self.word_projection.reset_parameters()
         nn.init.uniform_(self.cluster_weight, -bound, bound)
-        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.weight, -(self.word_dim ** -0.5), self.word_dim ** -0.5)
 
     @property
     def _layout(self) -> _Layout:
@@ -348,6 +366,8 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
 
     def _split_hidden(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
         """``(h_c, h_w)``: the inputs of the cluster softmax and of the word softmax."""
+        if self.word_projection is not None:
+            return hidden, self.word_projection(hidden)  # [B, d], [B, word_dim]
         if self.projection is None:
             return hidden, hidden
         projected = F.relu(self.projection(hidden))  # [B, 2d]
@@ -525,6 +545,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         return (
             f"in_features={self.in_features}, n_classes={self.n_classes}, n_clusters={self.n_clusters}, "
             f"max_cluster_size={self._layout.max_size}, projection={self.projection is not None}"
+            + (f", word_dim={self.word_dim}" if self.word_projection is not None else "")
         )
 
 
