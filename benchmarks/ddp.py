@@ -36,17 +36,17 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 import sohsm
-from sohsm.train import TrainConfig, apply_overrides, build_optimizer
+from sohsm.tasks.lm import LMConfig, LMTask
+from sohsm.train import apply_overrides, build_optimizer
 from sohsm.train.builders import unique_parameters
 from sohsm.train.distributed import Ranks
-from sohsm.train.lm_task import LMTask
 from sohsm.train.step import TrainStep
 
 HEADS = ("full", "self_organized")
 
 
-def _config(args, head: str) -> TrainConfig:
-    return apply_overrides(TrainConfig(), {
+def _config(args, head: str) -> LMConfig:
+    return apply_overrides(LMConfig(), {
         "data.corpus": "ptb", "head.name": head, "model.emb_size": args.dim, "model.hidden_size": args.dim,
         "batch_size": args.batch_size, "bptt": args.bptt})
 

@@ -39,9 +39,8 @@ from _machine import machine
 import sohsm
 from sohsm import build_head
 from sohsm.data.reverse import reverse_data
-from sohsm.train import apply_overrides, train
-from sohsm.train.s2s_config import S2SConfig
-from sohsm.train.s2s_run import held_out_pairs, load_summariser, sequence_accuracy
+from sohsm.tasks.s2s import S2SConfig, held_out_pairs, sequence_accuracy
+from sohsm.train import apply_overrides, load_run, train
 
 #: (row name, registered head, options), in table order
 HEADS = (
@@ -63,7 +62,7 @@ def run_one(symbols: int, pairs: int, epochs: int, head: str, options: dict, arg
     }
     config = apply_overrides(S2SConfig(), overrides)
     result = train(config, folder, progress=False)
-    run = load_summariser(folder, "last")
+    run = load_run(folder, "last", task="s2s")
     return {"epoch_s": result.elapsed_s / epochs, "accuracy": sequence_accuracy(run, held_out_pairs(run.config)),
             "ppl": result.last_eval.ppl if result.last_eval is not None else float("nan")}
 

@@ -1,6 +1,6 @@
 """Summarise language-model runs into docs/results/: a table, the Figure-1 plot, learned clusters.
 
-A thin wrapper around :mod:`sohsm.train.report` for runs trained one by one
+A thin wrapper around :mod:`sohsm.runs.report` for runs trained one by one
 with `sohsm lm train`; `sohsm lm compare` trains a set of heads and writes the
 same report itself. Every number comes from the run directories named on the
 command line. Usage::
@@ -16,8 +16,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from sohsm.plots import figure1
-from sohsm.train.report import cluster_lines, results_table, summarise_run
+from sohsm.runs.plots import figure1
+from sohsm.runs.report import cluster_lines, results_table, summarise_run
 
 
 def main(argv: list[str] | None = None) -> int:

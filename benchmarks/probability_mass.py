@@ -25,7 +25,7 @@ import torch
 
 from sohsm.data import load_corpus
 from sohsm.train import load_run
-from sohsm.train.evaluation import stream_hidden_states
+from sohsm.tasks.lm import stream_hidden_states
 
 
 def band_edges(n: int, cuts: list[int]) -> list[tuple[int, int]]:

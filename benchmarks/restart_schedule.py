@@ -19,9 +19,9 @@ from pathlib import Path
 
 from sohsm.heads.registry import register_head
 from sohsm.heads.two_level import TwoLevelSoftmax
-from sohsm.train import TrainConfig, apply_overrides, train
+from sohsm.tasks.lm import LMConfig, load_lm_corpus
+from sohsm.train import apply_overrides, train
 from sohsm.train.checkpoint import load_checkpoint
-from sohsm.train.loop import _load
 
 _CLUSTERS: dict = {}
 
@@ -47,9 +47,9 @@ def main() -> None:
     args = parser.parse_args()
     common = {"data.corpus": args.corpus, "model.emb_size": args.emb_size, "model.hidden_size": args.hidden_size,
               "model.dropout": args.dropout, "epochs": args.epochs, "seed": args.seed, "eval_every": 0}
-    config = apply_overrides(TrainConfig(), {**common, "head.name": "self_organized",
+    config = apply_overrides(LMConfig(), {**common, "head.name": "self_organized",
                                             "head.update_every": args.update_every})
-    corpus = _load(config)
+    corpus = load_lm_corpus(config)
     tokens_per_epoch = (corpus.train.numel() // config.batch_size - 1) * config.batch_size
     phase1_tokens = int(args.phase1 * tokens_per_epoch)
     out = Path(args.out)
@@ -57,7 +57,7 @@ def main() -> None:
         train(apply_overrides(config, {"max_tokens": phase1_tokens}), out / "phase1")
     head_state = load_checkpoint(out / "phase1" / "last.pt")["head"]
     _CLUSTERS.update(assignment=head_state["assignment"], n_clusters=int(head_state["cluster_weight"].shape[0]))
-    phase2 = apply_overrides(TrainConfig(), {**common, "head.name": "two_level_phase1_clusters",
+    phase2 = apply_overrides(LMConfig(), {**common, "head.name": "two_level_phase1_clusters",
                                              "max_tokens": args.epochs * tokens_per_epoch - phase1_tokens})
     result = train(phase2, out / "phase2")
     print(f"phase 1: {phase1_tokens:,} tokens; phase 2: {result.tokens:,} tokens; best dev ppl {result.best_ppl:.2f}")

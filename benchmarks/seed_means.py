@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from sohsm.train.report import seed_table
+from sohsm.runs.report import seed_table
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ The output layers ("heads") share one interface, modelled on
     head.topk(hidden, k)  -> (values, indices), exact
     head.predict(hidden)  -> indices
 """
-__version__ = "0.1.0"
+from sohsm.version import __version__
 
 from sohsm.heads import (  # noqa: E402
     AdaptiveSoftmax,
@@ -48,3 +48,5 @@ __all__ = [
     "head_options",
     "__version__",
 ]
+
+import sohsm.tasks  # noqa: E402,F401  (registers every task, so any run can be trained or loaded)

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from sohsm.plots import figure1
+from sohsm.runs.plots import figure1
 
 TOKENS_PER_STEP = 16 * 10
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

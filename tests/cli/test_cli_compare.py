@@ -143,8 +143,9 @@ def test_bad_heads_and_options_are_one_line_before_anything_is_written(tmp_path,
 
 
 def test_the_runs_of_a_comparison_may_differ_only_in_their_head(tmp_path):
-    from sohsm.train import TrainConfig, apply_overrides
-    from sohsm.train.compare import PlannedRun, plan_comparison
+    from sohsm.runs.compare import PlannedRun, plan_comparison
+    from sohsm.tasks.lm import LMConfig as TrainConfig
+    from sohsm.train import apply_overrides
 
     def run(name, **overrides):
         return PlannedRun(name, apply_overrides(TrainConfig(), {"data.corpus": "ptb", **overrides}))

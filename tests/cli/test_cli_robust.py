@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import sohsm.train.loop as loop
 import sohsm.train.step as train_step
+import sohsm.train.loop as loop
 from sohsm.cli.main import main
+from sohsm.models.lstm_lm import LSTMLanguageModel
 from sohsm.train import read_metrics
 from sohsm.train.lock import RunLock
 
@@ -121,7 +122,7 @@ def test_divergence_keeps_the_last_good_checkpoints(tmp_path, ptb_slice, small, 
                        *small, *options, "--max-tokens", 5 * TOKENS_PER_STEP)
     assert code == 0, err
     before = {name: (run_dir / name).read_bytes() for name in ("last.pt", "best.pt")}
-    forward = loop.LSTMLanguageModel.forward
+    forward = LSTMLanguageModel.forward
 
     def nan_from_step_7(self, *args, **kwargs):
         hidden, state = forward(self, *args, **kwargs)
@@ -129,7 +130,7 @@ def test_divergence_keeps_the_last_good_checkpoints(tmp_path, ptb_slice, small, 
         return (hidden * float("nan") if nan_from_step_7.calls >= 2 and self.training else hidden), state
 
     nan_from_step_7.calls = 0
-    monkeypatch.setattr(loop.LSTMLanguageModel, "forward", nan_from_step_7)
+    monkeypatch.setattr(LSTMLanguageModel, "forward", nan_from_step_7)
     code, out, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet",
                          "--max-tokens", 20 * TOKENS_PER_STEP)
     assert "diverged at step 7: the loss is nan" in _one_line_error(code, err)

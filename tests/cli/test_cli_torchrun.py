@@ -99,8 +99,8 @@ def test_ranks_share_columns_in_contiguous_parts_that_cover_them_once():
 
 
 def test_a_batch_that_does_not_divide_among_the_processes_is_refused(ptb_slice):
-    from sohsm.train import TrainConfig, apply_overrides
-    from sohsm.train.lm_task import LMTask
+    from sohsm.tasks.lm import LMConfig as TrainConfig, LMTask
+    from sohsm.train import apply_overrides
 
     config = apply_overrides(TrainConfig(), {"data.corpus": str(ptb_slice), "batch_size": 10, "eval_batch_size": 4,
                                              "model.emb_size": 8, "model.hidden_size": 8})

@@ -6,11 +6,12 @@ import json
 import pytest
 import torch
 
+import sohsm.tasks.lm.progress as lm_progress
 import sohsm.train.progress as progress
 from sohsm.cli.train_options import parse_head_option, parse_option_list
 from sohsm.heads import build_head
 from sohsm.train import load_run, read_metrics
-from sohsm.train.config import TrainConfig
+from sohsm.tasks.lm import LMConfig as TrainConfig
 
 TOKENS_PER_STEP = 16 * 10  # batch 16 x BPTT 10
 
@@ -98,10 +99,10 @@ def test_the_announced_k_is_the_one_the_head_chooses():
     counts = torch.randint(1, 50, (300,))
     config = TrainConfig(batch_size=4, bptt=5)
     head = build_head("self_organized", 8, 300, counts=counts, reclusters_per_epoch=3)
-    described = progress.describe_k(head, config)
+    described = lm_progress.describe_k(head, config)
     optimizer = torch.optim.SGD(head.parameters(), lr=0.1)  # attach holds it weakly: keep it alive
     head.attach(optimizer)
     head(torch.randn(config.batch_size * config.bptt, 8), torch.randint(0, 300, (config.batch_size * config.bptt,)))
     assert described == f"K {head.update_every} (auto, ≈3 per epoch)"
     assert head.update_every == max(1, round(float(counts.sum()) / 20 / 3))
-    assert progress.describe_k(build_head("full", 8, 300), config) is None
+    assert lm_progress.describe_k(build_head("full", 8, 300), config) is None

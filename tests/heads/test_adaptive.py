@@ -158,6 +158,6 @@ def test_bad_arguments():
 
 
 def test_build_head_passes_options():
-    head = build_head("adaptive", D, N, counts=_counts(), cutoffs=[10, 30], div_value=2.0, head_bias=True, seed=1)
+    head = build_head("adaptive", D, N, counts=_counts(), cutoffs=[10, 30], div_value=2.0, head_bias=True)
     assert isinstance(head, AdaptiveSoftmax) and head.cutoffs == [10, 30] and head.asm.head.bias is not None
     assert head.objective == "nll" and head.loss_is_nll

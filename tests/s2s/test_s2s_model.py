@@ -7,7 +7,7 @@ from sohsm.data.vocab import Vocabulary
 from sohsm.heads import build_head
 from sohsm.models.beam import beam_search, greedy_decode
 from sohsm.models.seq2seq import AttentionSeq2Seq
-from sohsm.train.s2s_task import target_rows
+from sohsm.tasks.s2s import target_rows
 
 N = 40  # output words; ids N and N + 1 are <pad> and <s>
 

@@ -5,15 +5,8 @@ import json
 
 import pytest
 
-from sohsm.train.config import (
-    DEFAULT_LR,
-    RESUMABLE_FIELDS,
-    DataConfig,
-    HeadConfig,
-    TrainConfig,
-    apply_overrides,
-    config_differences,
-)
+from sohsm.tasks.lm.config import RESUMABLE_FIELDS, DataConfig, LMConfig as TrainConfig
+from sohsm.train.config import DEFAULT_LR, HeadConfig, apply_overrides, config_differences
 
 
 def test_defaults_are_the_papers_text8_setting():

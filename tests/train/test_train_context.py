@@ -5,7 +5,7 @@ import torch
 
 from sohsm.data import batchify
 from sohsm.models import LSTMLanguageModel
-from sohsm.train.context import average_context_vectors
+from sohsm.tasks.lm.context import average_context_vectors
 
 N, D = 30, 8
 

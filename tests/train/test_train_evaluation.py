@@ -9,7 +9,7 @@ import torch
 import sohsm
 from sohsm.data import batchify
 from sohsm.models import LSTMLanguageModel
-from sohsm.train import evaluate
+from sohsm.tasks.lm import evaluate_stream as evaluate
 
 N, D = 40, 12
 

@@ -8,15 +8,17 @@ import signal
 import pytest
 import torch
 
-from sohsm.cli.flags import name_flags
+from sohsm.cli.config_flags import Flag, render_error
+from sohsm.fields import FieldError, has, suggest
 from sohsm.data.vocab import Vocabulary
-from sohsm.train import TrainConfig, apply_overrides
+from sohsm.tasks.lm import LMConfig as TrainConfig
+from sohsm.train import apply_overrides
 from sohsm.train.checkpoint import remove_orphans, save_checkpoint, write_atomic
 from sohsm.train import guard
 from sohsm.train.guard import DivergenceError, StopSignals, check_finite_parameters, check_step, gradient_norm
 from sohsm.train.lock import RunLock
-from sohsm.train.lm_task import vocabulary_difference as _vocabulary_difference
-from sohsm.train.preflight import check_memory, estimate_bytes, format_bytes
+from sohsm.data.vocab import vocabulary_difference as _vocabulary_difference
+from sohsm.tasks.lm.preflight import check_memory, estimate_bytes, format_bytes
 
 
 # -- lock --------------------------------------------------------------------------------------------
@@ -105,22 +107,31 @@ def test_an_impossible_model_is_refused_before_anything_is_allocated():
 # -- messages -----------------------------------------------------------------------------------------------
 FIELDS = {"hidden_size": "model.hidden_size", "batch_size": "batch_size", "eval_batch_size": "eval_batch_size",
           "text_mode": "data.text_mode", "update_every": "head.update_every", "head": "head.name"}
+_FLAGS = [Flag(path, dest, int, False, None, "", {}) for dest, path in FIELDS.items()]
 
 
-@pytest.mark.parametrize("message, typed, expected", [
-    ("model.hidden_size must be >= 1, got 0", ["hidden_size"], "--hidden-size must be >= 1, got 0"),
-    ("model.hidden_size must be >= 1, got 0", [], "model.hidden_size must be >= 1, got 0"),
-    ("too few for eval_batch_size=900 (at most 4 columns)", ["eval_batch_size"],
+@pytest.mark.parametrize("error, typed, expected", [
+    (FieldError.on("model.hidden_size", "must be >= 1, got 0"), ["hidden_size"], "--hidden-size must be >= 1, got 0"),
+    (FieldError.on("model.hidden_size", "must be >= 1, got 0"), [], "model.hidden_size must be >= 1, got 0"),
+    (FieldError("too few for {} (at most 4 columns)", has("eval_batch_size", 900)), ["eval_batch_size"],
      "too few for --eval-batch-size 900 (at most 4 columns)"),
-    ("too few for batch_size=900", ["eval_batch_size", "batch_size"], "too few for --batch-size 900"),
-    ("a.txt: 1 line(s) is too few; give more text or use text_mode='running'", [],
+    (FieldError("too few for {}", has("batch_size", 900)), ["eval_batch_size", "batch_size"],
+     "too few for --batch-size 900"),
+    (FieldError("a.txt: 1 line(s) is too few; give more text or use {}", suggest("text_mode", "running")), [],
      "a.txt: 1 line(s) is too few; give more text or use --text-mode running"),
-    ("head 'full' does not accept the options ['update_every']", ["update_every"],
+    (ValueError("head 'full' does not accept the options ['update_every']"), ["update_every"],
      "head 'full' does not accept the options ['update_every']"),
-    ("head.name is 'full' in the run, 'x' requested", ["head"], "--head is 'full' in the run, 'x' requested"),
+    (FieldError.on("head.name", "is 'full' in the run, 'x' requested"), ["head"],
+     "--head is 'full' in the run, 'x' requested"),
 ])
-def test_errors_name_the_flags_the_user_typed(message, typed, expected):
-    assert name_flags(message, FIELDS, typed) == expected
+def test_errors_name_the_flags_the_user_typed(error, typed, expected):
+    assert render_error(error, _FLAGS, {FIELDS[dest] for dest in typed}) == expected
+
+
+def test_the_library_names_the_fields():
+    assert str(FieldError("too few for {}", has("batch_size", 900))) == "too few for batch_size=900"
+    assert str(FieldError("use {}", suggest("text_mode", "running"))) == "use text_mode='running'"
+    assert str(FieldError.on("optim.lr", "must be positive, got {0}")) == "optim.lr must be positive, got {0}"
 
 
 def test_vocabularies_of_one_size_are_told_apart_by_a_word_or_a_count():

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from sohsm.data import Vocabulary
-from sohsm.train import MetricsLog, TrainConfig, apply_overrides, cluster_of_word, cluster_table, read_metrics
-from sohsm.train.builders import build_model_and_head, build_optimizer, build_run_head
+from sohsm.runs.clusters import cluster_of_word, cluster_table
+from sohsm.tasks.heads import build_run_head
+from sohsm.tasks.lm import LMConfig as TrainConfig, build_model_and_head
+from sohsm.train import MetricsLog, apply_overrides, build_optimizer, read_metrics
 from sohsm.train.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint, write_atomic
 
 WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(48)]

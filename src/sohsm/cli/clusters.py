@@ -59,7 +59,9 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from sohsm.train import cluster_of_word, cluster_table, load_run
+    from sohsm.heads import ClusteredHead
+    from sohsm.runs.clusters import cluster_of_word, cluster_table
+    from sohsm.train.loading import load_run
 
     for flag, value in (("--top", args.top), ("--words", args.words)):
         if value < 0:
@@ -67,7 +69,7 @@ def _show(args: argparse.Namespace) -> int:
     words = args.words or None
     try:
         run = load_run(args.run, args.checkpoint)
-        if not callable(getattr(run.head, "clusters", None)):
+        if not isinstance(run.head, ClusteredHead):
             raise CommandError(f"{args.run} was trained with the {run.config.head.name!r} head, which has no "
                                "word clusters; clusters exist for two-level heads only")
         if args.word is not None:
@@ -93,10 +95,10 @@ def _show(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from sohsm.clustering.hierarchy_files import brown_cut_width, format_hierarchy, ids_to_words
     from sohsm.data.files import write_atomic_text
-    from sohsm.train.hierarchies import head_hierarchy, load_any_run
+    from sohsm.tasks.hierarchies import head_hierarchy, read_run_head
 
     try:
-        head, vocab = load_any_run(args.run)
+        head, vocab, _ = read_run_head(args.run)
         tree = head_hierarchy(head)
         words = ids_to_words(tree, vocab.itos)
         text = format_hierarchy(words, args.format, dict(zip(vocab.itos, vocab.counts.tolist())))

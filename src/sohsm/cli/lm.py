@@ -6,16 +6,8 @@ import json
 import shlex
 import sys
 
-from sohsm.cli.flags import name_flags
 from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
-from sohsm.cli.train_options import (
-    TRAIN_FIELDS,
-    add_training_options,
-    head_options_help,
-    head_overrides,
-    requested_head_options,
-    training_overrides,
-)
+from sohsm.cli.train_options import add_training_options, head_options_help, train_command
 from sohsm.cli.lm_compare import register_compare
 from sohsm.data.errors import DataError
 
@@ -76,34 +68,15 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
         ),
         epilog=_TRAIN_EPILOG + "\n" + head_options_help(),
     )
-    add_training_options(p)
-    p.set_defaults(func=_train)
+    from sohsm.tasks.lm import LMConfig
+
+    p.set_defaults(func=_train, config_flags=add_training_options(p, LMConfig))
 
 
 def _train(args: argparse.Namespace) -> int:
-    from sohsm.train import TrainConfig, apply_overrides, resume_training, train
+    from sohsm.tasks.lm import LMConfig
 
-    overrides = training_overrides(args)
-    options, update_every = requested_head_options(args)
-    try:
-        if args.resume:
-            if args.head is not None:
-                overrides.update(head_overrides(args.head, options, update_every))
-            else:
-                overrides.update({"head.options": options} if options else {})
-                overrides.update({"head.update_every": update_every} if update_every is not None else {})
-            result = resume_training(args.run_dir, overrides, progress=not args.quiet)
-        else:
-            missing = [flag for flag, given in (("--corpus", "data.corpus" in overrides), ("--head", args.head))
-                       if not given]
-            if missing:
-                raise CommandError(f"a new run needs {' and '.join(missing)} (or --resume to continue a run)")
-            overrides.update(head_overrides(args.head, options, update_every))
-            result = train(apply_overrides(TrainConfig(), overrides), args.run_dir, progress=not args.quiet)
-    except (ValueError, DataError) as error:
-        fields = {**TRAIN_FIELDS, "head": "head.name", "update_every": "head.update_every"}
-        typed = [dest for dest in fields if getattr(args, dest, None) is not None]
-        raise CommandError(name_flags(str(error), fields, typed)) from None
+    result = train_command(args, LMConfig, args.config_flags)
     if result.writer:  # under torchrun, rank 0 speaks for all
         _print_summary(result)
     return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0  # 130 for Ctrl-C
@@ -168,7 +141,8 @@ def _register_eval(sub: argparse._SubParsersAction) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from sohsm.train import evaluate_run, format_signature
+    from sohsm.tasks.lm import evaluate_run
+    from sohsm.train import format_signature
 
     if args.batch_size is not None and args.batch_size < 1:
         raise CommandError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -214,7 +188,7 @@ def _register_generate(sub: argparse._SubParsersAction) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from sohsm.train import generate_text
+    from sohsm.tasks.lm import generate_text
 
     try:
         out = generate_text(args.run, args.prompt, args.length, greedy=args.greedy, temperature=args.temperature,

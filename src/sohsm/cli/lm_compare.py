@@ -74,8 +74,9 @@ def register_compare(sub: argparse._SubParsersAction) -> None:
                    f"{DEFAULT_REFERENCE} when it is among the heads, else the first)")
     g.add_argument("--report-only", action="store_true",
                    help="train nothing: rewrite the report from the runs in OUT")
-    add_training_options(p, compare=True)
-    p.set_defaults(func=_compare)
+    from sohsm.tasks.lm import LMConfig
+
+    p.set_defaults(func=_compare, config_flags=add_training_options(p, LMConfig, compare=True))
 
 
 # -- the runs -----------------------------------------------------------------------------------
@@ -110,15 +111,18 @@ def _takes(head: str, option: str) -> bool:
 
 
 def _planned_runs(args: argparse.Namespace) -> list[Any]:
-    """One :class:`~sohsm.train.compare.PlannedRun` per head and variant, as `lm train` would configure it.
+    """One :class:`~sohsm.runs.compare.PlannedRun` per head and variant, as `lm train` would configure it.
 
     The shared --head-option and --update-every go to the heads that take them; a
     variant's own options go to its head and win over the shared ones.
     """
-    from sohsm.train import TrainConfig, apply_overrides
-    from sohsm.train.compare import PlannedRun
+    from sohsm.runs.compare import PlannedRun
+    from sohsm.tasks.lm import LMConfig
+    from sohsm.train.config import apply_overrides
 
-    base = training_overrides(args)
+    base = training_overrides(args, args.config_flags, LMConfig)
+    for key in ("head.name", "head.options", "head.update_every"):  # a config file's head: each run has its own
+        base.pop(key, None)
     if "data.corpus" not in base:
         raise CommandError("a comparison needs --corpus (the same for every head)")
     shared, update_every = requested_head_options(args)
@@ -134,7 +138,7 @@ def _planned_runs(args: argparse.Namespace) -> list[Any]:
         where = f"--variant {name.removeprefix(head + '-')}: " if name != head else ""
         try:
             overrides = {**base, **head_overrides(head, options, k)}
-            runs.append(PlannedRun(name, apply_overrides(TrainConfig(), overrides)))
+            runs.append(PlannedRun(name, apply_overrides(LMConfig(), overrides)))
         except (CommandError, ValueError) as error:
             raise CommandError(f"{where}{error}") from None
     _refuse_unused(shared, update_every, [head for _, head, _ in specs])
@@ -156,7 +160,7 @@ def _refuse_unused(shared: dict[str, Any], update_every: int | None, heads: list
 
 # -- the command --------------------------------------------------------------------------------
 def _compare(args: argparse.Namespace) -> int:
-    from sohsm.train.compare import plan_comparison, run_comparison, save_comparison
+    from sohsm.runs.compare import plan_comparison, run_comparison, save_comparison
 
     seeds = _seed_list(args)
     if args.report_only:
@@ -204,8 +208,8 @@ def _seed_list(args: argparse.Namespace) -> list[int] | None:
 def _seed_report(args: argparse.Namespace, seeds: list[int]) -> int:
     """Write OUT/seeds.md (each run's best dev ppl per seed, the mean, the difference against the reference)."""
     from sohsm.train.checkpoint import write_atomic
-    from sohsm.train.compare import load_comparison
-    from sohsm.train.report import seed_table
+    from sohsm.runs.compare import load_comparison
+    from sohsm.runs.report import seed_table
 
     folders = [Path(args.out) / f"seed-{s}" for s in seeds]
     present = [f for f in folders if (f / "compare.json").is_file()]
@@ -228,7 +232,7 @@ def _seed_report(args: argparse.Namespace, seeds: list[int]) -> int:
 
 
 def _report_only(args: argparse.Namespace) -> int:
-    from sohsm.train.compare import load_comparison
+    from sohsm.runs.compare import load_comparison
 
     command, dirs = load_comparison(args.out)
     if args.heads is not None or args.variant:
@@ -238,8 +242,8 @@ def _report_only(args: argparse.Namespace) -> int:
 
 
 def _write_report(out: str, dirs: list[Path], command: str | None, rewritten_by: str | None = None) -> int:
-    from sohsm.results import write_comparison_report
-    from sohsm.train.report import results_table, summarise_run
+    from sohsm.runs.report import results_table, summarise_run
+    from sohsm.runs.results import write_comparison_report
 
     try:
         paths = write_comparison_report(out, dirs, command, rewritten_by=rewritten_by)

@@ -12,7 +12,7 @@ import os
 import sys
 import textwrap
 
-from sohsm import __version__
+from sohsm.version import __version__
 
 #: subcommand modules, in the order `sohsm --help` lists them
 COMMANDS = ("data", "lm", "s2s", "clusters", "tree", "plot")

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from sohsm.plots import figure1
+    from sohsm.runs.plots import figure1
 
     try:
         path = figure1(args.runs, args.output)

@@ -5,23 +5,9 @@ import argparse
 import shlex
 import sys
 
-from sohsm.cli.flags import name_flags
 from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
-from sohsm.cli.train_options import add_clusters_options, head_overrides, requested_head_options
+from sohsm.cli.train_options import add_training_options, head_options_help, train_command
 from sohsm.data.errors import DataError
-from sohsm.heads import head_names
-
-#: option dest -> config field of `s2s train` (left out: the config default, or the run's on --resume)
-S2S_FIELDS = {
-    "data_dir": "data.data_dir", "extra": "data.extra", "min_count": "data.min_count", "max_size": "data.max_size",
-    "clusters_from": "data.clusters_from", "clusters_format": "data.clusters_format",
-    "clusters_cut": "data.clusters_cut", "dataset": "data.dataset", "symbols": "data.symbols",
-    "train_pairs": "data.train_pairs", "valid_pairs": "data.valid_pairs", "pairs_seed": "data.pairs_seed", "emb_size": "model.emb_size", "hidden_size": "model.hidden_size",
-    "lr": "optim.lr", "weight_decay": "optim.weight_decay", "clip": "optim.clip", "batch_size": "batch_size",
-    "eval_batch_size": "eval_batch_size", "epochs": "epochs", "max_tokens": "max_tokens",
-    "time_budget": "time_budget", "eval_every": "eval_every", "checkpoint_every": "checkpoint_every",
-    "log_every": "log_every", "seed": "seed", "device": "device",
-}
 
 _EPILOG = """\
 defaults are the paper's Gigaword setting: embedding and LSTMs 512, attention, Adam lr 1e-3, weight
@@ -102,65 +88,16 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
                        description=_wrap("Train the attention encoder-decoder with the chosen head in RUN_DIR "
                                          "(config.json, vocab.json, metrics.jsonl, last.pt, best.pt by dev "
                                          "perplexity). Budgets, resume and stop signals work as in `sohsm lm train`."),
-                       epilog=_EPILOG)
-    g = p.add_argument_group("data")
-    _data_options(g)
-    g.add_argument("--dataset", choices=("gigaword", "reverse"),
-                   help="gigaword headlines (default) or the synthetic reverse task (target = source reversed)")
-    g.add_argument("--symbols", type=int, metavar="V", help="reverse task: alphabet size (default 1000)")
-    g.add_argument("--train-pairs", type=int, metavar="N", help="reverse task: training pairs (default 3000)")
-    g.add_argument("--valid-pairs", type=int, metavar="N", help="reverse task: held-out pairs (default 200)")
-    g.add_argument("--pairs-seed", type=int, metavar="S", help="reverse task: seed of the pairs (default 0)")
-    g.add_argument("--min-count", type=int, metavar="N", help="title words seen fewer times become <unk> (default 1)")
-    g.add_argument("--max-size", type=int, metavar="N", help="at most N output words (default 69000, the paper's)")
-    g = p.add_argument_group("model and head")
-    g.add_argument("--head", choices=head_names(), help="the decoder's output layer (required for a new run)")
-    g.add_argument("--head-option", action="append", default=[], metavar="KEY=VALUE", help="an option of the head")
-    g.add_argument("--update-every", type=int, metavar="K", help="self-organized head: re-cluster every K steps")
-    add_clusters_options(g)
-    g.add_argument("--emb-size", type=int, metavar="N", help="embedding size (default 512)")
-    g.add_argument("--hidden-size", type=int, metavar="N", help="LSTM size = head input size (default 512)")
-    g = p.add_argument_group("optimization, budgets and files")
-    g.add_argument("--lr", type=float, metavar="LR", help="Adam's learning rate (default 1e-3)")
-    g.add_argument("--weight-decay", type=float, metavar="W", help="on the LSTMs (default 1e-6)")
-    g.add_argument("--clip", type=float, metavar="NORM", help="clip the gradient norm (default: none)")
-    g.add_argument("--batch-size", type=int, metavar="B", help="pairs per batch (default 128)")
-    g.add_argument("--eval-batch-size", type=int, metavar="B", help="pairs per dev batch (default 128)")
-    g.add_argument("--seed", type=int, help="seed of initialisation, batch order and random clusters (default 1)")
-    g.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
-    g.add_argument("--resume", action="store_true", help="continue the run in --run-dir from last.pt")
-    g.add_argument("--epochs", type=int, metavar="N", help="passes over the training pairs (default 10)")
-    g.add_argument("--max-tokens", type=int, metavar="N", help="stop after N target tokens (all sessions)")
-    g.add_argument("--time-budget", type=float, metavar="SECONDS", help="stop after this much training time")
-    g.add_argument("--eval-every", type=int, metavar="STEPS", help="dev evaluation every STEPS steps (default 500)")
-    g.add_argument("--checkpoint-every", type=int, metavar="STEPS", help="save last.pt every STEPS steps (default 500)")
-    g.add_argument("--log-every", type=int, metavar="STEPS", help="a train record every STEPS steps (default 50)")
-    g.add_argument("--device", metavar="DEVICE", help="cpu (default), cuda, ...")
-    g.add_argument("--quiet", action="store_true", help="no start-up lines, progress bar or evaluation lines")
-    p.set_defaults(func=_train)
+                       epilog=_EPILOG + "\n" + head_options_help())
+    from sohsm.tasks.s2s import S2SConfig
+
+    p.set_defaults(func=_train, config_flags=add_training_options(p, S2SConfig))
 
 
 def _train(args: argparse.Namespace) -> int:
-    from sohsm.train import apply_overrides, resume_training, train
-    from sohsm.train.s2s_config import S2SConfig
+    from sohsm.tasks.s2s import S2SConfig
 
-    overrides = {field: getattr(args, dest) for dest, field in S2S_FIELDS.items() if getattr(args, dest) is not None}
-    if overrides.get("optim.clip") == 0:
-        overrides["optim.clip"] = None
-    options, update_every = requested_head_options(args)
-    try:
-        if args.head is not None:
-            overrides.update(head_overrides(args.head, options, update_every))
-        if args.resume:
-            result = resume_training(args.run_dir, overrides, progress=not args.quiet)
-        else:
-            if args.head is None:
-                raise CommandError("a new run needs --head (or --resume to continue a run)")
-            result = train(apply_overrides(S2SConfig(), overrides), args.run_dir, progress=not args.quiet)
-    except (ValueError, DataError) as error:
-        fields = {**S2S_FIELDS, "head": "head.name", "update_every": "head.update_every"}
-        typed = [dest for dest in fields if getattr(args, dest, None) is not None]
-        raise CommandError(name_flags(str(error), fields, typed)) from None
+    result = train_command(args, S2SConfig, args.config_flags)
     from sohsm.train import format_signature
 
     run = shlex.quote(str(result.run_dir))
@@ -183,11 +120,12 @@ def _print_reverse_accuracy(run_dir) -> bool:
     whether the run is one."""
     import json
 
-    from sohsm.train.s2s_run import held_out_pairs, load_summariser, sequence_accuracy
+    from sohsm.tasks.s2s import held_out_pairs, sequence_accuracy
+    from sohsm.train.loading import load_run
 
     if json.loads((run_dir / "config.json").read_text())["data"].get("dataset") != "reverse":
         return False
-    run = load_summariser(run_dir, "last")
+    run = load_run(run_dir, "last", task="s2s")
     held_out = held_out_pairs(run.config)
     print(f"accuracy    {100 * sequence_accuracy(run, held_out):.1f}% of {len(held_out):,} held-out strings "
           "reversed exactly (greedy decoding, last.pt)")
@@ -223,7 +161,8 @@ def _decode(args: argparse.Namespace) -> int:
 
     from sohsm.data.files import write_atomic_text
     from sohsm.data.headlines import read_inputs, resolve_eval_set
-    from sohsm.train.s2s_run import decode, load_summariser
+    from sohsm.tasks.s2s import decode
+    from sohsm.train.loading import load_run
 
     for flag, value in (("--beam", args.beam), ("--max-len", args.max_len), ("--batch-size", args.batch_size)):
         if value < 1:
@@ -231,7 +170,7 @@ def _decode(args: argparse.Namespace) -> int:
     try:
         source, _ = resolve_eval_set(args.input, args.data_dir)
         inputs = read_inputs(source)
-        run = load_summariser(args.run, args.checkpoint, args.device)
+        run = load_run(args.run, args.checkpoint, args.device, task="s2s")
         with tqdm(total=len(inputs), unit="sent", desc="decode", disable=args.quiet, file=sys.stderr) as bar:
             out = decode(run, inputs, beam=args.beam, max_len=args.max_len, duc=args.duc,
                          batch_size=args.batch_size, on_batch=bar.update)

@@ -1,8 +1,9 @@
-"""The options of `sohsm lm train`, shared with `sohsm lm compare`: flags, their config fields, head options.
+"""The training commands of every task (`sohsm lm train`, `sohsm s2s train`, and `lm compare`): one path.
 
-Both commands turn the same flags into the same dotted config fields with
-:func:`training_overrides`, so a run that `lm compare` trains is the run
-`lm train` would train from the same flags.
+Their flags are generated from the task's config (:mod:`sohsm.cli.config_flags`);
+:func:`training_overrides` turns them (and ``--config FILE``) into dotted config
+fields, so a run that `lm compare` trains is the run `lm train` would train from
+the same flags, and :func:`train_command` trains or resumes a run of any task.
 """
 from __future__ import annotations
 
@@ -12,26 +13,10 @@ import re
 import textwrap
 from typing import Any
 
+from sohsm.cli.config_flags import Flag, add_config_flags, read_config_file, render_error, typed_fields
 from sohsm.cli.main import CommandError
+from sohsm.data.errors import DataError
 from sohsm.heads import check_head_options, head_names, head_options
-from sohsm.train.config import AMP_CHOICES, DEFAULT_LR, OPTIMIZERS
-
-#: option dest -> config field it sets (options left out keep the config default, or the run's on --resume);
-#: the head's fields (--head, --update-every, --head-option) are set by :func:`head_overrides`
-TRAIN_FIELDS = {
-    "corpus": "data.corpus", "data_dir": "data.data_dir", "cache_dir": "data.cache_dir",
-    "min_count": "data.min_count", "max_size": "data.max_size", "text_mode": "data.text_mode",
-    "clusters_from": "data.clusters_from", "clusters_format": "data.clusters_format", "clusters_cut": "data.clusters_cut",
-    "emb_size": "model.emb_size", "hidden_size": "model.hidden_size", "layers": "model.layers",
-    "dropout": "model.dropout", "tie_weights": "model.tie_weights",
-    "optimizer": "optim.optimizer", "lr": "optim.lr", "clip": "optim.clip", "weight_decay": "optim.weight_decay",
-    "lr_decay": "optim.lr_decay", "lr_decay_after": "optim.lr_decay_after", "anneal": "optim.anneal",
-    "fused": "optim.fused",
-    "bptt": "bptt", "batch_size": "batch_size", "eval_batch_size": "eval_batch_size", "epochs": "epochs",
-    "max_tokens": "max_tokens", "time_budget": "time_budget", "eval_every": "eval_every",
-    "checkpoint_every": "checkpoint_every", "log_every": "log_every", "seed": "seed", "device": "device",
-    "amp": "amp", "compile": "compile",
-}
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -68,92 +53,18 @@ def parse_option_list(text: str) -> dict[str, Any]:
     return options
 
 
-def add_clusters_options(g) -> None:
-    """``--clusters-from FILE|RUN``, ``--clusters-format`` and ``--clusters-cut`` (shared by `lm train` and `s2s train`)."""
-    from sohsm.train.config import CLUSTERS_FORMATS
-
-    g.add_argument("--clusters-from", metavar="FILE|RUN",
-                   help="the head's fixed clusters or tree: a hierarchy file (nested JSON lists of words, Brown "
-                   "paths 'bits<TAB>word<TAB>count', 'word<TAB>class') or a trained run; the 'tree' head takes the "
-                   "whole tree, two-level heads its clusters; vocabulary words it lacks go to a fallback node")
-    g.add_argument("--clusters-format", choices=CLUSTERS_FORMATS, help="format of --clusters-from (default: detected)")
-    g.add_argument("--clusters-cut", type=int, metavar="BITS",
-                   help="Brown paths: one cluster per BITS-bit prefix (a two-level clustering)")
-
-
-def add_training_options(p: argparse.ArgumentParser, *, compare: bool = False) -> None:
-    """Add the options of `lm train` to ``p``; for `lm compare` without --head, --run-dir and --resume."""
-    g = p.add_argument_group("data")
-    g.add_argument("--corpus", metavar="NAME_OR_PATH", help="a known corpus (ptb, wikitext-2, text8, ...) "
-                   "or your own text file or folder (required for a new run)")
-    g.add_argument("--data-dir", metavar="DIR", help="data directory (default: $SOHSM_DATA, else ~/.cache/sohsm)")
-    g.add_argument("--cache-dir", metavar="DIR",
-                   help="cache of tokenised corpora (default: $SOHSM_CACHE, else ~/.cache/sohsm/cache)")
-    g.add_argument("--min-count", type=int, metavar="N", help="words seen fewer times become <unk>")
-    g.add_argument("--max-size", type=int, metavar="N", help="at most N vocabulary entries")
-    g.add_argument("--text-mode", choices=("lines", "running"),
-                   help="your own text: 'lines' (an end-of-line token after each line, default) or 'running'")
-
-    add_clusters_options(g)
-
-    g = p.add_argument_group("model and head")
+def add_training_options(p: argparse.ArgumentParser, config_class: type, *, compare: bool = False) -> list[Flag]:
+    """Add the flags of ``config_class``'s fields to ``p`` (:mod:`sohsm.cli.config_flags`) and the command's own:
+    ``--run-dir`` and ``--resume`` (not for `lm compare`, which also takes no ``--head``), ``--quiet``."""
+    flags = add_config_flags(p, config_class, leave_out=("head.name",) if compare else ())
+    files = p.add_argument_group("run directory")
     if not compare:
-        g.add_argument("--head", choices=head_names(), help="output layer (required for a new run)")
-    which = "heads that take it" if compare else "the head"
-    g.add_argument("--head-option", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"an option of {which} (repeatable): gamma=2, init=frequency, n_clusters=100, "
-                   "projection=true; values are read as JSON where they are, else as text")
-    g.add_argument("--update-every", type=int, metavar="K",
-                   help="self-organized head: re-cluster every K optimizer steps (default: about 8 times per "
-                   "epoch; 0 = never); same as --head-option update_every=K")
-    g.add_argument("--emb-size", type=int, metavar="N", help="embedding size (default 512)")
-    g.add_argument("--hidden-size", type=int, metavar="N", help="LSTM hidden size = head input size (default 512)")
-    g.add_argument("--layers", type=int, metavar="N", help="LSTM layers (default 1)")
-    g.add_argument("--dropout", type=float, metavar="P", help="dropout on the LSTM's input and output (default 0.2)")
-    g.add_argument("--tie-weights", action="store_true", default=None,
-                   help="share the embedding with the output word vectors (full head only, emb = hidden size)")
-
-    g = p.add_argument_group("optimization")
-    g.add_argument("--optimizer", choices=OPTIMIZERS,
-                   help="default adagrad; default rates: " + ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()))
-    g.add_argument("--lr", type=float, metavar="LR", help="learning rate (default: the optimizer's, see above)")
-    g.add_argument("--lr-decay", type=float, metavar="F",
-                   help="divide the rate by F after every epoch past --lr-decay-after (default 1: constant)")
-    g.add_argument("--lr-decay-after", type=int, metavar="E", help="epochs at the full rate first (default 0)")
-    g.add_argument("--anneal", type=float, metavar="F",
-                   help="divide the rate by F whenever a dev evaluation is no better than the best so far "
-                   "(default 1: never)")
-    g.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
-                   help="the optimizer's fused step where torch has one (default: on)")
-    g.add_argument("--clip", type=float, metavar="NORM", help="clip the gradient norm (default 0.25; 0 = no clipping)")
-    g.add_argument("--weight-decay", type=float, metavar="W", help="weight decay on the LSTM parameters (default 1e-6)")
-    g.add_argument("--bptt", type=int, metavar="T", help="truncated back-propagation length (default 20)")
-    g.add_argument("--batch-size", type=int, metavar="B", help="columns per batch (default 128)")
-    g.add_argument("--seed", type=int, help="seed of initialisation, dropout and random clusters (default 1)")
-
-    g = p.add_argument_group("budgets, evaluation and files")
-    if not compare:
-        g.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
-        g.add_argument("--resume", action="store_true",
-                       help="continue the run in --run-dir from last.pt (budgets and logging may change; "
-                       "other options must match the run)")
-    g.add_argument("--epochs", type=int, metavar="N", help="passes over the training data (default 5)")
-    g.add_argument("--max-tokens", type=int, metavar="N", help="stop after N training tokens (all sessions)")
-    g.add_argument("--time-budget", type=float, metavar="SECONDS",
-                   help="stop after this much training time (all sessions, evaluation excluded)")
-    g.add_argument("--eval-every", type=int, metavar="STEPS",
-                   help="dev evaluation every STEPS steps, and at each epoch's end (default 1000; 0 = epochs only)")
-    g.add_argument("--eval-batch-size", type=int, metavar="B", help="columns of the dev evaluation (default 32)")
-    g.add_argument("--checkpoint-every", type=int, metavar="STEPS",
-                   help="save last.pt every STEPS steps, and at the end (default 1000; 0 = end only)")
-    g.add_argument("--log-every", type=int, metavar="STEPS", help="a train record every STEPS steps (default 100)")
-    g.add_argument("--device", metavar="DEVICE", help="cpu (default), cuda, cuda:1, ...; under torchrun cpu or "
-                   "cuda (each process takes the GPU of its LOCAL_RANK)")
-    g.add_argument("--amp", choices=AMP_CHOICES,
-                   help="mixed precision: autocast the forward in bf16, or in fp16 with loss scaling (default: fp32)")
-    g.add_argument("--compile", action="store_true", default=None,
-                   help="run model and head through torch.compile (the head's target check is dropped)")
-    g.add_argument("--quiet", action="store_true", help="no start-up lines, progress bar or evaluation lines")
+        files.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
+        files.add_argument("--resume", action="store_true",
+                           help="continue the run in --run-dir from last.pt (budgets, logging intervals, the device "
+                           "and data locations may change; other options must match the run)")
+    files.add_argument("--quiet", action="store_true", help="no start-up lines, progress bar or evaluation lines")
+    return flags
 
 
 def head_options_help() -> str:
@@ -168,11 +79,20 @@ def head_options_help() -> str:
     return "\n".join(lines) + "\n"
 
 
-def training_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The config fields the training flags set (the head's fields excepted), as dotted paths."""
-    overrides = {field: getattr(args, dest) for dest, field in TRAIN_FIELDS.items() if getattr(args, dest) is not None}
-    if overrides.get("optim.clip") == 0:
-        overrides["optim.clip"] = None
+def training_overrides(args: argparse.Namespace, flags: list[Flag], config_class: type) -> dict[str, Any]:
+    """The config fields set by ``--config FILE`` and then by the flags typed (the head's options excepted),
+    as dotted paths.
+
+    Raises:
+        CommandError: an unreadable or invalid config file.
+    """
+    overrides: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        try:
+            overrides.update(read_config_file(args.config, config_class))
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+    overrides.update(typed_fields(args, flags))
     return overrides
 
 
@@ -183,7 +103,7 @@ def requested_head_options(args: argparse.Namespace) -> tuple[dict[str, Any], in
         CommandError: a malformed or repeated option, or two different values of K.
     """
     options: dict[str, Any] = {}
-    for text in args.head_option:
+    for text in args.head_option or []:
         try:
             key, value = parse_head_option(text)
         except ValueError as error:
@@ -191,7 +111,7 @@ def requested_head_options(args: argparse.Namespace) -> tuple[dict[str, Any], in
         if key in options:
             raise CommandError(f"--head-option {key} is given twice")
         options[key] = value
-    update_every = args.update_every
+    update_every = getattr(args, "update_every", None)
     if "update_every" in options:
         value = options.pop("update_every")
         if update_every is not None and value != update_every:
@@ -233,3 +153,43 @@ def head_overrides(head: str, options: dict[str, Any], update_every: int | None)
     if update_every is not None:
         overrides["head.update_every"] = update_every
     return overrides
+
+
+def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag]):
+    """Train a new run of ``config_class``'s task in ``args.run_dir``, or resume it (``--resume``): the one path
+    of every task's `train` command.
+
+    A new run needs the flags whose field's metadata says ``required`` (unless ``--config`` sets them).
+    Returns the :class:`~sohsm.train.TrainResult`.
+
+    Raises:
+        CommandError: one line, its fields named by the flags the user typed.
+    """
+    from sohsm.train import apply_overrides, resume_training, train
+
+    overrides = training_overrides(args, flags, config_class)
+    options, update_every = requested_head_options(args)
+    head = getattr(args, "head", None)
+    try:
+        if args.resume:
+            options = {**overrides.pop("head.options", {}), **options}
+            if update_every is None:
+                update_every = overrides.pop("head.update_every", None)
+            head = overrides.pop("head.name", head)
+            if head is not None:
+                overrides.update(head_overrides(head, options, update_every))
+            else:
+                overrides.update({"head.options": options} if options else {})
+                overrides.update({"head.update_every": update_every} if update_every is not None else {})
+            return resume_training(args.run_dir, overrides, progress=not args.quiet)
+        missing = [f.option for f in flags if f.metadata.get("required") and f.path not in overrides]
+        if missing:
+            raise CommandError(f"a new run needs {' and '.join(missing)} (or --resume to continue a run)")
+        name = overrides.pop("head.name")
+        file_options, file_k = overrides.pop("head.options", {}), overrides.pop("head.update_every", None)
+        overrides.update(head_overrides(name, {**file_options, **options}, file_k if update_every is None
+                                        else update_every))
+        return train(apply_overrides(config_class(), overrides), args.run_dir, progress=not args.quiet)
+    except (ValueError, DataError) as error:
+        typed = {f.path for f in flags if getattr(args, f.dest, None) not in (None, [])}
+        raise CommandError(render_error(error, flags, typed)) from None

@@ -48,7 +48,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def _build(args: argparse.Namespace) -> int:
     from sohsm.clustering import save_tree, tree_paths
     from sohsm.data import DataError
-    from sohsm.train.context import build_bootstrap_tree
+    from sohsm.tasks.lm.context import build_bootstrap_tree
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise CommandError(f"--max-tokens must be >= 1, got {args.max_tokens}")

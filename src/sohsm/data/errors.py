@@ -1,5 +1,7 @@
-"""The one exception type of the data layer."""
+"""The exception types of the data layer."""
 from __future__ import annotations
+
+from sohsm.fields import FieldError
 
 
 class DataError(ValueError):
@@ -8,3 +10,7 @@ class DataError(ValueError):
     The message is one line that names the file and says what to do about it; the
     command line prints it as is.
     """
+
+
+class DataFieldError(FieldError, DataError):
+    """A :class:`DataError` whose message names a setting (``use text_mode='running'``), see :mod:`sohsm.fields`."""

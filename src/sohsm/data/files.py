@@ -132,27 +132,54 @@ def record_sha256(
 
 
 # -- atomic writes ------------------------------------------------------------------
-@contextmanager
-def atomic_output(target: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]:
-    """Open a temporary file next to ``target`` that replaces it only on success.
+#: the suffix of the temporary file an atomic write goes through (``.<name>.<random>.tmp`` next to the target)
+ATOMIC_SUFFIX = ".tmp"
 
-    On an exception the temporary file is deleted and ``target`` is untouched.
+
+@contextmanager
+def atomic_output(target: str | os.PathLike[str], mode: str = "wb", make_parents: bool = True) -> Iterator[IO]:
+    """Open a temporary file next to ``target`` that replaces it (``os.replace``) only on success.
+
+    ``target`` is either left as it was or replaced whole, never half-written: on an
+    exception the temporary file is deleted; a process killed mid-write leaves it
+    behind (:func:`sohsm.train.checkpoint.remove_orphans` deletes those of a run
+    directory). The data are flushed to the disk before the replace. With
+    ``make_parents`` the folder is created if needed.
+
+    Raises:
+        OSError: the write failed (a full disk, for instance); its ``filename`` is
+            ``target``, so the error names the file meant, not the temporary one.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
     try:
-        with os.fdopen(fd, mode) as handle:
+        if make_parents:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=ATOMIC_SUFFIX, dir=target.parent)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(target)) from None
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as error:
         with suppress(OSError):
             os.unlink(tmp)
+        if isinstance(error, OSError) and error.errno is not None:
+            raise OSError(error.errno, error.strerror, str(target)) from None
         raise
 
 
+def write_atomic(target: str | os.PathLike[str], write) -> None:
+    """Call ``write(binary_file)`` on a temporary file next to ``target``, then replace ``target`` with it
+    (:func:`atomic_output`); the folder must exist (a run directory's files are written here)."""
+    with atomic_output(target, "wb", make_parents=False) as handle:
+        write(handle)
+
+
 def write_atomic_text(target: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (utf-8) to ``target`` via a temporary file and ``os.replace``."""
+    """Write ``text`` (utf-8) to ``target`` atomically (:func:`atomic_output`)."""
     with atomic_output(target, "w") as handle:
         handle.write(text)
 

@@ -32,7 +32,8 @@ import torch
 from torch import Tensor
 
 from sohsm.data.corpora import CORPORA, CorpusSpec, verify_corpus
-from sohsm.data.errors import DataError
+from sohsm.data.errors import DataError, DataFieldError
+from sohsm.fields import escape, suggest
 from sohsm.data.files import cached_sha256, remove_tree, resolve_cache_dir, resolve_data_dir
 from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
 
@@ -261,8 +262,8 @@ def _fraction_cut(text: str, fraction: float, lines: bool, path: Path) -> int:
         n_lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
         n_valid = max(1, round(n_lines * fraction))
         if n_lines - n_valid < 1:
-            raise DataError(f"{path}: {n_lines} line(s) is too few to split into train and valid; "
-                            "give more text or use text_mode='running'")
+            raise DataFieldError(escape(f"{path}: {n_lines} line(s) is too few to split into train and valid; ")
+                                 + "give more text or use {}", suggest("text_mode", "running"))
         pos = len(text) - 1 if text.endswith("\n") else len(text)
         for _ in range(n_valid):
             pos = text.rfind("\n", 0, pos)

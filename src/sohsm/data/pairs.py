@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from sohsm.data.errors import DataError
+from sohsm.data.files import write_atomic_text
 from sohsm.data.vocab import EOS, UNK, Vocabulary
 
 PAD = "<pad>"
@@ -223,6 +224,5 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.nda
 
 def write_lines(path: str | os.PathLike[str], sentences: Sequence[Sequence[str]]) -> None:
     """One sentence per line, words joined by spaces, written atomically."""
-    from sohsm.data.files import write_atomic_text
 
     write_atomic_text(path, "".join(" ".join(s) + "\n" for s in sentences))

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from sohsm.data.errors import DataError
+from sohsm.data.files import write_atomic_text
 
 UNK = "<unk>"
 EOS = "<eos>"
@@ -196,7 +197,6 @@ class Vocabulary:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the vocabulary (words, counts, specials) to a JSON file, atomically."""
-        from sohsm.data.files import write_atomic_text
 
         write_atomic_text(path, json.dumps(self.to_dict(), ensure_ascii=False))
 
@@ -213,3 +213,16 @@ class Vocabulary:
         except ValueError as error:
             raise DataError(f"{path}: not a vocabulary JSON file ({error})") from None
         return cls.from_dict(data)
+
+
+def vocabulary_difference(saved: Vocabulary, now: Vocabulary) -> str:
+    """What tells two vocabularies apart, for a message: their sizes, the first word, or a count."""
+    if len(saved) != len(now):
+        return f"{len(saved):,} words in the checkpoint, {len(now):,} now"
+    for i, (a, b) in enumerate(zip(saved.itos, now.itos)):
+        if a != b:
+            return f"both have {len(saved):,} words, but word {i:,} is {a!r} in the checkpoint and {b!r} now"
+    for word, a, b in zip(saved.itos, saved.counts.tolist(), now.counts.tolist()):
+        if a != b:
+            return f"the same {len(saved):,} words, but {word!r} was seen {a:,} times then and {b:,} times now"
+    return f"the same {len(saved):,} words and counts, but other special tokens"

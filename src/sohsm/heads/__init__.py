@@ -1,11 +1,11 @@
 """Output layers. Every head implements :class:`Head`; importing each file here fills the registry."""
-from sohsm.heads.base import ClusterScores, Head, HeadOutput
+from sohsm.heads.base import ClusteredHead, ClusterScores, Head, HeadOutput, HierarchicalHead, SelfOrganizingHead
 from sohsm.heads.registry import HeadOption, build_head, check_head_options, head_names, head_options, register_head
 from sohsm.heads.full import FullSoftmax
 from sohsm.heads.two_level import TopKResult, TwoLevelSoftmax
 from sohsm.heads.self_organized import SelfOrganizedSoftmax
 from sohsm.heads.adaptive import AdaptiveSoftmax
-from sohsm.heads.tree import BinaryTreeSoftmax, TreeTopK
+from sohsm.heads.binary_tree import BinaryTreeSoftmax, TreeTopK
 from sohsm.heads.nary_tree import NodeTopK, TreeSoftmax
 from sohsm.heads.dsoftmax import DifferentiatedSoftmax
 from sohsm.heads.sampled import ImportanceSamplingSoftmax, NCESoftmax, PMISoftmax, SampledSoftmax
@@ -14,17 +14,20 @@ __all__ = [
     "AdaptiveSoftmax",
     "BinaryTreeSoftmax",
     "ClusterScores",
+    "ClusteredHead",
     "DifferentiatedSoftmax",
     "FullSoftmax",
     "Head",
     "HeadOption",
     "HeadOutput",
+    "HierarchicalHead",
     "ImportanceSamplingSoftmax",
     "NCESoftmax",
     "NodeTopK",
     "PMISoftmax",
     "SampledSoftmax",
     "SelfOrganizedSoftmax",
+    "SelfOrganizingHead",
     "TopKResult",
     "TreeSoftmax",
     "TreeTopK",

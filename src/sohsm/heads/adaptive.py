@@ -156,7 +156,7 @@ class AdaptiveSoftmax(Head):
 
 
 @register_head("adaptive")
-def _adaptive(in_features: int, n_classes: int, counts=None, seed: int = 0, cutoffs: Sequence[int] | None = None,
+def _adaptive(in_features: int, n_classes: int, counts=None, cutoffs: Sequence[int] | None = None,
               div_value: float = 4.0, head_bias: bool = False) -> AdaptiveSoftmax:
     return AdaptiveSoftmax(in_features, n_classes, cutoffs=cutoffs, div_value=div_value, head_bias=head_bias,
                            counts=counts)

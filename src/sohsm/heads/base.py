@@ -6,6 +6,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from sohsm.clustering.hierarchy import assignment_to_hierarchy
+
 
 def check_size(name: str, value, low: int) -> int:
     """``value`` as an int of at least ``low``; refuses floats (``10.5``), strings (``'10'``) and bools.
@@ -210,3 +212,63 @@ class Head(nn.Module):
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.n_classes:
             raise ValueError(f"k must be an integer in [1, {self.n_classes}], got {k!r}")
         return k
+
+
+# -- what some heads can do besides: declared, so callers ask with isinstance ----------------------------
+class HierarchicalHead(Head):
+    """A head whose words sit in a hierarchy (clusters, or a tree) that can be exported."""
+
+    def hierarchy(self) -> list:  # pragma: no cover - every subclass has its own
+        """The head's structure as nested lists of word ids (a two-level head: one list per cluster)."""
+        raise NotImplementedError
+
+
+class ClusteredHead(HierarchicalHead):
+    """A two-level head: every word in one of :attr:`n_clusters` clusters.
+
+    Attributes:
+        n_clusters: the number of clusters (some may be empty).
+        assignment: ``[N]`` cluster id of every word (a buffer).
+    """
+
+    n_clusters: int
+    assignment: Tensor
+
+    def clusters(self) -> list[Tensor]:  # pragma: no cover - every subclass has its own
+        """Word ids of each cluster (ascending), one tensor per cluster; empty clusters give empty tensors."""
+        raise NotImplementedError
+
+    def set_assignment(self, assignment: Tensor, optimizer: torch.optim.Optimizer | None = None) -> Tensor:
+        """Move words to the clusters ``assignment``; returns ``[N]`` bool, which words moved."""
+        raise NotImplementedError  # pragma: no cover
+
+    def hierarchy(self) -> list:
+        return assignment_to_hierarchy(self.assignment)
+
+
+class SelfOrganizingHead(ClusteredHead):
+    """A two-level head that re-learns its clusters while it trains (after optimizer steps, see :meth:`attach`).
+
+    Attributes:
+        update_every: K, optimizer steps between re-clusterings (0: never; ``None`` until the first
+            step when it follows from the epoch length).
+        history: one record per re-clustering (the training loop writes them to ``metrics.jsonl``).
+        frozen: the clusters no longer change.
+    """
+
+    update_every: int | None
+    history: list[dict]
+    frozen: bool
+
+    def freeze(self, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Keep the clusters as they are from now on: no statistics, no re-clustering."""
+        raise NotImplementedError  # pragma: no cover
+
+    def reassign(self, optimizer: torch.optim.Optimizer | None = None) -> dict:
+        """Re-cluster now from the statistics gathered; returns the history record."""
+        raise NotImplementedError  # pragma: no cover
+
+    def describe_schedule(self, tokens_per_step: int | None = None) -> str:
+        """How often the head re-clusters, for a run's start-up lines (``"K 43"``); ``tokens_per_step``
+        lets a head that chooses K from the epoch length say which K it will choose."""
+        return f"K {self.update_every}"

@@ -132,6 +132,6 @@ class DifferentiatedSoftmax(Head):
 
 
 @register_head("dsoftmax")
-def _dsoftmax(in_features: int, n_classes: int, counts=None, seed: int = 0, cutoffs: Sequence[int] | None = None,
+def _dsoftmax(in_features: int, n_classes: int, counts=None, cutoffs: Sequence[int] | None = None,
               dims: Sequence[int] | None = None, bias: bool = False) -> DifferentiatedSoftmax:
     return DifferentiatedSoftmax(in_features, n_classes, cutoffs=cutoffs, dims=dims, bias=bias, counts=counts)

@@ -17,10 +17,10 @@ from torch import Tensor, nn
 from sohsm.clustering.hierarchy import (
     HierarchyTables, balanced_hierarchy, branching_for_depth, check_hierarchy, hierarchy_tables, tables_to_hierarchy,
 )
-from sohsm.heads.base import Head, HeadOutput, upcast
+from sohsm.heads.base import HeadOutput, HierarchicalHead, upcast
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
-from sohsm.heads.tree import TreeTopK, best_first_topk
+from sohsm.heads.binary_tree import TreeTopK, best_first_topk
 
 
 #: a depth whose edges number at most this many times its widest node's children is scored whole, with
@@ -99,7 +99,7 @@ class _GatherRows(torch.autograd.Function):
         return (None, None, *([None] * len(indices)))
 
 
-class TreeSoftmax(WritesWeightGradient, Head):
+class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
     """Hierarchical softmax over a tree given as nested lists of word ids (any arity, any depth).
 
     Each internal node has its own softmax over its children; a word's

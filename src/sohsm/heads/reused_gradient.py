@@ -101,6 +101,8 @@ class WritesWeightGradient(nn.Module):
     def _check_weight_is_whole(self) -> None:
         """Refuse a sharded or flattened :attr:`weight` (FSDP, tensor parallel): the kernel needs all its rows."""
         weight = self.weight
+        # DTensor's public home (torch.distributed.tensor) appeared in torch 2.5 and this package supports 2.4:
+        # its class name is the test that works across the supported versions
         sharded = any(cls.__name__ == "DTensor" for cls in type(weight).__mro__)
         flattened = not isinstance(weight, nn.Parameter) or (
             weight.untyped_storage().nbytes() != weight.numel() * weight.element_size())

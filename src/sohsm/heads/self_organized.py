@@ -1,4 +1,4 @@
-"""The self-organized hierarchical softmax (Shen, Wang and Tian 2017).
+"""The self-organized hierarchical softmax (Shen, Tan, Pal and Courville 2017).
 
 A two-level softmax whose clusters are re-learned during training: an EM in
 which the M-step is ordinary gradient descent with the clusters fixed, and the
@@ -8,6 +8,7 @@ predictions.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import sys
@@ -24,7 +25,7 @@ from sohsm.clustering import (
     greedy_assignment,
     random_assignment,
 )
-from sohsm.heads.base import check_counts
+from sohsm.heads.base import SelfOrganizingHead, check_counts
 from sohsm.heads.registry import register_head
 from sohsm.heads.two_level import TwoLevelSoftmax
 
@@ -37,13 +38,23 @@ SMOOTHING = ("epoch", "paper_literal")
 def _user_stacklevel() -> int:
     """``stacklevel`` that makes a warning point at the first frame outside torch and these heads."""
     inside = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1  # level 1: the function that warns
+    frame, level = inspect.currentframe().f_back, 1  # level 1: the function that warns (the public frame API)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(inside):
         frame, level = frame.f_back, level + 1
     return level
 
 
-class SelfOrganizedSoftmax(TwoLevelSoftmax):
+def _is_zero_redundancy(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` is torch's ZeroRedundancyOptimizer (which shards its state across ranks).
+
+    An instance of it means its module was imported, so the check imports nothing (importing
+    ``torch.distributed.optim`` would compile its TorchScript optimizers on every attach).
+    """
+    module = sys.modules.get("torch.distributed.optim.zero_redundancy_optimizer")
+    return module is not None and isinstance(optimizer, module.ZeroRedundancyOptimizer)
+
+
+class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
     """Two-level softmax whose word clusters are learned from the model's predictions.
 
     For every word ``w`` a row ``q[w]`` estimates ``E[log2 P(c | context) | next word = w]``
@@ -58,7 +69,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
     Words keep their vectors and optimizer state when they move
     (:meth:`TwoLevelSoftmax.set_assignment`).
 
-    Paper: Shen, Wang and Tian (2017), "Self-organized Hierarchical Softmax",
+    Paper: Shen, Tan, Pal and Courville (2017), "Self-organized Hierarchical Softmax",
     https://arxiv.org/abs/1707.08588 (Eq. 1-10, Algorithm 1).
 
     Args:
@@ -259,6 +270,23 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         steps_per_epoch = float(self.counts.sum()) / batch_tokens
         self.update_every = max(1, round(steps_per_epoch / self.reclusters_per_epoch))
 
+    def describe_schedule(self, tokens_per_step: int | None = None) -> str:
+        """K as the head will use it, for a run's start-up lines: ``"K 43 (auto, ≈8 per epoch)"``.
+
+        Without a given K the head chooses it at its first batch from the epoch length
+        (``sum(counts) / tokens_per_step`` steps) and :attr:`reclusters_per_epoch`;
+        this computes the same number in advance.
+        """
+        k = self.update_every
+        if k == 0:
+            return "K 0 (never re-clusters)"
+        if k is not None:
+            return f"K {k}"
+        if not self.counts_given or not tokens_per_step:
+            return "K auto"
+        steps_per_epoch = float(self.counts.sum()) / tokens_per_step
+        return f"K {max(1, round(steps_per_epoch / self.reclusters_per_epoch))} (auto, ≈{self.reclusters_per_epoch:g} per epoch)"
+
     # -- q and tensors that are not buffers -------------------------------------------------
     def _apply(self, fn, recurse=True):
         result = super()._apply(fn, recurse)
@@ -376,6 +404,8 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
     # -- cluster statistics (Eq. 9-10) ---------------------------------------------------------
     @torch.no_grad()
     def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        # torch has no public way to ask whether this forward runs inside a backward pass (activation
+        # checkpointing recomputes it there); its graph task id is -1 outside one
         if self.frozen or torch._C._current_graph_task_id() != -1:
             return  # a forward recomputed during backward (activation checkpointing) was already seen
         group = self._find_group()
@@ -454,7 +484,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         the same handle. The head holds its optimizers weakly: one its owner drops
         is not kept alive. Returns the hook handle.
         """
-        if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
+        if _is_zero_redundancy(optimizer):
             raise ValueError(
                 "SelfOrganizedSoftmax cannot follow a ZeroRedundancyOptimizer: its state for the head's "
                 "weight lives on one rank only, so a re-assignment could not move it with the words. "
@@ -502,14 +532,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         layout = self._layout
         stay_slots = layout.slot_of_word[~moved]
         stay_clusters = self.assignment[~moved]
-        tensors = [self.weight.data]
-        optimizers = list(self._optimizers)
-        if optimizer is not None and all(optimizer is not o for o in optimizers):
-            optimizers.append(optimizer)
-        for opt in optimizers:
-            for value in opt.state.get(self.weight, {}).values():
-                if isinstance(value, Tensor) and value.shape == self.weight.shape:
-                    tensors.append(value)
+        tensors = [self.weight.data, *self._optimizer_state(self.weight, optimizer, rows=True)]
         n_stay = torch.bincount(stay_clusters, minlength=self.n_clusters).to(self.weight.dtype)
         moved_words = moved.nonzero().squeeze(1)
         target_clusters = self.assignment[moved_words]
@@ -530,17 +553,9 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         self.reset_parameters()
         if self.reset_on_freeze == "head_keep_state":
             return
-        optimizers = list(self._optimizers)
-        if optimizer is not None and all(optimizer is not o for o in optimizers):
-            optimizers.append(optimizer)
-        for opt in optimizers:
-            for p in self.parameters():
-                state = opt.state.get(p)
-                if not state:
-                    continue
-                for key, value in state.items():
-                    if isinstance(value, Tensor):
-                        value.zero_()
+        for p in self.parameters():
+            for value in self._optimizer_state(p, optimizer):
+                value.zero_()
 
     @torch.no_grad()
     def reassign(self, optimizer: torch.optim.Optimizer | None = None) -> dict:

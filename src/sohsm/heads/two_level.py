@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
-from sohsm.heads.base import ClusterScores, Head, HeadOutput, check_counts, upcast
+from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, upcast
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 
@@ -152,7 +152,7 @@ class _InClusterLogProb(torch.autograd.Function):
         return grad_hidden, None, None, None, None
 
 
-class TwoLevelSoftmax(WritesWeightGradient, Head):
+class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
     """Two-level softmax over fixed word clusters (class-based softmax).
 
     ``P(w | h) = P(C(w) | h) * P(w | h, C(w))``: a softmax over the clusters and a
@@ -160,7 +160,7 @@ class TwoLevelSoftmax(WritesWeightGradient, Head):
     normalises over ``|C| + |C(w)|`` scores instead of ``N``. With ``sqrt(N)``
     clusters of about ``sqrt(N)`` words that is ``O(sqrt(N))``.
 
-    Paper: Shen, Wang and Tian (2017), "Self-organized Hierarchical Softmax",
+    Paper: Shen, Tan, Pal and Courville (2017), "Self-organized Hierarchical Softmax",
     https://arxiv.org/abs/1707.08588 (Eq. 1-4). Frequency binning: Mikolov et al.
     (2011), "Extensions of recurrent neural network language model".
 
@@ -334,18 +334,23 @@ class TwoLevelSoftmax(WritesWeightGradient, Head):
             self.weight.copy_(self.weight[permutation])
             if self.weight.grad is not None:
                 self.weight.grad.copy_(self.weight.grad[permutation])
-            optimizers = list(self._optimizers)
-            if optimizer is not None and all(optimizer is not o for o in optimizers):
-                optimizers.append(optimizer)
-            for opt in optimizers:
-                for value in opt.state.get(self.weight, {}).values():
-                    if isinstance(value, Tensor) and value.shape == self.weight.shape:
-                        value.copy_(value[permutation])
+            for value in self._optimizer_state(self.weight, optimizer, rows=True):
+                value.copy_(value[permutation])
         self.assignment.copy_(new)
         new_layout.version = self.assignment._version
         self._layout = new_layout
         self._grad.invalidate()
         return moved
+
+    def _optimizer_state(self, param: Tensor, optimizer: torch.optim.Optimizer | None = None,
+                         rows: bool = False) -> list[Tensor]:
+        """The tensors in the state of ``param`` of every attached optimizer and of ``optimizer``: with
+        ``rows``, those shaped like ``param`` (one row per word: Adagrad sums, Adam moments, momentum)."""
+        optimizers = list(self._optimizers)
+        if optimizer is not None and all(optimizer is not o for o in optimizers):
+            optimizers.append(optimizer)
+        return [value for opt in optimizers for value in opt.state.get(param, {}).values()
+                if isinstance(value, Tensor) and (not rows or value.shape == param.shape)]
 
     # -- the forward pass ---------------------------------------------------------
     def _cluster_log_probs(self, hidden_c: Tensor) -> Tensor:

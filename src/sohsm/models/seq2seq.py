@@ -1,4 +1,4 @@
-"""An attention encoder-decoder that makes hidden states for a head (the paper's headline model, §4.2).
+"""An attention encoder-decoder that makes hidden states for a head (the paper's headline model, §5).
 
     source [S, B] -> embedding -> LSTM encoder -> states E [S, B, d]          (packed: padding never read)
     target_in [T, B] -> embedding -> LSTM decoder (starts from the encoder's last state) -> h [T, B, d]

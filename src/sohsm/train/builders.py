@@ -1,4 +1,8 @@
-"""Building a run's model, head and optimizer from its config (shared by training, evaluation, decoding)."""
+"""What the loop builds for every task: the device, the optimizer, the run's signature.
+
+A task builds its own model and head (:meth:`sohsm.train.task.Task.build`); the
+head of any task is built by :func:`sohsm.tasks.heads.build_run_head`.
+"""
 from __future__ import annotations
 
 import itertools
@@ -7,12 +11,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from sohsm import __version__
 from sohsm.data.vocab import Vocabulary
-from sohsm.heads import Head, build_head, head_options
-from sohsm.models.lstm_lm import LSTMLanguageModel
-from sohsm.train.config import TrainConfig
-from sohsm.train.hierarchies import LoadedHierarchy, hierarchy_options, set_clusters, takes_tree
+from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead
+from sohsm.train.config import RunConfig
+from sohsm.version import __version__
 
 #: optimizer classes by config name
 OPTIMIZER_CLASSES: dict[str, type[torch.optim.Optimizer]] = {
@@ -41,56 +43,6 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def build_run_head(config: TrainConfig, vocab: Vocabulary, hierarchy: LoadedHierarchy | None = None,
-                   saved_head: dict | None = None) -> Head:
-    """The head named by ``config.head``, with the vocabulary's counts and the run's seed.
-
-    The run's seed goes to heads that take a ``seed`` option (the random clusters
-    of the two-level heads) unless ``config.head.options`` sets one. With
-    ``hierarchy`` (from ``data.clusters_from``) the ``tree`` head takes the whole
-    tree and a two-level head its clusters, fixed; with ``saved_head`` (a
-    checkpoint's head state) a head built from a hierarchy takes the checkpoint's.
-
-    Raises:
-        ValueError: the head does not take one of the options (naming it and the
-            head's options), or refuses a value, or takes no hierarchy.
-    """
-    name, d, n = config.head.name, config.model.hidden_size, len(vocab)
-    options: dict[str, Any] = dict(config.head.options)
-    if config.head.update_every is not None:
-        options["update_every"] = config.head.update_every
-    if "seed" not in options and "seed" in (head_options(name) or {}):
-        options["seed"] = config.seed
-    assignment = None
-    if saved_head is not None and getattr(config.data, "clusters_from", None) and not takes_tree(name):
-        assignment = saved_head["assignment"].cpu()
-        options["n_clusters"] = int(assignment.max()) + 1
-    elif hierarchy is not None:
-        options, assignment = hierarchy_options(name, options, hierarchy, n)
-    head = build_head(name, d, n, counts=torch.from_numpy(vocab.counts.copy()), **options)
-    if assignment is not None:
-        set_clusters(head, assignment, name)
-    return head
-
-
-def build_model_and_head(config: TrainConfig, vocab: Vocabulary, device: torch.device | str = "cpu",
-                         hierarchy: LoadedHierarchy | None = None,
-                         saved_head: dict | None = None) -> tuple[LSTMLanguageModel, Head]:
-    """The LSTM and the head of a run, initialised from ``config.seed`` and moved to ``device``.
-
-    Seeds torch's global generator with ``config.seed`` first, so the initial
-    weights, and the dropout masks drawn afterwards, follow from the seed.
-    """
-    torch.manual_seed(config.seed)
-    m = config.model
-    model = LSTMLanguageModel(len(vocab), emb_size=m.emb_size, hidden_size=m.hidden_size, layers=m.layers,
-                              dropout=m.dropout)
-    head = build_run_head(config, vocab, hierarchy, saved_head)
-    if m.tie_weights:
-        model.tie_weights(head)
-    return model.to(device), head.to(device)
-
-
 def unique_parameters(*modules: nn.Module) -> list[nn.Parameter]:
     """Parameters of all ``modules``, each once (a tied weight belongs to two modules)."""
     seen: set[int] = set()
@@ -102,8 +54,11 @@ def unique_parameters(*modules: nn.Module) -> list[nn.Parameter]:
     return out
 
 
-def build_optimizer(config: TrainConfig, model: LSTMLanguageModel, head: Head) -> torch.optim.Optimizer:
-    """The run's optimizer with two parameter groups: the LSTM's (weight decay) and the rest (none)."""
+def build_optimizer(config: RunConfig, model: nn.Module, head: Head) -> torch.optim.Optimizer:
+    """The run's optimizer with two parameter groups: the LSTMs' (weight decay) and the rest (none).
+
+    The model says which of its parameters are its LSTMs' (``model.lstm_parameters()``).
+    """
     decay = model.lstm_parameters()
     decay_ids = {id(p) for p in decay}
     rest = [p for p in unique_parameters(model, head) if id(p) not in decay_ids]
@@ -125,14 +80,19 @@ def can_fuse(params: list[nn.Parameter], head: Head) -> bool:
     return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
 
 
-def run_signature(config: TrainConfig, head: Head, vocab: Vocabulary, corpus_signature: str) -> dict[str, Any]:
+def run_signature(config: RunConfig, head: Head, vocab: Vocabulary, corpus_signature: str) -> dict[str, Any]:
     """What every reported number of the run is tied to: head, clusters, K, vocabulary, corpus, seed, version."""
     return {
         "head": config.head.name,
-        "clusters": getattr(head, "n_clusters", None),
-        "K": getattr(head, "update_every", None),
+        "clusters": head.n_clusters if isinstance(head, ClusteredHead) else None,
+        "K": head_k(head),
         "vocab": len(vocab),
         "corpus": corpus_signature,
         "seed": config.seed,
         "version": __version__,
     }
+
+
+def head_k(head: Head, default: int | None = None) -> int | None:
+    """K of a self-organizing head (optimizer steps between re-clusterings), else ``default``."""
+    return head.update_every if isinstance(head, SelfOrganizingHead) else default

@@ -2,7 +2,7 @@
 
 A run directory holds::
 
-    config.json     the run config (written once, at the start; ``task`` names a summariser's)
+    config.json     the run config (written at the start; ``task`` names the task, absent in older language-model runs)
     .lock           held by the trainer writing the run (:mod:`sohsm.train.lock`)
     vocab.json      the vocabulary (also inside every checkpoint)
     metrics.jsonl   one JSON record per line: kind = train / eval / recluster
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,62 +29,30 @@ from typing import Any
 
 import torch
 
-CHECKPOINT_FORMAT = "sohsm.lm-checkpoint/1"
-#: the checkpoint format of a summariser (``sohsm s2s train``)
-S2S_CHECKPOINT_FORMAT = "sohsm.s2s-checkpoint/1"
-_FORMAT_NAMES = {CHECKPOINT_FORMAT: "language-model", S2S_CHECKPOINT_FORMAT: "summariser"}
+from sohsm.data.files import ATOMIC_SUFFIX, write_atomic  # noqa: F401  (write_atomic: where run files are written)
+
+#: the ``format`` of every sohsm checkpoint: ``sohsm.<task>-checkpoint/<version>``
+_FORMAT = re.compile(r"sohsm\.([A-Za-z0-9_]+)-checkpoint/[0-9]+")
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
 METRICS_FILE = "metrics.jsonl"
 LAST = "last.pt"
 BEST = "best.pt"
 CHECKPOINTS = {"last": LAST, "best": BEST}
-#: the files of a run directory that are written atomically (through a temporary file next to them)
+#: the files of a run directory that are written atomically (:func:`sohsm.data.files.atomic_output`)
 RUN_FILES = (CONFIG_FILE, VOCAB_FILE, METRICS_FILE, LAST, BEST)
-
-
-def write_atomic(path: str | os.PathLike[str], write) -> None:
-    """Call ``write(binary_file)`` on a temporary file next to ``path``, then ``os.replace`` it.
-
-    ``path`` is either left as it was or replaced whole, never half-written. A
-    process killed mid-write leaves the temporary file behind;
-    :func:`remove_orphans` deletes it at the next start.
-
-    Raises:
-        OSError: the write failed (a full disk, for instance); its ``filename``
-            is ``path``, so the error names the file meant, not the temporary one.
-    """
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as error:
-        raise OSError(error.errno, error.strerror, str(path)) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException as error:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(error, OSError) and error.errno is not None:
-            raise OSError(error.errno, error.strerror, str(path)) from None
-        raise
 
 
 def remove_orphans(run_dir: str | os.PathLike[str]) -> list[Path]:
     """Delete the temporary files a killed write left in ``run_dir``; returns what was removed.
 
-    Only the temporary files of :data:`RUN_FILES` (``.last.pt.*.tmp``, ``.vocab.json.*.part``, ...)
-    are touched. Call it only while holding the run's lock: a running trainer's
+    Only the temporary files of :data:`RUN_FILES` (``.last.pt.*.tmp``, ...) are touched, and the
+    ``.part`` files that earlier versions wrote for ``vocab.json``. Call it only while holding the run's lock: a running trainer's
     temporary file is not an orphan.
     """
     removed = []
     for name in RUN_FILES:
-        for suffix in ("tmp", "part"):
+        for suffix in (ATOMIC_SUFFIX.lstrip("."), "part"):
             for path in Path(run_dir).glob(f".{name}.*.{suffix}"):
                 try:
                     path.unlink()
@@ -105,12 +73,23 @@ def save_checkpoint(path: str | os.PathLike[str], checkpoint: dict[str, Any]) ->
     write_atomic(path, lambda handle: torch.save(checkpoint, handle))
 
 
+def checkpoint_format(task: str) -> str:
+    """The ``format`` of the checkpoints of task ``task``: ``sohsm.lm-checkpoint/1``."""
+    return f"sohsm.{task}-checkpoint/1"
+
+
+def format_task(format: Any) -> str | None:
+    """The task a checkpoint ``format`` names (``"lm"``), ``None`` if it is not a sohsm checkpoint's."""
+    match = _FORMAT.fullmatch(format) if isinstance(format, str) else None
+    return match.group(1) if match else None
+
+
 def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu",
-                    formats: tuple[str, ...] = (CHECKPOINT_FORMAT,)) -> dict[str, Any]:
+                    formats: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint` (tensors and plain containers only).
 
     Args:
-        formats: the ``format`` values accepted (default: a language model's).
+        formats: the ``format`` values accepted; ``None``: the checkpoint of any task.
 
     Raises:
         ValueError: the file is missing, unreadable or not a sohsm checkpoint of one of ``formats``.
@@ -122,10 +101,10 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # torch raises many types for a damaged file
         raise ValueError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
-    if not isinstance(checkpoint, dict) or checkpoint.get("format") not in formats:
-        kind = _FORMAT_NAMES.get(formats[0], formats[0]) if len(formats) == 1 else "sohsm"
-        found = _FORMAT_NAMES.get(checkpoint.get("format")) if isinstance(checkpoint, dict) else None
-        raise ValueError(f"{path}: not a sohsm {kind} checkpoint" + (f" (it is a {found} checkpoint)" if found else ""))
+    found = format_task(checkpoint.get("format")) if isinstance(checkpoint, dict) else None
+    if found is None or (formats is not None and checkpoint["format"] not in formats):
+        kind = f" {format_task(formats[0])}" if formats is not None and len(formats) == 1 else ""
+        raise ValueError(f"{path}: not a sohsm{kind} checkpoint" + (f" (it is a {found} checkpoint)" if found else ""))
     return checkpoint
 
 

@@ -19,9 +19,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from sohsm.data.batching import batchify, bptt_batches
 from sohsm.heads.base import Head
-from sohsm.models.lstm_lm import LSTMLanguageModel
 
 
 class Evaluable(Protocol):
@@ -61,23 +59,19 @@ def _exp(x: float) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, head: Head, data: Tensor | Evaluable, batch_size: int = 32,
-             bptt: int = 20, sum_over: Callable[[Tensor], Tensor] | None = None) -> EvalResult:
+def evaluate(model: nn.Module, head: Head, data: Evaluable,
+             sum_over: Callable[[Tensor], Tensor] | None = None) -> EvalResult:
     """Score every target of ``data`` with ``model`` and ``head``.
 
-    ``data`` is either a 1-D token stream, laid out in ``batch_size`` columns
-    (:func:`sohsm.data.batchify`; at most ``batch_size - 1`` trailing tokens are
-    dropped) and read in windows of ``bptt`` rows with the LSTM state carried
-    across windows, or any task (:class:`~sohsm.train.task.Task`), whose
-    ``eval_hidden_states(model)`` gives the hidden states and targets of its dev
-    data. Losses are summed on the device and read once at the end.
+    ``data`` is any task (:class:`~sohsm.train.task.Task`), or anything else whose
+    ``eval_hidden_states(model)`` gives hidden states and targets batch by batch
+    (a language model's token stream: :func:`sohsm.tasks.lm.evaluate_stream`).
+    Losses are summed on the device and read once at the end.
 
     Args:
         model: makes the hidden states.
         head: scores them.
-        data: 1-D token ids (a corpus split), or a task.
-        batch_size: columns of a token stream.
-        bptt: rows per window of a token stream (does not change the result, only memory and speed).
+        data: gives the hidden states and targets (called with the model in eval mode).
         sum_over: adds a tensor over processes in place (each scored its share of the
             data, :meth:`sohsm.train.distributed.Ranks.sum_`); the result is that of all shares.
 
@@ -85,7 +79,7 @@ def evaluate(model: nn.Module, head: Head, data: Tensor | Evaluable, batch_size:
         :class:`EvalResult`.
 
     Raises:
-        ValueError: ``ids`` is too short for ``batch_size`` columns of two tokens.
+        ValueError: the data has no targets, or (raised by ``data``) cannot be read in its batches.
     """
     device = next(model.parameters()).device
     was_training = model.training, head.training
@@ -93,8 +87,7 @@ def evaluate(model: nn.Module, head: Head, data: Tensor | Evaluable, batch_size:
     head.eval()
     start = time.perf_counter()
     try:
-        batches = (stream_hidden_states(model, data, batch_size, bptt) if isinstance(data, Tensor)
-                   else data.eval_hidden_states(model))
+        batches = data.eval_hidden_states(model)
         total = torch.zeros(4, dtype=torch.float64, device=device)  # sum log P, cluster, in-cluster; tokens
         has_parts = True
         for hidden, targets in batches:
@@ -131,30 +124,3 @@ def evaluate(model: nn.Module, head: Head, data: Tensor | Evaluable, batch_size:
         seconds=seconds,
         tokens_per_s=tokens / seconds if seconds > 0 else float("inf"),
     )
-
-
-def stream_hidden_states(model: LSTMLanguageModel, ids: Tensor, batch_size: int, bptt: int,
-                         columns: slice | None = None) -> Iterator[tuple[Tensor, Tensor]]:
-    """``(hidden [t*B, d], targets [t*B])`` of a token stream in ``batch_size`` columns, state carried.
-
-    ``columns``: only these columns of the layout (a rank's share; each column is
-    read on its own, so the shares' sums add up to the whole's).
-
-    Raises:
-        ValueError: ``ids`` is too short for ``batch_size`` columns of two tokens.
-    """
-    device = next(model.parameters()).device
-    if ids.dim() != 1 or ids.numel() < 2 * batch_size:
-        raise ValueError(f"cannot evaluate {ids.numel()} tokens in {batch_size} columns: "
-                         "need at least two tokens per column")
-    data = batchify(ids, batch_size, device)  # [T, B]
-    if columns is not None:
-        data = data[:, columns]  # [T, b]
-
-    def windows() -> Iterator[tuple[Tensor, Tensor]]:
-        state = None
-        for inputs, targets in bptt_batches(data, bptt):
-            hidden, state = model(inputs, state)  # [t, B, d]
-            yield hidden.reshape(-1, hidden.size(-1)), targets.reshape(-1)  # [t*B, d], [t*B]
-
-    return windows()

@@ -1,8 +1,8 @@
 """The training loop of every task: budgets, dev evaluation, checkpoints, resume, signals.
 
 The loop knows no model: a task (:mod:`sohsm.train.task`; the language model's
-is :class:`~sohsm.train.lm_task.LMTask`, the summariser's
-:class:`~sohsm.train.s2s_task.S2STask`) cuts its data into batches and has the
+is :class:`~sohsm.tasks.lm.LMTask`, the summariser's
+:class:`~sohsm.tasks.s2s.S2STask`) cuts its data into batches and has the
 model turn a batch into hidden states and targets; the head scores them::
 
     for batch in task.batches(epoch, cursor):
@@ -37,6 +37,7 @@ from typing import Any, Mapping
 
 import torch
 
+from sohsm.fields import FieldError
 from sohsm.train.builders import build_optimizer, resolve_device
 from sohsm.train.checkpoint import (
     CONFIG_FILE,
@@ -56,17 +57,13 @@ from sohsm.train.rundir import check_writable, holds_run, read_config, set_rng_s
 from sohsm.train.session import STOP_REASONS, Progress, TrainResult, progress_of, run_session  # noqa: F401
 from sohsm.train.task import Task, task_of
 
-# the language model's names, where code written against earlier versions finds them
-from sohsm.models.lstm_lm import LSTMLanguageModel  # noqa: E402,F401
-from sohsm.train.lm_task import check_vocabulary  # noqa: E402,F401
-
 
 # -- public entry points ---------------------------------------------------------------------
 def train(config: RunConfig, run_dir: str | os.PathLike[str], *, progress: bool = True) -> TrainResult:
     """Train a new run in ``run_dir`` (created if needed) until a budget is spent.
 
     The task that trains it follows from the config's class (a
-    :class:`~sohsm.train.TrainConfig` trains a language model). Every check that
+    :class:`~sohsm.tasks.lm.LMConfig` trains a language model). Every check that
     can run before training does (settings, data, batch sizes against the
     splits, memory) before ``run_dir`` is created, so a refused run leaves
     nothing behind. Started by ``torchrun`` (``WORLD_SIZE`` > 1), every process
@@ -191,7 +188,7 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
     overrides = task_class.absolute_locations(dict(overrides or {}))
     differences = config_differences(saved, overrides)
     if differences:
-        raise ValueError(f"cannot resume {run_dir} with other settings: " + "; ".join(differences))
+        raise FieldError.joined(f"cannot resume {run_dir} with other settings: ", differences)
     config = apply_overrides(saved, {k: v for k, v in overrides.items() if k in saved.resumable_fields})
     resolve_device(config.device)
     with Ranks.join(config.device) as ranks:

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sohsm.train.checkpoint import write_atomic
+from sohsm.train.checkpoint import METRICS_FILE, write_atomic
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -60,8 +60,6 @@ class MetricsLog:
 
     def __init__(self, run_dir: str | os.PathLike[str], keep_until_step: int | None = None,
                  tensorboard: bool = True) -> None:
-        from sohsm.train.checkpoint import METRICS_FILE
-
         self.path = Path(run_dir) / METRICS_FILE
         if keep_until_step is not None and self.path.exists():
             kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= keep_until_step]

@@ -19,16 +19,12 @@ import time
 import torch
 from tqdm import tqdm
 
-from sohsm.data.loading import Corpus
-from sohsm.heads import Head
-from sohsm.models.lstm_lm import LSTMLanguageModel
-from sohsm.train.config import TrainConfig
 
 #: steps left out of the speed estimate (lazy initialisation, allocator warm-up) and steps timed
 WARMUP_STEPS, TIMED_STEPS = 2, 20
 
 
-def _count(n: float) -> str:
+def count_text(n: float) -> str:
     """``5_200_000`` -> ``"5.2M"``, ``42_000`` -> ``"42k"``."""
     for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if n >= limit:
@@ -36,7 +32,7 @@ def _count(n: float) -> str:
     return f"{n:.0f}"
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:
@@ -44,55 +40,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _parameters(*modules: torch.nn.Module) -> int:
+def parameter_count(*modules: torch.nn.Module) -> int:
+    """Parameters of ``modules``, each counted once (a tied weight belongs to two)."""
     return sum(p.numel() for p in {id(p): p for m in modules for p in m.parameters()}.values())
-
-
-def describe_k(head: Head, config: TrainConfig) -> str | None:
-    """K of a re-clustering head, as the head will use it; ``None`` for heads that never re-cluster.
-
-    A self-organized head without a given K chooses it at its first batch from the
-    epoch length (``sum(counts) / (batch_size * bptt)`` steps) and its
-    ``reclusters_per_epoch``; this computes the same number in advance.
-    """
-    if not hasattr(head, "update_every"):
-        return None
-    k = head.update_every
-    if k == 0:
-        return "K 0 (never re-clusters)"
-    if k is not None:
-        return f"K {k}"
-    per_epoch = getattr(head, "reclusters_per_epoch", None)
-    counts = getattr(head, "counts", None)
-    if not getattr(head, "counts_given", False) or per_epoch is None or counts is None:
-        return "K auto"
-    steps_per_epoch = float(counts.sum()) / (config.batch_size * config.bptt)
-    return f"K {max(1, round(steps_per_epoch / per_epoch))} (auto, ≈{per_epoch:g} per epoch)"
-
-
-def startup_lines(config: TrainConfig, corpus: Corpus, model: LSTMLanguageModel, head: Head, device: torch.device,
-                  planned_tokens: int, tokens_per_epoch: int, done_tokens: int = 0) -> list[str]:
-    """The two lines a session prints before it trains: what runs (data, model, head, device) and the plan."""
-    m = config.model
-    head_facts = [f"{_count(_parameters(head))} parameters"]
-    if getattr(head, "n_clusters", None) is not None:
-        head_facts.append(f"{head.n_clusters} clusters")
-    k = describe_k(head, config)
-    if k is not None:
-        head_facts.append(k)
-    what = (f"{corpus.name}: {len(corpus.vocab):,} words, {corpus.train.numel():,} train tokens | "
-            f"LSTM {m.layers}×{m.emb_size}/{m.hidden_size} | head {config.head.name}: {', '.join(head_facts)} | "
-            f"{_count(_parameters(model, head))} parameters in all | {device}")
-    epochs = planned_tokens / tokens_per_epoch
-    if config.max_tokens is not None and config.max_tokens == planned_tokens:
-        plan = f"plan: {planned_tokens:,} tokens (max_tokens; {epochs:.2f} epochs)"
-    else:
-        plan = f"plan: {planned_tokens:,} tokens ({config.epochs} epochs)"
-    if config.time_budget is not None:
-        plan += f" or {_duration(config.time_budget)} of training (time_budget), whichever comes first"
-    if done_tokens:
-        plan += f"; resuming at {done_tokens:,}"
-    return [what, plan]
 
 
 class _EstimatingBar(tqdm):
@@ -122,10 +72,10 @@ class _EstimatingBar(tqdm):
         left = max(self.total - self.n, 0) / rate
         what = f"{self.total:,} tokens" if self.initial == 0 else \
             f"the remaining {self.total - self.initial:,} of {self.total:,} tokens"
-        line = f"≈ {_duration(left + spent)} for {what} at {rate:,.0f} tok/s"
+        line = f"≈ {duration_text(left + spent)} for {what} at {rate:,.0f} tok/s"
         if self._time_left is not None and left + spent > self._time_left:
             reach = self.n + rate * max(self._time_left - spent, 0)
-            line = (f"≈ {_duration(self._time_left)} (the time budget) for about {reach:,.0f} of {self.total:,} "
+            line = (f"≈ {duration_text(self._time_left)} (the time budget) for about {reach:,.0f} of {self.total:,} "
                     f"planned tokens at {rate:,.0f} tok/s")
         self.write(line + " (training time; dev evaluations come on top)", file=sys.stderr)
 

@@ -18,8 +18,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
-from sohsm.heads import Head
-from sohsm.train.builders import run_signature
+from sohsm.heads import Head, SelfOrganizingHead
+from sohsm.train.builders import head_k, run_signature
 from sohsm.train.checkpoint import BEST, CONFIG_FILE, LAST, METRICS_FILE, save_checkpoint
 from sohsm.train.config import RunConfig
 from sohsm.train.distributed import Ranks
@@ -141,7 +141,7 @@ def _checkpoint(config: RunConfig, task: Task, model: nn.Module, head: Head, opt
         "best_ppl": p.best_ppl,
         "lr_scale": p.lr_scale,
         "log": {"sum": float(log_sum), "tokens": p.log_tokens, "steps": p.log_steps, "start_s": p.log_start_s},
-        "signature": {**signature, "K": getattr(head, "update_every", signature.get("K"))},  # K may be set at step 1
+        "signature": {**signature, "K": head_k(head, signature.get("K"))},  # K may be set at step 1
     }
 
 
@@ -175,7 +175,7 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
                      compile=getattr(config, "compile", False))
     step.precision.load_state_dict(scaler)
     progress = progress and ranks.is_writer
-    history = getattr(head, "history", None)  # re-assignment records of self-organising heads
+    history = head.history if isinstance(head, SelfOrganizingHead) else None  # re-assignment records
     seen_history = len(history) if history is not None else 0
     clock = _Clock(p.elapsed_s, device)
     log_sum = torch.tensor(p.log_sum, dtype=torch.float64, device=device)
@@ -335,5 +335,5 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
     p.elapsed_s = clock.total
     return TrainResult(run_dir=run_dir, stopped=stopped or "done", step=p.step, tokens=p.tokens,
                        elapsed_s=p.elapsed_s, epoch=epoch_float(), best_ppl=p.best_ppl, last_eval=last_eval,
-                       signature={**signature, "K": getattr(head, "update_every", signature.get("K"))}, paths=paths,
+                       signature={**signature, "K": head_k(head, signature.get("K"))}, paths=paths,
                        stop_signal=guard.signum, writer=ranks.is_writer)

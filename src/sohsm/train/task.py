@@ -15,8 +15,12 @@ model, batches for a summariser); a checkpoint stores the epoch, the cursor and
 whatever the task carries across batches (:meth:`Task.position`), so a resumed
 run reads the same batches an uninterrupted one would.
 
-Tasks are registered by the class of their run config (:func:`register_task`),
-and a run directory names its task in ``config.json`` (``"task"``; absent: ``lm``).
+Each task lives in its own package under :mod:`sohsm.tasks` (its config, batches,
+model builder, pre-flight checks and run loading together) and registers itself
+with :func:`register_task`; :mod:`sohsm.tasks` imports every task, and importing
+:mod:`sohsm` imports :mod:`sohsm.tasks`, so the registry is full before any run is
+trained or loaded. A run directory names its task in ``config.json`` (``"task"``;
+absent: ``lm``, as in runs written before it was stored).
 """
 from __future__ import annotations
 
@@ -88,6 +92,16 @@ class Task(ABC):
     def build(self, device: torch.device) -> tuple[nn.Module, Head]:
         """The model and head of the run, initialised from ``config.seed``."""
 
+    @classmethod
+    @abstractmethod
+    def build_saved(cls, config: Any, vocab: Vocabulary, saved_head: Mapping[str, Any],
+                    device: torch.device) -> tuple[nn.Module, Head]:
+        """The model and head of a checkpoint of ``config``, ready for its state dicts (no data is read).
+
+        ``saved_head`` is the checkpoint's head state: a head whose shape follows from
+        the data (fixed clusters from ``data.clusters_from``) is built in that shape.
+        """
+
     # -- training ---------------------------------------------------------------------
     @abstractmethod
     def batches(self, epoch: int, cursor: int) -> Iterator[tuple[Any, int]]:
@@ -123,16 +137,22 @@ _TASKS: dict[str, type[Task]] = {}
 
 
 def register_task(task: type[Task]) -> type[Task]:
-    """Class decorator: make ``task`` the one that trains runs of ``task.config_class``."""
+    """Class decorator: register ``task`` under ``task.name`` (a duplicate name is refused)."""
+    if not (isinstance(task, type) and issubclass(task, Task)):
+        raise TypeError(f"register_task takes a Task subclass, got {task!r}")
     if task.name in _TASKS and _TASKS[task.name] is not task:
         raise ValueError(f"a task named {task.name!r} is already registered")
     _TASKS[task.name] = task
     return task
 
 
+def task_names() -> list[str]:
+    """The registered tasks' names, sorted."""
+    return sorted(_TASKS)
+
+
 def task_named(name: str) -> type[Task]:
     """The task registered as ``name``."""
-    _import_tasks()
     if name not in _TASKS:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_TASKS))}")
     return _TASKS[name]
@@ -140,7 +160,6 @@ def task_named(name: str) -> type[Task]:
 
 def task_of(config: RunConfig) -> type[Task]:
     """The task that trains ``config``."""
-    _import_tasks()
     for task in _TASKS.values():
         if type(config) is task.config_class:
             return task
@@ -151,9 +170,3 @@ def task_of_dict(data: Mapping[str, Any]) -> type[Task]:
     """The task of a ``config.json``: its ``"task"`` field, else the language model (older runs have none)."""
     name = data.get("task", "lm") if isinstance(data, Mapping) else "lm"
     return task_named(name if isinstance(name, str) else repr(name))
-
-
-def _import_tasks() -> None:
-    """Import the modules that register the tasks (here, not at the top: they import this module)."""
-    import sohsm.train.lm_task  # noqa: F401
-    import sohsm.train.s2s_task  # noqa: F401

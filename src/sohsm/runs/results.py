@@ -1,6 +1,6 @@
 """The report of a comparison of heads: ``results.md`` (the table), ``figure1.png`` and ``clusters.md``.
 
-It sits above :mod:`sohsm.train` and :mod:`sohsm.plots` and reads only run
+It sits above :mod:`sohsm.train` and :mod:`sohsm.runs.plots` and reads only run
 directories, so ``sohsm lm compare --report-only`` can rewrite it at any time.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
-from sohsm.plots import figure1
+from sohsm.runs.plots import figure1
+from sohsm.runs.report import RunSummary, cluster_lines, results_table, summarise_run
+from sohsm.tasks.lm import LMConfig
 from sohsm.train.checkpoint import CONFIG_FILE, METRICS_FILE, format_signature, write_atomic
-from sohsm.train.config import TrainConfig
-from sohsm.train.report import RunSummary, cluster_lines, results_table, summarise_run
 
 #: files of a comparison's report
 RESULTS_FILE = "results.md"
@@ -60,7 +60,7 @@ def _write_text(path: Path, text: str) -> None:
 
 def _results_markdown(dirs: list[Path], summaries: list[RunSummary], command: str | None,
                       rewritten_by: str | None, clusters: bool) -> str:
-    config = TrainConfig.from_dict(json.loads((dirs[0] / CONFIG_FILE).read_text(encoding="utf-8")))
+    config = LMConfig.from_dict(json.loads((dirs[0] / CONFIG_FILE).read_text(encoding="utf-8")))
     lines = [f"# Heads compared on {Path(config.data.corpus).name}", ""]
     if command:
         lines.append(f"Made by `{command}`" + (f"; report rewritten by `{rewritten_by}`." if rewritten_by else "."))
@@ -78,7 +78,7 @@ def _results_markdown(dirs: list[Path], summaries: list[RunSummary], command: st
     return "\n".join(lines) + "\n"
 
 
-def shared_settings(config: TrainConfig) -> str:
+def shared_settings(config: LMConfig) -> str:
     """The settings every run of a comparison shares, in one line: model, optimizer, batches, seed, budget."""
     m, o = config.model, config.optim
     budget = [f"{config.epochs} epochs"]

@@ -11,15 +11,12 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from torch import Tensor
-
-from sohsm.clustering.hierarchy import assignment_to_hierarchy, children_to_hierarchy, hierarchy_to_assignment
+from sohsm.clustering.hierarchy import hierarchy_to_assignment
 from sohsm.clustering.hierarchy_files import detect_format, ids_to_words, map_to_vocab, read_hierarchy
 from sohsm.data.vocab import Vocabulary
-from sohsm.heads import Head, head_options
-
+from sohsm.heads import Head, HierarchicalHead
+from sohsm.train.loading import load_run
 
 
 @dataclass(frozen=True)
@@ -53,34 +50,21 @@ def head_hierarchy(head: Head) -> list:
     Raises:
         ValueError: the head has neither word clusters nor a tree.
     """
-    if callable(getattr(head, "hierarchy", None)):
+    if isinstance(head, HierarchicalHead):
         return head.hierarchy()
-    if isinstance(getattr(head, "assignment", None), Tensor):
-        return assignment_to_hierarchy(head.assignment)
-    tree = getattr(head, "tree", None)
-    if isinstance(tree, Tensor) and tree.dim() == 2:
-        return children_to_hierarchy(tree.cpu())
     raise ValueError(f"the {type(head).__name__} head has no word clusters or tree to export")
 
 
+def read_run_head(run_dir: str | os.PathLike[str]) -> tuple[Head, Vocabulary, str]:
+    """``(head, vocabulary, head name)`` of the best checkpoint of a run of any task."""
+    run = load_run(run_dir)
+    return run.head, run.vocab, run.config.head.name
+
+
 def run_hierarchy_words(run_dir: str | os.PathLike[str]) -> list:
-    """The hierarchy of a trained run (``lm`` or ``s2s``), as nested lists of words."""
-    head, vocab = load_any_run(run_dir)
+    """The hierarchy of a trained run (of any task), as nested lists of words."""
+    head, vocab, _ = read_run_head(run_dir)
     return ids_to_words(head_hierarchy(head), vocab.itos)
-
-
-def load_any_run(run_dir: str | os.PathLike[str]) -> tuple[Head, Vocabulary]:
-    """``(head, vocabulary)`` of the best checkpoint of a language-model or summariser run."""
-    from sohsm.train.checkpoint import checkpoint_path, load_checkpoint
-    from sohsm.train.run import load_run
-    from sohsm.train.s2s_run import load_summariser
-
-    data = load_checkpoint(checkpoint_path(Path(run_dir), "best"))
-    if isinstance(data.get("config"), dict) and data["config"].get("task") == "s2s":
-        run = load_summariser(run_dir)
-    else:
-        run = load_run(run_dir)
-    return run.head, run.vocab
 
 
 def load_hierarchy(source: str | os.PathLike[str], vocab: Vocabulary, format: str | None = None,
@@ -119,32 +103,3 @@ def load_hierarchy(source: str | os.PathLike[str], vocab: Vocabulary, format: st
             raise ValueError(f"{source}: {error}; a two-level head takes two levels, the 'tree' head any depth"
                              + (" (or cut Brown paths at a prefix length)" if format == "brown" else "")) from None
     return LoadedHierarchy(mapped.tree, str(source), format, mapped.missing, mapped.missing_mass, mapped.unknown)
-
-
-def takes_tree(head_name: str) -> bool:
-    """Whether head ``head_name`` takes a whole hierarchy (a ``tree`` option) rather than clusters."""
-    return "tree" in (head_options(head_name) or {})
-
-
-def hierarchy_options(head_name: str, options: dict[str, Any], loaded: LoadedHierarchy, n_words: int) -> tuple[dict, Tensor | None]:
-    """``(options, assignment)``: the head's options with the hierarchy, and the clusters to set after building.
-
-    Raises:
-        ValueError: the head takes neither a tree nor clusters.
-    """
-    takes = head_options(head_name) or {}
-    if takes_tree(head_name):
-        return {**options, "tree": loaded.tree}, None
-    if "n_clusters" not in takes:
-        raise ValueError(f"head {head_name!r} takes no hierarchy; use the 'tree' head or a two-level head")
-    assignment = hierarchy_to_assignment(loaded.tree, n_words)
-    return {**options, "n_clusters": int(assignment.max()) + 1}, assignment
-
-
-def set_clusters(head: Head, assignment: Tensor, head_name: str) -> None:
-    """Give a two-level head the clusters ``assignment``, fixed (a self-organized head stops re-clustering)."""
-    if not hasattr(head, "set_assignment"):
-        raise ValueError(f"head {head_name!r} has no word clusters to set")
-    head.set_assignment(assignment.to(head.assignment.device))
-    if hasattr(head, "freeze"):
-        head.freeze()

@@ -14,7 +14,8 @@ import os
 import torch
 
 from sohsm.data.loading import Corpus
-from sohsm.train.config import TrainConfig
+from sohsm.fields import FieldError, escape, has
+from sohsm.tasks.lm.config import LMConfig
 
 #: bytes of a float32 value
 _FLOAT = 4
@@ -22,7 +23,7 @@ _FLOAT = 4
 _OPTIMIZER_STATE = {"adagrad": 1, "adam": 2, "sgd": 0}
 
 
-def check_run_fits(config: TrainConfig, corpus: Corpus, device: torch.device) -> None:
+def check_run_fits(config: LMConfig, corpus: Corpus, device: torch.device) -> None:
     """Refuse settings that cannot train on ``corpus`` on ``device``.
 
     Raises:
@@ -37,11 +38,12 @@ def check_run_fits(config: TrainConfig, corpus: Corpus, device: torch.device) ->
 def _check_split(what: str, tokens: int, field: str, batch_size: int) -> None:
     """``batchify`` needs two rows of ``batch_size`` columns: a window and its next row."""
     if tokens < 2 * batch_size:
-        raise ValueError(f"the {what} split has {tokens:,} tokens, too few for {field}={batch_size} "
-                         f"(two tokens per column are needed; at most {max(1, tokens // 2):,} columns)")
+        raise FieldError(escape(f"the {what} split has {tokens:,} tokens, too few for ") + "{} "
+                         + escape(f"(two tokens per column are needed; at most {max(1, tokens // 2):,} columns)"),
+                         has(field, batch_size))
 
 
-def estimate_bytes(config: TrainConfig, n_words: int) -> tuple[int, str]:
+def estimate_bytes(config: LMConfig, n_words: int) -> tuple[int, str]:
     """A lower bound on the memory a training step needs, and what it covers.
 
     Counts the parameters of the LSTM and the head, their gradients and the
@@ -79,7 +81,7 @@ def device_memory(device: torch.device) -> int | None:
         return None
 
 
-def check_memory(config: TrainConfig, n_words: int, device: torch.device) -> None:
+def check_memory(config: LMConfig, n_words: int, device: torch.device) -> None:
     """Refuse a model that cannot fit in ``device``'s memory, before allocating any of it.
 
     Raises:
@@ -91,11 +93,11 @@ def check_memory(config: TrainConfig, n_words: int, device: torch.device) -> Non
     needed, covers = estimate_bytes(config, n_words)
     if needed > available:
         m = config.model
-        raise ValueError(
-            f"the model does not fit: its {covers} need at least {format_bytes(needed)}, more than the "
-            f"{format_bytes(available)} of memory of {device} (model.emb_size={m.emb_size}, "
-            f"model.hidden_size={m.hidden_size}, model.layers={m.layers}, batch_size={config.batch_size}, "
-            f"{n_words:,} words)"
+        raise FieldError(
+            escape(f"the model does not fit: its {covers} need at least {format_bytes(needed)}, more than the "
+                   f"{format_bytes(available)} of memory of {device} (") + "{}, {}, {}, {}, "
+            + escape(f"{n_words:,} words)"), has("model.emb_size", m.emb_size), has("model.hidden_size", m.hidden_size),
+            has("model.layers", m.layers), has("batch_size", config.batch_size)
         )
 
 

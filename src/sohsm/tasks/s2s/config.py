@@ -8,15 +8,16 @@
       optim: OptimConfig          Adam lr 1e-3, weight decay 1e-6, no clipping
       batch_size, epochs, max_tokens, time_budget, eval_every, ..., seed, device
 
-Defaults are the paper's Gigaword setting (Shen et al. 2017, §4.2)
-where it gives one; :func:`sohsm.train.apply_overrides` changes a config.
+Defaults are the paper's Gigaword setting (Shen et al. 2017, §5.2)
+where it gives one; :func:`sohsm.train.config.apply_overrides` changes a config.
 """
 from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, field
 
-from sohsm.train.config import HeadConfig, OptimConfig, RunConfig, check_clusters_source
+from sohsm.fields import FieldError
+from sohsm.train.config import CLUSTERS_FORMATS, HeadConfig, OptimConfig, RunConfig, check_clusters_source
 
 #: fields that may differ between a summariser's run and its resumption
 S2S_RESUMABLE_FIELDS = frozenset({
@@ -29,16 +30,17 @@ class S2SDataConfig:
     """Which pairs the summariser trains on, and its vocabulary."""
 
     #: the data set: ``gigaword`` (headlines) or ``reverse`` (the synthetic reverse task, :mod:`sohsm.data.reverse`)
-    dataset: str = "gigaword"
+    dataset: str = field(default="gigaword", metadata={"choices": ("gigaword", "reverse")})
     #: reverse task: the alphabet's size V (= the head's classes, less ``<eos>`` and ``<unk>``)
     symbols: int = 1000
-    #: reverse task: training pairs (the tutorial's 3000) and held-out pairs
+    #: reverse task: training pairs (the tutorial's 3000)
     train_pairs: int = 3000
+    #: reverse task: held-out pairs
     valid_pairs: int = 200
     #: reverse task: seed of the pairs (the run's ``seed`` draws the model, the batches and random trees)
     pairs_seed: int = 0
     #: where the data sets are; ``None``: ``$SOHSM_DATA``, else ``~/.cache/sohsm`` (a location, not an identity)
-    data_dir: str | None = None
+    data_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
     #: add the two extra subsets of Rush's validation split (less pairs whose article is in the test or dev set):
     #: 10k pairs become about 35k, all the real pairs there are
     extra: bool = True
@@ -47,11 +49,11 @@ class S2SDataConfig:
     #: the paper's 69k most frequent title words (more than these titles hold)
     max_size: int | None = 69_000
     #: a ``sohsm lm train`` run on the training titles whose clusters the head takes and keeps fixed; ``None``: none
-    clusters_from: str | None = None
+    clusters_from: str | None = field(default=None, metadata={"metavar": "FILE|RUN"})
     #: its format (``json``, ``brown``, ``tsv``, ``run``); ``None``: detected (a folder is a run)
-    clusters_format: str | None = None
+    clusters_format: str | None = field(default=None, metadata={"choices": CLUSTERS_FORMATS})
     #: brown paths files: a two-level clustering by this many leading bits; ``None``: the whole tree
-    clusters_cut: int | None = None
+    clusters_cut: int | None = field(default=None, metadata={"metavar": "BITS"})
 
 
 @dataclass
@@ -97,7 +99,7 @@ class S2SConfig(RunConfig):
     #: stop after this many target tokens (all sessions together); ``None``: no limit
     max_tokens: int | None = None
     #: stop after this many seconds of training (all sessions, evaluation excluded); ``None``: no limit
-    time_budget: float | None = None
+    time_budget: float | None = field(default=None, metadata={"metavar": "SECONDS"})
     #: evaluate on dev every this many steps (and at each epoch's end); 0: at epoch ends only
     eval_every: int = 500
     #: save ``last.pt`` every this many steps (and at the end); 0: only at the end
@@ -107,27 +109,28 @@ class S2SConfig(RunConfig):
     #: seeds the initialisation, the batch order and the heads' random clusters
     seed: int = 1
     #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
-    device: str = "cpu"
+    device: str = field(default="cpu", metadata={"metavar": "DEVICE"})
 
     def validate(self) -> None:
         """Check every value's range; raises ValueError naming the field."""
         self._validate_head_optim_budgets()
         if self.task != "s2s":
-            raise ValueError(f"task must be 's2s' for a summariser config, got {self.task!r}")
+            raise FieldError.on("task", f"must be 's2s' for a summariser config, got {self.task!r}")
         positive = {"model.emb_size": self.model.emb_size, "model.hidden_size": self.model.hidden_size,
                     "batch_size": self.batch_size, "eval_batch_size": self.eval_batch_size, "epochs": self.epochs,
                     "log_every": self.log_every, "data.min_count": self.data.min_count}
         for name, value in positive.items():
             if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+                raise FieldError.on(name, f"must be >= 1, got {value}")
         for name in ("eval_every", "checkpoint_every"):
             if self.get(name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {self.get(name)}")
+                raise FieldError.on(name, f"must be >= 0, got {self.get(name)}")
         if self.data.dataset not in ("gigaword", "reverse"):
-            raise ValueError(f"data.dataset must be 'gigaword' or 'reverse', got {self.data.dataset!r}")
+            raise FieldError.on("data.dataset", f"must be 'gigaword' or 'reverse', got {self.data.dataset!r}")
         for name in ("symbols", "train_pairs", "valid_pairs"):
             if getattr(self.data, name) < (2 if name == "symbols" else 1):
-                raise ValueError(f"data.{name} must be >= {2 if name == 'symbols' else 1}, got {getattr(self.data, name)}")
+                raise FieldError.on(f"data.{name}", f"must be >= {2 if name == 'symbols' else 1}, got "
+                                    f"{getattr(self.data, name)}")
         if self.data.max_size is not None and self.data.max_size < 3:
-            raise ValueError(f"data.max_size must be >= 3 or None, got {self.data.max_size}")
+            raise FieldError.on("data.max_size", f"must be >= 3 or None, got {self.data.max_size}")
         check_clusters_source(self.data)

@@ -1,81 +1,19 @@
-"""Using a finished (or running) run: load its checkpoint, evaluate it, continue a text with it."""
+"""Using a finished (or running) language-model run: evaluate it on a split, continue a text with it.
+
+Runs are loaded by :func:`sohsm.train.loading.load_run`, for every task.
+"""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import torch
 
-from sohsm.data.loading import load_corpus
-from sohsm.data.vocab import Vocabulary
-from sohsm.heads import Head
 from sohsm.models.generate import generate
-from sohsm.models.lstm_lm import LSTMLanguageModel
-from sohsm.train.builders import build_model_and_head, resolve_device
-from sohsm.train.checkpoint import checkpoint_path, load_checkpoint, reading_checkpoint
-from sohsm.train.config import TrainConfig
-from sohsm.train.evaluation import EvalResult, evaluate
-from sohsm.train.guard import check_loaded_parameters
-from sohsm.train.lm_task import check_vocabulary
-
-
-@dataclass
-class LoadedRun:
-    """A run's model and head as saved in one checkpoint, in evaluation mode.
-
-    Attributes:
-        run_dir: the run directory.
-        path: the checkpoint file read.
-        config: the run's configuration.
-        vocab: its vocabulary.
-        model, head: the trained modules.
-        step, tokens: training steps and tokens when the checkpoint was written.
-        best_ppl: best dev perplexity when it was written.
-        signature: head, clusters, K, vocabulary, corpus, seed, version.
-    """
-
-    run_dir: Path
-    path: Path
-    config: TrainConfig
-    vocab: Vocabulary
-    model: LSTMLanguageModel
-    head: Head
-    step: int
-    tokens: int
-    best_ppl: float | None
-    signature: dict[str, Any]
-
-
-def load_run(run_dir: str | os.PathLike[str], checkpoint: str = "best", device: str = "cpu") -> LoadedRun:
-    """Load ``best.pt`` (or ``last.pt``) of a run; ``best`` falls back to ``last`` before any evaluation.
-
-    Torch's global random state is left as it was.
-
-    Raises:
-        ValueError: not a run directory, no such checkpoint, an unreadable, damaged or
-            foreign one, or one whose weights are not finite (a diverged model).
-    """
-    run_dir = Path(run_dir)
-    path = checkpoint_path(run_dir, checkpoint)
-    dev = resolve_device(device)
-    data = load_checkpoint(path, map_location=dev)
-    with reading_checkpoint(path, values=True):
-        config = TrainConfig.from_dict(data["config"])
-        vocab = Vocabulary.from_dict(data["vocab"])
-    with reading_checkpoint(path):
-        with torch.random.fork_rng(devices=[]):
-            model, head = build_model_and_head(config, vocab, dev, saved_head=data["head"])
-        model.load_state_dict(data["model"])
-        head.load_state_dict(data["head"])
-        loaded = LoadedRun(run_dir=run_dir, path=path, config=config, vocab=vocab, model=model, head=head,
-                           step=int(data["step"]), tokens=int(data["tokens"]), best_ppl=data.get("best_ppl"),
-                           signature=dict(data["signature"]))
-    check_loaded_parameters((model, head), path)
-    model.eval()
-    head.eval()
-    return loaded
+from sohsm.tasks.lm.evaluation import evaluate_stream
+from sohsm.tasks.lm.task import check_vocabulary, load_lm_corpus
+from sohsm.train.evaluation import EvalResult
+from sohsm.train.loading import LoadedRun, load_run
 
 
 def evaluate_run(run_dir: str | os.PathLike[str], split: str = "valid", checkpoint: str = "best", *,
@@ -98,16 +36,13 @@ def evaluate_run(run_dir: str | os.PathLike[str], split: str = "valid", checkpoi
     """
     if split not in ("valid", "test"):
         raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
-    run = load_run(run_dir, checkpoint, device)
-    d = run.config.data
-    corpus = load_corpus(d.corpus, data_dir if data_dir is not None else d.data_dir, min_count=d.min_count,
-                         max_size=d.max_size, cache_dir=cache_dir if cache_dir is not None else d.cache_dir,
-                         text_mode=d.text_mode)
+    run = load_run(run_dir, checkpoint, device, task="lm")
+    corpus = load_lm_corpus(run.config, data_dir=data_dir, cache_dir=cache_dir)
     check_vocabulary(corpus, run.vocab, run.signature["corpus"], run.path)
     ids = getattr(corpus, split)
     if ids is None:
         raise ValueError(f"corpus {corpus.name!r} has no {split} split")
-    result = evaluate(run.model, run.head, ids, batch_size or run.config.eval_batch_size, run.config.bptt)
+    result = evaluate_stream(run.model, run.head, ids, batch_size or run.config.eval_batch_size, run.config.bptt)
     return result, run
 
 
@@ -150,7 +85,7 @@ def generate_text(run_dir: str | os.PathLike[str], prompt: str, length: int = 30
     Raises:
         ValueError: an empty prompt for running text, a bad length or temperature.
     """
-    run = load_run(run_dir, checkpoint, device)
+    run = load_run(run_dir, checkpoint, device, task="lm")
     vocab = run.vocab
     words = prompt.split()
     if not words:

@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from sohsm.clustering.hierarchy import children_to_hierarchy
 from sohsm.clustering.trees import check_tree, huffman_tree, load_tree, random_tree, tree_paths
-from sohsm.heads.base import Head, HeadOutput, upcast
+from sohsm.heads.base import HeadOutput, HierarchicalHead, upcast
 from sohsm.heads.registry import register_head
 
 
@@ -63,7 +64,7 @@ class _TreeLayout:
         self.children = children
 
 
-class BinaryTreeSoftmax(Head):
+class BinaryTreeSoftmax(HierarchicalHead):
     """Hierarchical softmax over a binary tree whose leaves are the words.
 
     Every internal node ``n`` holds a vector ``v_n``; the walk from the root
@@ -149,6 +150,10 @@ class BinaryTreeSoftmax(Head):
         result = super()._apply(fn, recurse)
         self._layout = _TreeLayout(self.tree)
         return result
+
+    def hierarchy(self) -> list:
+        """The tree as nested lists of word ids, child 0 first."""
+        return children_to_hierarchy(self.tree.cpu())
 
     def path_lengths(self) -> Tensor:
         """``[N]`` number of internal nodes on each word's path (its code length)."""
@@ -326,7 +331,7 @@ def _tree_random(in_features: int, n_classes: int, counts=None, seed: int = 0,
 
 
 @register_head("tree_file")
-def _tree_file(in_features: int, n_classes: int, counts=None, seed: int = 0, path: str | None = None,
+def _tree_file(in_features: int, n_classes: int, counts=None, path: str | None = None,
                sparse: bool = False) -> BinaryTreeSoftmax:
     """A tree read from a file written by :func:`sohsm.clustering.save_tree` (e.g. a bootstrapped tree)."""
     if path is None:

@@ -1,7 +1,7 @@
 """Several heads trained under identical settings, one run directory each, resumable run by run.
 
 A comparison is a list of :class:`PlannedRun`: a directory name under ``OUT``
-and the complete :class:`~sohsm.train.config.TrainConfig` of that run, which
+and the complete :class:`~sohsm.tasks.lm.LMConfig` of that run, which
 differ between runs only in ``head``. :func:`plan_comparison` checks every
 run before anything is written and says what each needs::
 
@@ -13,7 +13,7 @@ A run directory made by ``sohsm lm train --run-dir OUT/<name>`` with the same
 settings is accepted as that run; one with other settings is refused, naming
 what differs. :func:`run_comparison` then trains or resumes each run in turn
 (the budgets, logging intervals and device of the comparison apply to every
-run, also to a resumed one); :func:`sohsm.results.write_comparison_report`
+run, also to a resumed one); :func:`sohsm.runs.results.write_comparison_report`
 then writes the report from the run directories.
 """
 from __future__ import annotations
@@ -27,14 +27,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from sohsm.data.loading import load_corpus
-from sohsm.train.builders import build_model_and_head, resolve_device
+from sohsm.fields import FieldError
+from sohsm.tasks.lm import LMConfig, build_model_and_head, load_lm_corpus, normalise_corpus
+from sohsm.train.builders import resolve_device
 from sohsm.train.checkpoint import CONFIG_FILE, LAST, write_json
-from sohsm.train.config import TrainConfig, config_differences
-from sohsm.train.lm_task import normalise_corpus
-from sohsm.train.loop import TrainResult
+from sohsm.train.config import config_differences
+from sohsm.train.loop import TrainResult, resume_training, train
 from sohsm.train.rundir import check_writable, holds_run, read_config
-from sohsm.train.loop import resume_training, train
 
 #: the file of a comparison's folder that lists its runs and the command that trained them
 COMPARISON_FILE = "compare.json"
@@ -55,7 +54,7 @@ class PlannedRun:
     """
 
     name: str
-    config: TrainConfig
+    config: LMConfig
 
 
 @dataclass(frozen=True)
@@ -132,7 +131,7 @@ def _check_same_settings(runs: Sequence[PlannedRun]) -> None:
 
 
 def _normalised(run: PlannedRun) -> PlannedRun:
-    config = TrainConfig.from_dict(run.config.to_dict())
+    config = LMConfig.from_dict(run.config.to_dict())
     config.data.corpus = normalise_corpus(config.data.corpus)
     return PlannedRun(run.name, config)
 
@@ -147,7 +146,7 @@ def _plan(path: Path, run: PlannedRun) -> RunPlan:
                          "stopped before its first checkpoint; delete it to train it again")
     differences = config_differences(read_config(path / CONFIG_FILE)[1], run.config.flat())
     if differences:
-        raise ValueError(f"{path} holds a run with other settings than this comparison: " + "; ".join(differences))
+        raise FieldError.joined(f"{path} holds a run with other settings than this comparison: ", differences)
     progress = _read_progress(path / LAST)
     return RunPlan(run, path, "done" if _budget_spent(run.config, **progress) else "partial", progress["tokens"])
 
@@ -162,7 +161,7 @@ def _read_progress(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
 
 
-def _budget_spent(config: TrainConfig, epoch: int, tokens: int, elapsed_s: float) -> bool:
+def _budget_spent(config: LMConfig, epoch: int, tokens: int, elapsed_s: float) -> bool:
     """Whether the training loop would stop at once: the same rule as its own budget check."""
     return (epoch >= config.epochs or (config.max_tokens is not None and tokens >= config.max_tokens)
             or (config.time_budget is not None and elapsed_s >= config.time_budget))
@@ -175,10 +174,9 @@ def _check_new_runs_build(runs: Sequence[PlannedRun]) -> None:
         config = run.config
         resolve_device(config.device)
         d = config.data
-        key = (d.corpus, d.data_dir, d.min_count, d.max_size, d.cache_dir)
+        key = (d.corpus, d.data_dir, d.min_count, d.max_size, d.cache_dir, d.text_mode)
         if key not in corpora:
-            corpora[key] = load_corpus(d.corpus, d.data_dir, min_count=d.min_count, max_size=d.max_size,
-                                       cache_dir=d.cache_dir)
+            corpora[key] = load_lm_corpus(config)
         try:
             with torch.random.fork_rng(devices=[]):
                 build_model_and_head(config, corpora[key].vocab, "cpu")

@@ -28,18 +28,20 @@ from torch import Tensor
 from sohsm.data.batching import batchify, bptt_batches
 from sohsm.data.corpora import CORPORA
 from sohsm.data.loading import Corpus, load_corpus
-from sohsm.data.vocab import Vocabulary
+from sohsm.data.vocab import Vocabulary, vocabulary_difference
+from sohsm.fields import FieldError, escape, has
 from sohsm.heads import Head
 from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
-from sohsm.train.builders import build_model_and_head
-from sohsm.train.checkpoint import CHECKPOINT_FORMAT, reading_checkpoint
-from sohsm.train.config import TrainConfig
+from sohsm.tasks.heads import hierarchy_parts, saved_clusters, takes_tree
+from sohsm.tasks.hierarchies import load_hierarchy
+from sohsm.tasks.lm.config import LMConfig
+from sohsm.tasks.lm.evaluation import stream_hidden_states
+from sohsm.tasks.lm.model import build_model_and_head
+from sohsm.tasks.lm.preflight import check_run_fits
+from sohsm.tasks.lm.progress import startup_lines
+from sohsm.train.checkpoint import checkpoint_format, reading_checkpoint
 from sohsm.train.distributed import Ranks
-from sohsm.train.hierarchies import load_hierarchy, takes_tree
-from sohsm.train.evaluation import stream_hidden_states
 from sohsm.train.precision import autocast_fails
-from sohsm.train.preflight import check_run_fits
-from sohsm.train.progress import startup_lines
 from sohsm.train.task import Task, register_task
 
 
@@ -48,17 +50,17 @@ class LMTask(Task):
     """A corpus read as ``batch_size`` columns of running text, in windows of ``bptt`` rows."""
 
     name = "lm"
-    config_class = TrainConfig
-    checkpoint_format = CHECKPOINT_FORMAT
+    config_class = LMConfig
+    checkpoint_format = checkpoint_format("lm")
 
-    def __init__(self, config: TrainConfig, corpus: Corpus, device: torch.device) -> None:
+    def __init__(self, config: LMConfig, corpus: Corpus, device: torch.device) -> None:
         self.config, self.corpus = config, corpus
         self.vocab, self.corpus_signature = corpus.vocab, corpus.signature
         self.data = batchify(corpus.train, config.batch_size, device)  # [T, B]
         self.epoch_length = self.data.size(0) - 1  # the last row is only a target
         if self.epoch_length < 1:
-            raise ValueError(f"the training split ({corpus.train.numel()} tokens) is too short for "
-                             f"batch_size={config.batch_size}")
+            raise FieldError(escape(f"the training split ({corpus.train.numel()} tokens) is too short for ") + "{}",
+                             has("batch_size", config.batch_size))
         self.tokens_per_epoch = self.epoch_length * config.batch_size
         self.state: tuple[Tensor, Tensor] | None = None
         self.ranks = Ranks(device=device)
@@ -68,7 +70,7 @@ class LMTask(Task):
                                          two_level=not takes_tree(config.head.name)) if d.clusters_from else None)
 
     @classmethod
-    def load(cls, config: TrainConfig, device: torch.device) -> LMTask:
+    def load(cls, config: LMConfig, device: torch.device) -> LMTask:
         return cls(config, load_lm_corpus(config), device)
 
     @classmethod
@@ -83,7 +85,7 @@ class LMTask(Task):
 
     def check_fits(self, device: torch.device) -> None:
         check_run_fits(self.config, self.corpus, device)
-        amp = getattr(self.config, "amp", None)
+        amp = self.config.amp
         if amp is not None:
             probe = torch.nn.LSTM(4, 4).to(device)
             failure = autocast_fails(amp, device, lambda: probe(torch.zeros(1, 1, 4, device=device)))
@@ -97,11 +99,11 @@ class LMTask(Task):
             return
         c = self.config
         if c.batch_size % ranks.world:
-            raise ValueError(f"batch_size ({c.batch_size}) must be a multiple of the number of processes "
-                             f"({ranks.world}): each trains on an equal share of the columns")
+            raise FieldError.on("batch_size", f"({c.batch_size}) must be a multiple of the number of processes "
+                                f"({ranks.world}): each trains on an equal share of the columns")
         if c.eval_batch_size < ranks.world:
-            raise ValueError(f"eval_batch_size ({c.eval_batch_size}) must be at least the number of processes "
-                             f"({ranks.world}): each evaluates a share of the columns")
+            raise FieldError.on("eval_batch_size", f"({c.eval_batch_size}) must be at least the number of "
+                                f"processes ({ranks.world}): each evaluates a share of the columns")
         self.data = self.data[:, self._columns()].contiguous()  # [T, B/N]
 
     def _columns(self) -> slice:
@@ -115,7 +117,13 @@ class LMTask(Task):
         check_vocabulary(self.corpus, trained_vocab, trained_on, path)
 
     def build(self, device: torch.device) -> tuple[LSTMLanguageModel, Head]:
-        return build_model_and_head(self.config, self.vocab, device, self.hierarchy)
+        clusters, tree = (None, None) if self.hierarchy is None else hierarchy_parts(
+            self.config.head.name, self.hierarchy.tree, len(self.vocab))
+        return build_model_and_head(self.config, self.vocab, device, clusters=clusters, tree=tree)
+
+    @classmethod
+    def build_saved(cls, config: LMConfig, vocab: Vocabulary, saved_head, device) -> tuple[LSTMLanguageModel, Head]:
+        return build_model_and_head(config, vocab, device, clusters=saved_clusters(config, saved_head))
 
     # -- training ---------------------------------------------------------------------
     def batches(self, epoch: int, cursor: int) -> Iterator[tuple[tuple[Tensor, Tensor], int]]:
@@ -153,10 +161,12 @@ class LMTask(Task):
         return lines + ([self.hierarchy.summary()] if self.hierarchy is not None else [])
 
 
-def load_lm_corpus(config: TrainConfig) -> Corpus:
-    """The corpus of a run config, tokenised (from the cache when it can)."""
+def load_lm_corpus(config: LMConfig, data_dir: str | None = None, cache_dir: str | None = None) -> Corpus:
+    """The corpus of a run config, tokenised (from the cache when it can); ``data_dir`` and ``cache_dir``
+    replace the config's locations where given."""
     d = config.data
-    return load_corpus(d.corpus, d.data_dir, min_count=d.min_count, max_size=d.max_size, cache_dir=d.cache_dir,
+    return load_corpus(d.corpus, d.data_dir if data_dir is None else data_dir, min_count=d.min_count,
+                       max_size=d.max_size, cache_dir=d.cache_dir if cache_dir is None else cache_dir,
                        text_mode=d.text_mode)
 
 
@@ -188,16 +198,3 @@ def check_vocabulary(corpus: Corpus, vocab: Vocabulary, trained_on: str, where: 
         )
     if trained_on != corpus.signature:
         raise ValueError(f"{where} was trained on [{trained_on}] but the corpus is now [{corpus.signature}]")
-
-
-def vocabulary_difference(saved: Vocabulary, now: Vocabulary) -> str:
-    """What tells two vocabularies apart, for a message: their sizes, the first word, or a count."""
-    if len(saved) != len(now):
-        return f"{len(saved):,} words in the checkpoint, {len(now):,} now"
-    for i, (a, b) in enumerate(zip(saved.itos, now.itos)):
-        if a != b:
-            return f"both have {len(saved):,} words, but word {i:,} is {a!r} in the checkpoint and {b!r} now"
-    for word, a, b in zip(saved.itos, saved.counts.tolist(), now.counts.tolist()):
-        if a != b:
-            return f"the same {len(saved):,} words, but {word!r} was seen {a:,} times then and {b:,} times now"
-    return f"the same {len(saved):,} words and counts, but other special tokens"

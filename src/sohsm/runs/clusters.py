@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sohsm.data.vocab import Vocabulary
-from sohsm.heads import Head
+from sohsm.heads import ClusteredHead, Head
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,9 @@ class ClusterSummary:
 
 
 def _clusters(head: Head) -> list:
-    clusters = getattr(head, "clusters", None)
-    if not callable(clusters):
+    if not isinstance(head, ClusteredHead):
         raise ValueError(f"{type(head).__name__} has no word clusters (only two-level heads have them)")
-    return clusters()
+    return head.clusters()
 
 
 def _summary(cluster: int, word_ids: np.ndarray, vocab: Vocabulary, total: int, words: int | None) -> ClusterSummary:

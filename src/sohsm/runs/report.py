@@ -15,10 +15,10 @@ from typing import Any, Sequence
 
 import torch
 
+from sohsm.runs.clusters import cluster_table
 from sohsm.train.checkpoint import CONFIG_FILE, LAST, METRICS_FILE
-from sohsm.train.clusters import cluster_table
+from sohsm.train.loading import load_run
 from sohsm.train.metrics import read_metrics
-from sohsm.train.run import load_run
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ in the loss nor in a self-organized head's cluster statistics.
 ``clusters_from`` names a language-model run trained on the training titles
 (``sohsm s2s titles``, then ``sohsm lm train``): the head takes that run's word
 clusters and keeps them fixed, as the paper does; or a hierarchy file
-(:mod:`sohsm.train.hierarchies`). ``data.dataset = "reverse"`` trains on the
+(:mod:`sohsm.tasks.hierarchies`). ``data.dataset = "reverse"`` trains on the
 synthetic reverse task instead (:mod:`sohsm.data.reverse`).
 """
 from __future__ import annotations
@@ -26,14 +26,13 @@ from sohsm.data.files import cached_sha256
 from sohsm.data.headlines import TrainingPairs, load_training_pairs
 from sohsm.data.reverse import reverse_data, reverse_vocab
 from sohsm.data.pairs import PairBatch, build_title_vocab, encode, epoch_batches, input_size, make_batch, pad_id
-from sohsm.data.vocab import Vocabulary
-from sohsm.heads import Head, build_head, head_options
+from sohsm.data.vocab import Vocabulary, vocabulary_difference
+from sohsm.heads import ClusteredHead, Head
 from sohsm.models.seq2seq import AttentionSeq2Seq
-from sohsm.train.checkpoint import S2S_CHECKPOINT_FORMAT, reading_checkpoint
-from sohsm.clustering.hierarchy import hierarchy_to_assignment
-from sohsm.train.hierarchies import LoadedHierarchy, load_hierarchy, takes_tree
-from sohsm.train.lm_task import vocabulary_difference
-from sohsm.train.s2s_config import S2SConfig
+from sohsm.tasks.heads import build_run_head, hierarchy_parts, saved_clusters, takes_tree
+from sohsm.tasks.hierarchies import LoadedHierarchy, load_hierarchy, read_run_head
+from sohsm.tasks.s2s.config import S2SConfig
+from sohsm.train.checkpoint import checkpoint_format, reading_checkpoint
 from sohsm.train.task import Task, register_task
 
 
@@ -43,7 +42,7 @@ class S2STask(Task):
 
     name = "s2s"
     config_class = S2SConfig
-    checkpoint_format = S2S_CHECKPOINT_FORMAT
+    checkpoint_format = checkpoint_format("s2s")
 
     def __init__(self, config: S2SConfig, pairs: TrainingPairs, device: torch.device) -> None:
         d = config.data
@@ -91,11 +90,12 @@ class S2STask(Task):
             raise ValueError(f"{path} was trained on [{trained_on}] but the data is now [{self.corpus_signature}]")
 
     def build(self, device: torch.device) -> tuple[AttentionSeq2Seq, Head]:
-        torch.manual_seed(self.config.seed)
-        m = self.config.model
-        model = AttentionSeq2Seq(input_size(self.vocab), pad_id(self.vocab), m.emb_size, m.hidden_size)
-        head = build_s2s_head(self.config, self.vocab, self.clusters, self.hierarchy)
-        return model.to(device), head.to(device)
+        tree = self.hierarchy.tree if self.hierarchy is not None and takes_tree(self.config.head.name) else None
+        return build_model_and_head(self.config, self.vocab, device, clusters=self.clusters, tree=tree)
+
+    @classmethod
+    def build_saved(cls, config: S2SConfig, vocab: Vocabulary, saved_head, device) -> tuple[AttentionSeq2Seq, Head]:
+        return build_model_and_head(config, vocab, device, clusters=saved_clusters(config, saved_head))
 
     # -- training ---------------------------------------------------------------------
     def _batch(self, ids: tuple[list, list], rows) -> PairBatch:
@@ -125,7 +125,7 @@ class S2STask(Task):
     def startup_lines(self, model, head, device, planned_tokens, done_tokens) -> list[str]:
         m, c = self.config.model, self.config
         params = sum(p.numel() for p in {id(p): p for x in (model, head) for p in x.parameters()}.values())
-        clusters = getattr(head, "n_clusters", None)
+        clusters = head.n_clusters if isinstance(head, ClusteredHead) else None
         what = (f"{c.data.dataset}: {len(self.pairs.train):,} training pairs ({self.pairs.extra_dropped:,} extra "
                 f"pairs dropped for overlap), {len(self.vocab):,} words | encoder-decoder LSTM "
                 f"{m.emb_size}/{m.hidden_size} with attention | head {c.head.name}"
@@ -145,23 +145,33 @@ def target_rows(model: AttentionSeq2Seq, batch: PairBatch, pad: int) -> tuple[Te
     return hidden[real], batch.target_out[real]  # [M, d], [M]
 
 
+def build_model_and_head(config: S2SConfig, vocab: Vocabulary, device: torch.device | str = "cpu", *,
+                         clusters: Tensor | None = None, tree: list | None = None) -> tuple[AttentionSeq2Seq, Head]:
+    """The encoder-decoder and the head of a run, initialised from ``config.seed`` and moved to ``device``.
+
+    ``clusters`` and ``tree``: a hierarchy the head takes (:func:`~sohsm.tasks.heads.build_run_head`).
+    """
+    torch.manual_seed(config.seed)
+    m = config.model
+    model = AttentionSeq2Seq(input_size(vocab), pad_id(vocab), m.emb_size, m.hidden_size)
+    head = build_run_head(config, vocab, clusters=clusters, tree=tree)
+    return model.to(device), head.to(device)
+
+
 def load_clusters(run_dir: str | os.PathLike[str], vocab: Vocabulary) -> Tensor:
     """The word clusters of a language-model run whose vocabulary is ``vocab``: ``[N]`` cluster ids.
 
     Raises:
         ValueError: not a run, a head without clusters, or another vocabulary.
     """
-    from sohsm.train.run import load_run
-
-    run = load_run(run_dir, "best")
-    if run.vocab != vocab:
+    head, run_vocab, head_name = read_run_head(run_dir)
+    if run_vocab != vocab:
         raise ValueError(f"the clusters run {run_dir} has another vocabulary than the summariser's training titles "
-                         f"({vocabulary_difference(run.vocab, vocab).replace('checkpoint', 'clusters run')}); train "
+                         f"({vocabulary_difference(run_vocab, vocab).replace('checkpoint', 'clusters run')}); train "
                          "it on the titles `sohsm s2s titles` writes, with the same --min-count and --max-size")
-    assignment = getattr(run.head, "assignment", None)
-    if assignment is None:
-        raise ValueError(f"the clusters run {run_dir} has a {run.config.head.name!r} head, which has no word clusters")
-    return assignment.detach().cpu().clone()
+    if not isinstance(head, ClusteredHead):
+        raise ValueError(f"the clusters run {run_dir} has a {head_name!r} head, which has no word clusters")
+    return head.assignment.detach().cpu().clone()
 
 
 def task_hierarchy(config: S2SConfig, vocab: Vocabulary) -> tuple[Tensor | None, LoadedHierarchy | None]:
@@ -174,36 +184,4 @@ def task_hierarchy(config: S2SConfig, vocab: Vocabulary) -> tuple[Tensor | None,
     if d.clusters_format in (None, "run") and Path(d.clusters_from).is_dir() and not tree_head:
         return load_clusters(d.clusters_from, vocab), None
     loaded = load_hierarchy(d.clusters_from, vocab, d.clusters_format, d.clusters_cut, two_level=not tree_head)
-    return (None if tree_head else hierarchy_to_assignment(loaded.tree, len(vocab))), loaded
-
-
-def build_s2s_head(config: S2SConfig, vocab: Vocabulary, clusters: Tensor | None = None,
-                   hierarchy: LoadedHierarchy | None = None) -> Head:
-    """The head named by ``config.head`` over the title words; with ``clusters``, those clusters, fixed;
-    the ``tree`` head takes ``hierarchy`` whole.
-
-    Raises:
-        ValueError: the head does not take its options, or has no clusters to set.
-    """
-    name, options = config.head.name, dict(config.head.options)
-    takes = head_options(name) or {}
-    if config.head.update_every is not None:
-        options["update_every"] = config.head.update_every
-    if "seed" not in options and "seed" in takes:
-        options["seed"] = config.seed
-    if clusters is not None and "n_clusters" in takes:
-        options.setdefault("n_clusters", int(clusters.max()) + 1)
-    if hierarchy is not None and takes_tree(name):
-        options["tree"] = hierarchy.tree
-    head = build_head(name, config.model.hidden_size, len(vocab), counts=torch.from_numpy(vocab.counts.copy()),
-                      **options)
-    if clusters is not None:
-        if not hasattr(head, "set_assignment"):
-            raise ValueError(f"head {name!r} has no word clusters to take from a language model")
-        if head.n_clusters != int(clusters.max()) + 1:
-            raise ValueError(f"head {name!r} has {head.n_clusters} clusters but the clusters run "
-                             f"{int(clusters.max()) + 1}")
-        head.set_assignment(clusters)
-        if hasattr(head, "freeze"):
-            head.freeze()  # a self-organized head keeps them: no statistics, no re-clustering
-    return head
+    return hierarchy_parts(config.head.name, loaded.tree, len(vocab))[0], loaded

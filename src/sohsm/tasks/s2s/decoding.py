@@ -1,6 +1,6 @@
-"""Using a trained summariser: load its checkpoint, write headlines with beam search.
+"""Using a trained summariser (loaded by :func:`sohsm.train.loading.load_run`): write headlines with beam search.
 
-Decoding settings (the paper's §4.2):
+Decoding settings (the paper's §5.2):
 
 * Gigaword: beam 5, at most 30 words, a headline ends at ``</s>``.
 * DUC (``duc=True``): no end tag, exactly 30 words; the scorer cuts each
@@ -8,65 +8,16 @@ Decoding settings (the paper's §4.2):
 """
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import torch
 
-from sohsm.data.pairs import Pairs, bos_id, encode, input_size, make_batch, pad_id
-from sohsm.data.vocab import Vocabulary
-from sohsm.heads import Head
+from sohsm.data.pairs import Pairs, bos_id, encode, make_batch
+from sohsm.data.reverse import reverse_data
 from sohsm.models.beam import Hypothesis, beam_search
-from sohsm.models.seq2seq import AttentionSeq2Seq
-from sohsm.train.builders import resolve_device
-from sohsm.train.checkpoint import S2S_CHECKPOINT_FORMAT, checkpoint_path, load_checkpoint, reading_checkpoint
-from sohsm.train.guard import check_loaded_parameters
-from sohsm.train.s2s_config import S2SConfig
-from sohsm.train.s2s_task import build_s2s_head
-
-
-@dataclass
-class LoadedSummariser:
-    """A summariser's model and head as saved in one checkpoint, in evaluation mode."""
-
-    run_dir: Path
-    path: Path
-    config: S2SConfig
-    vocab: Vocabulary
-    model: AttentionSeq2Seq
-    head: Head
-    step: int
-    signature: dict[str, Any]
-
-
-def load_summariser(run_dir: str | os.PathLike[str], checkpoint: str = "best", device: str = "cpu") -> LoadedSummariser:
-    """Load ``best.pt`` (or ``last.pt``) of a ``sohsm s2s train`` run.
-
-    Raises:
-        ValueError: not a run directory, no such checkpoint, or not a summariser's.
-    """
-    run_dir = Path(run_dir)
-    path = checkpoint_path(run_dir, checkpoint)
-    dev = resolve_device(device)
-    data = load_checkpoint(path, map_location=dev, formats=(S2S_CHECKPOINT_FORMAT,))
-    with reading_checkpoint(path, values=True):
-        config = S2SConfig.from_dict(data["config"])
-        vocab = Vocabulary.from_dict(data["vocab"])
-    with reading_checkpoint(path):
-        with torch.random.fork_rng(devices=[]):
-            model = AttentionSeq2Seq(input_size(vocab), pad_id(vocab), config.model.emb_size, config.model.hidden_size)
-            clusters = data["head"].get("assignment") if config.data.clusters_from else None
-            head = build_s2s_head(config, vocab, None if clusters is None else clusters.cpu())
-        model.load_state_dict(data["model"])
-        head.load_state_dict(data["head"])
-    check_loaded_parameters((model, head), path)
-    model.to(dev).eval()
-    head.to(dev).eval()
-    return LoadedSummariser(run_dir, path, config, vocab, model, head, int(data["step"]), dict(data["signature"]))
+from sohsm.tasks.s2s.config import S2SConfig
+from sohsm.train.loading import LoadedRun
 
 
 @dataclass
@@ -88,7 +39,7 @@ class Decoded:
         return len(self.headlines) / self.seconds if self.seconds > 0 else float("inf")
 
 
-def decode(run: LoadedSummariser, inputs: Pairs, *, beam: int = 5, max_len: int = 30, duc: bool = False,
+def decode(run: LoadedRun, inputs: Pairs, *, beam: int = 5, max_len: int = 30, duc: bool = False,
            batch_size: int = 64, on_batch: Callable[[int], None] | None = None) -> Decoded:
     """Write a headline for every article of ``inputs`` with beam search on the head's exact top-k.
 
@@ -119,7 +70,7 @@ def decode(run: LoadedSummariser, inputs: Pairs, *, beam: int = 5, max_len: int 
     return Decoded([" ".join(vocab.decode(h.ids)) for h in hypotheses], hypotheses, seconds)
 
 
-def sequence_accuracy(run: LoadedSummariser, pairs: Pairs, batch_size: int = 256) -> float:
+def sequence_accuracy(run: LoadedRun, pairs: Pairs, batch_size: int = 256) -> float:
     """Share of ``pairs`` whose greedy decoding (beam 1, the head's exact top-1) equals the target exactly."""
     if not pairs.targets:
         raise ValueError("sequence accuracy needs pairs with targets")
@@ -134,8 +85,6 @@ def held_out_pairs(config: S2SConfig) -> Pairs:
     Raises:
         ValueError: the run is not on the reverse task.
     """
-    from sohsm.data.reverse import reverse_data
-
     d = config.data
     if d.dataset != "reverse":
         raise ValueError(f"held-out pairs are generated for the reverse task only; this run is on {d.dataset}")

@@ -9,10 +9,9 @@ from torch import Tensor
 
 from sohsm.clustering import bootstrap_tree
 from sohsm.data.batching import batchify, bptt_batches
-from sohsm.data.loading import load_corpus
 from sohsm.models.lstm_lm import LSTMLanguageModel
-from sohsm.train.lm_task import check_vocabulary
-from sohsm.train.run import LoadedRun, load_run
+from sohsm.tasks.lm.task import check_vocabulary, load_lm_corpus
+from sohsm.train.loading import LoadedRun, load_run
 
 
 @torch.no_grad()
@@ -84,10 +83,8 @@ def build_bootstrap_tree(run_dir: str | os.PathLike[str], variant: str = "balanc
             vocabulary differs from the run's.
         sohsm.data.DataError: the corpus is missing or corrupt.
     """
-    run = load_run(run_dir, checkpoint, device)
-    d = run.config.data
-    corpus = load_corpus(d.corpus, data_dir if data_dir is not None else d.data_dir, min_count=d.min_count,
-                         max_size=d.max_size, cache_dir=cache_dir if cache_dir is not None else d.cache_dir)
+    run = load_run(run_dir, checkpoint, device, task="lm")
+    corpus = load_lm_corpus(run.config, data_dir=data_dir, cache_dir=cache_dir)
     check_vocabulary(corpus, run.vocab, run.signature["corpus"], run.path)
     vectors, counts = average_context_vectors(run.model, corpus.train, len(run.vocab), run.config.eval_batch_size,
                                               run.config.bptt, max_tokens)

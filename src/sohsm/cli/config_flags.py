@@ -1,0 +1,235 @@
+"""Command-line flags generated from a task's config dataclasses: every option is declared once, in its field.
+
+For every leaf field of a run config (:class:`~sohsm.train.config.RunConfig`)
+one flag: its name is the field's (``model.hidden_size`` -> ``--hidden-size``;
+``head.name`` -> ``--head``, ``head.options`` -> ``--head-option KEY=VALUE``,
+repeatable), its type the field's type, its help the field's ``#:`` comment,
+and the default it shows the dataclass's own. Choices and metavars come from
+the field's metadata (``field(..., metadata={"choices": OPTIMIZERS})``). A
+flag's parsed default is ``None`` (not given): only the flags a user types
+become overrides, which keeps ``--resume``'s rule (what is not typed is the
+run's). ``--config FILE`` reads a config (YAML or JSON, the shape of a run's
+``config.json``) whose fields the typed flags override.
+
+The values are checked by the config's own strict parsing
+(:meth:`~sohsm.train.config.RunConfig.from_dict`); its errors name fields
+through :class:`sohsm.fields.FieldError`, which :func:`render_error` writes with
+the flags that set them.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import json
+import textwrap
+import types
+import typing
+from pathlib import Path
+from typing import Any, Union
+
+from sohsm.fields import Field, FieldError
+
+#: flags whose name is not the field's last part
+FLAG_NAMES = {"head.name": "head", "head.options": "head_option"}
+#: fields that have no flag (fixed per task)
+NO_FLAG = frozenset({"task"})
+#: argument groups, by config section
+GROUPS = {"data": "data", "model": "model", "head": "head", "optim": "optimization", "": "budgets, evaluation and files"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """One generated flag: the config field it sets and how it reads its value."""
+
+    path: str
+    dest: str
+    type: Any
+    optional: bool
+    default: Any
+    help: str
+    metadata: Any
+
+    @property
+    def option(self) -> str:
+        return "--" + self.dest.replace("_", "-")
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """The ``#:`` comment lines above each field of dataclass ``cls``, joined: its documentation."""
+    lines = textwrap.dedent(inspect.getsource(cls)).splitlines()
+    out: dict[str, str] = {}
+    for node in ast.parse("\n".join(lines)).body[0].body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            comment, i = [], node.lineno - 2
+            while i >= 0 and lines[i].strip().startswith("#:"):
+                comment.insert(0, lines[i].strip()[2:].strip())
+                i -= 1
+            out[node.target.id] = " ".join(comment).replace("``", "")
+    return out
+
+
+def _leaves(config_class: type, prefix: str = ""):
+    """``(path, field, owner class, default value)`` of every leaf field of ``config_class``."""
+    hints = typing.get_type_hints(config_class)
+    default = config_class()
+    for f in dataclasses.fields(config_class):
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            section = getattr(default, f.name)
+            for g in dataclasses.fields(section):
+                yield f"{f.name}.{g.name}", g, type(section), getattr(section, g.name)
+        else:
+            yield prefix + f.name, f, config_class, getattr(default, f.name)
+
+
+def _unwrap(hint: Any) -> tuple[Any, bool]:
+    """``(inner type, whether None is allowed)`` of ``int | None`` and the like."""
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0], len(args) < len(typing.get_args(hint))
+    return hint, False
+
+
+def config_flags(config_class: type) -> list[Flag]:
+    """The flags of every leaf field of ``config_class`` (but :data:`NO_FLAG`).
+
+    Raises:
+        ValueError: two fields would get the same flag.
+    """
+    comments: dict[type, dict[str, str]] = {}
+    flags: dict[str, Flag] = {}
+    for path, f, owner, default in _leaves(config_class):
+        if path in NO_FLAG:
+            continue
+        if owner not in comments:
+            comments[owner] = field_comments(owner)
+        dest = FLAG_NAMES.get(path, path.rpartition(".")[2])
+        if dest in flags:
+            raise ValueError(f"{path} and {flags[dest].path} would both be --{dest.replace('_', '-')}")
+        hint, optional = _unwrap(typing.get_type_hints(owner)[f.name])
+        flags[dest] = Flag(path, dest, hint, optional, default, comments[owner].get(f.name, ""), f.metadata)
+    return list(flags.values())
+
+
+def _show(value: Any) -> str:
+    return "none" if value is None else "{}" if value == {} else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _reader(flag: Flag):
+    """The argparse ``type`` of a flag: the field's type, and ``none`` for a field that may be ``None``."""
+    def read(text: str) -> Any:
+        if flag.optional and text.lower() == "none":
+            return None
+        return flag.type(text)
+
+    read.__name__ = flag.type.__name__  # argparse names the type in its error: "invalid int value"
+    return read
+
+
+def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, leave_out: tuple[str, ...] = ()) -> list[Flag]:
+    """Add a flag for every field of ``config_class`` (but those in ``leave_out``), grouped by section, and
+    ``--config FILE``; returns the flags added."""
+    flags = [f for f in config_flags(config_class) if f.path not in leave_out]
+    groups = {}
+    for section, title in GROUPS.items():
+        if any(f.path.partition(".")[0] == section or (not section and "." not in f.path) for f in flags):
+            groups[section] = parser.add_argument_group(title)
+    groups[""].add_argument("--config", metavar="FILE", help="a run config (YAML or JSON, the shape of a run's "
+                            "config.json, which is accepted as it is); the flags given override its fields")
+    for f in flags:
+        section = f.path.partition(".")[0] if "." in f.path else ""
+        choices = f.metadata.get("choices")
+        choices = choices() if callable(choices) else choices
+        default = "" if f.default is None and "none" in f.help.lower() else f" (default: {_show(f.default)})"
+        kwargs: dict[str, Any] = {"dest": f.dest, "default": None, "help": (f.help + default).strip()}
+        if f.type is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif f.type is dict or typing.get_origin(f.type) is dict:
+            kwargs.update(action="append", metavar="KEY=VALUE", default=[])
+        else:
+            kwargs.update(type=_reader(f), metavar=f.metadata.get("metavar", "N" if f.type is int else "X"
+                                                                    if f.type is float else f.dest.upper()))
+            if choices:
+                kwargs.update(choices=tuple(choices), metavar=None)
+        groups[section].add_argument(f.option, **kwargs)
+    return flags
+
+
+def typed_fields(args: argparse.Namespace, flags: list[Flag]) -> dict[str, Any]:
+    """``{field: value}`` of the flags given on the command line (``head.options`` and ``head.update_every``
+    excepted: :func:`sohsm.cli.train_options.requested_head_options` reads them together).
+
+    A field whose metadata says ``none_if=V`` reads the value ``V`` as ``None`` (``--clip 0``: no clipping).
+    """
+    out = {}
+    for f in flags:
+        value = getattr(args, f.dest, None)
+        if value is None or f.path in ("head.options", "head.update_every"):
+            continue
+        if "none_if" in f.metadata and value == f.metadata["none_if"]:
+            value = None
+        out[f.path] = value
+    return out
+
+
+def read_config_file(path: str, config_class: type) -> dict[str, Any]:
+    """``{field: value}`` of the fields a config file sets (YAML or JSON; a run's ``config.json`` as it is).
+
+    Raises:
+        ValueError: an unreadable file, not a mapping, an unknown field, a value of the
+            wrong type, or a config of another task.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ValueError(f"--config {path}: cannot read it ({error.strerror or error})") from None
+    try:
+        if Path(path).suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml  # PyYAML reads JSON too
+
+            data = yaml.safe_load(text)
+    except ValueError as error:
+        raise ValueError(f"--config {path}: not valid JSON ({error})") from None
+    except Exception as error:  # yaml.YAMLError and its kin
+        raise ValueError(f"--config {path}: not valid YAML ({' '.join(str(error).split())})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: expected a mapping of config fields, got {type(data).__name__}")
+    task = config_class().task
+    if data.get("task", "lm") != task:
+        raise ValueError(f"--config {path}: a config of the {data.get('task', 'lm')!r} task, not of {task!r}")
+    try:
+        config_class.from_dict(data)  # every key known, every value of its type and range
+    except ValueError as error:
+        raise ValueError(f"--config {path}: {error}") from None
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and key != "options":
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    out.pop("task", None)
+    return out
+
+
+def render_error(error: Exception, flags: list[Flag], typed: set[str]) -> str:
+    """The message of ``error`` with its fields named by the flags that set them.
+
+    A field the user typed, or one suggested with a value (``use text_mode='running'``),
+    reads as its flag (``--text-mode running``); others keep their field names.
+    """
+    if not isinstance(error, FieldError):
+        return str(error)
+    by_path = {f.path: f for f in flags}
+    by_leaf = {f.path.rpartition(".")[2]: f for f in flags}
+
+    def name(field: Field) -> str:
+        flag = by_path.get(field.path) or by_leaf.get(field.path)
+        if flag is None or not (field.suggested or flag.path in typed):
+            return field.text()
+        return f"{flag.option} {field.value}" if field.has_value else flag.option
+
+    return error.render(name)

@@ -1,0 +1,97 @@
+"""A run's head, built from its config: one builder for every task.
+
+Every run config has a ``head`` section (:class:`~sohsm.train.config.HeadConfig`),
+a ``model.hidden_size`` (the head's ``in_features``), a ``seed`` and a
+``data.clusters_from``. :func:`build_run_head` turns them and the run's
+vocabulary into the head; a hierarchy (``--clusters-from``) gives the ``tree``
+head its whole tree and a two-level head its clusters, fixed.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from sohsm.clustering.hierarchy import hierarchy_to_assignment
+from sohsm.data.vocab import Vocabulary
+from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead, build_head, head_options
+from sohsm.train.config import RunConfig
+
+
+def takes_tree(head_name: str) -> bool:
+    """Whether head ``head_name`` takes a whole hierarchy (a ``tree`` option) rather than clusters."""
+    return "tree" in (head_options(head_name) or {})
+
+
+def hierarchy_parts(head_name: str, tree: list, n_words: int) -> tuple[Tensor | None, list | None]:
+    """``(clusters, tree)``: what head ``head_name`` takes of a hierarchy over ``n_words`` words.
+
+    The ``tree`` head takes the whole tree; a two-level head the clusters of a two-level hierarchy.
+    """
+    if takes_tree(head_name):
+        return None, tree
+    return hierarchy_to_assignment(tree, n_words), None
+
+
+def saved_clusters(config: RunConfig, saved_head: Mapping[str, Any]) -> Tensor | None:
+    """The fixed clusters a checkpoint's head state holds (a run with ``data.clusters_from``), else ``None``.
+
+    The head is built with that many clusters before its state is loaded.
+    """
+    if not getattr(config.data, "clusters_from", None) or takes_tree(config.head.name):
+        return None
+    assignment = saved_head.get("assignment")
+    return None if assignment is None else assignment.cpu()
+
+
+def build_run_head(config: RunConfig, vocab: Vocabulary, *, clusters: Tensor | None = None,
+                   tree: list | None = None) -> Head:
+    """The head named by ``config.head`` over ``vocab``, with the vocabulary's counts and the run's seed.
+
+    The run's seed goes to heads that take a ``seed`` option (the random clusters
+    of the two-level heads) unless ``config.head.options`` sets one.
+
+    Args:
+        config: a run config of any task.
+        vocab: the words the head scores.
+        clusters: ``[N]`` cluster ids the head takes and keeps (a self-organized head is frozen).
+        tree: nested lists of word ids, for the ``tree`` head.
+
+    Raises:
+        ValueError: the head does not take one of the options (naming it and the
+            head's options), or refuses a value, or takes no hierarchy.
+    """
+    name = config.head.name
+    options: dict[str, Any] = dict(config.head.options)
+    takes = head_options(name) or {}
+    if config.head.update_every is not None:
+        options["update_every"] = config.head.update_every
+    if "seed" not in options and "seed" in takes:
+        options["seed"] = config.seed
+    if tree is not None:
+        if not takes_tree(name):
+            raise ValueError(f"head {name!r} takes no tree; use the 'tree' head")
+        options["tree"] = tree
+    if clusters is not None:
+        if "n_clusters" not in takes:
+            raise ValueError(f"head {name!r} has no word clusters and takes no hierarchy; "
+                             "use the 'tree' head or a two-level head")
+        n = int(clusters.max()) + 1
+        if options.setdefault("n_clusters", n) != n:
+            raise ValueError(f"head {name!r} has {options['n_clusters']} clusters but the hierarchy {n}")
+    head = build_head(name, config.model.hidden_size, len(vocab), counts=torch.from_numpy(vocab.counts.copy()),
+                      **options)
+    if clusters is not None:
+        set_clusters(head, clusters)
+    return head
+
+
+def set_clusters(head: Head, clusters: Tensor) -> None:
+    """Give a two-level head the clusters ``clusters``, fixed (a self-organized head stops re-clustering)."""
+    if not isinstance(head, ClusteredHead):
+        raise ValueError(f"the {type(head).__name__} head has no word clusters to set")
+    head.set_assignment(clusters.to(head.assignment.device))
+    if isinstance(head, SelfOrganizingHead):
+        head.freeze()

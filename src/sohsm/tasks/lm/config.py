@@ -1,0 +1,157 @@
+"""The configuration of a language-model run: typed dataclasses, strict overrides.
+
+A run config composes four sections and the loop's own settings::
+
+    LMConfig
+      data:  DataConfig    which corpus, which vocabulary
+      model: ModelConfig   the LSTM
+      head:  HeadConfig    which output layer, and its options (shared by every task)
+      optim: OptimConfig   optimizer, learning rate, clipping, weight decay (shared by every task)
+      bptt, batch_size, epochs, max_tokens, time_budget, eval_every, ... , seed, device, amp, compile
+
+Defaults are the paper's text8 setting (Shen et al. 2017, §4). A config
+is built from a dict (``config.json``) with :meth:`LMConfig.from_dict` and
+changed with :func:`~sohsm.train.config.apply_overrides`; both reject unknown keys
+and values of the wrong type, and nothing is ever evaluated as code.
+"""
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field
+
+from sohsm.fields import FieldError, escape
+from sohsm.train.config import AMP_CHOICES, CLUSTERS_FORMATS, HeadConfig, OptimConfig, RunConfig, check_clusters_source
+
+#: fields that may differ between a run and its resumption (budgets, logging, locations);
+#: everything else must match the checkpoint
+RESUMABLE_FIELDS = frozenset({
+    "data.data_dir", "data.cache_dir", "epochs", "max_tokens", "time_budget", "eval_every",
+    "checkpoint_every", "log_every", "device", "compile",
+})
+
+@dataclass
+class DataConfig:
+    """Which corpus and vocabulary a run trains on."""
+
+    #: a known corpus (ptb, wikitext-2, text8, ...) or your own text file or folder (required for a new run on
+    #: the command line; text8 is the paper's)
+    corpus: str = field(default="text8", metadata={"metavar": "NAME_OR_PATH", "required": True})
+    #: where known corpora are; ``None``: ``$SOHSM_DATA``, else ``~/.cache/sohsm`` (a location, not an identity)
+    data_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
+    #: where tokenised corpora are cached; ``None``: ``$SOHSM_CACHE``, else ``~/.cache/sohsm/cache``
+    cache_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
+    #: words seen fewer times become <unk>; ``None``: the corpus's own default (text8: the 44k most frequent
+    #: words, the paper's vocabulary)
+    min_count: int | None = None
+    #: at most this many vocabulary entries; ``None``: the corpus's own default
+    max_size: int | None = None
+    #: your own text only: ``"lines"`` (an ``<eos>`` after each line) or ``"running"``; ``None``: ``"lines"``
+    text_mode: str | None = field(default=None, metadata={"choices": ("lines", "running")})
+    #: the head's fixed clusters or tree: a hierarchy file (nested JSON lists of words, Brown paths
+    #: 'bits<TAB>word<TAB>count', 'word<TAB>class') or a trained run; the 'tree' head takes the whole tree,
+    #: two-level heads its clusters; vocabulary words it lacks go to a fallback node; ``None``: none
+    clusters_from: str | None = field(default=None, metadata={"metavar": "FILE|RUN"})
+    #: format of clusters_from (``json``, ``brown``, ``tsv``, ``run``); ``None``: detected
+    clusters_format: str | None = field(default=None, metadata={"choices": CLUSTERS_FORMATS})
+    #: Brown paths: one cluster per this many leading bits (a two-level clustering); ``None``: the whole tree
+    clusters_cut: int | None = field(default=None, metadata={"metavar": "BITS"})
+
+
+@dataclass
+class ModelConfig:
+    """The LSTM that makes hidden states."""
+
+    #: embedding size (the paper's text8 model: 512)
+    emb_size: int = 512
+    #: LSTM hidden size = the head's input size (the paper's text8 model: 512)
+    hidden_size: int = 512
+    #: LSTM layers (the paper's text8 model: one)
+    layers: int = 1
+    #: dropout on the LSTM's input and output: PTB dev ppl fell for every head measured (LSTM 256, seed 1: full
+    #: 129.1 -> 121.8, self-organized 135.0 -> 123.1, frequency binning 135.0 -> 125.8); 0 is the paper's text8 model
+    dropout: float = field(default=0.2, metadata={"metavar": "P"})
+    #: share the embedding with the output word vectors (full head only, emb_size = hidden_size); off by
+    #: default: the comparison between heads must be like for like
+    tie_weights: bool = False
+
+
+@dataclass
+class LMConfig(RunConfig):
+    """A whole training run: the sections above plus the loop's settings.
+
+    Example::
+
+        >>> from sohsm.train.config import apply_overrides
+        >>> config = LMConfig(data=DataConfig(corpus="ptb"), head=HeadConfig(name="full"))
+        >>> config = apply_overrides(config, {"optim.lr": 0.2, "max_tokens": 100_000})
+        >>> LMConfig.from_dict(config.to_dict()) == config
+        True
+    """
+
+    resumable_fields: typing.ClassVar[frozenset[str]] = RESUMABLE_FIELDS
+
+    #: the task this config trains (fixed; runs written before it was stored have none and are language models)
+    task: str = "lm"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    #: the paper truncates back-propagation after 20 steps
+    bptt: int = 20
+    #: the paper's batch size
+    batch_size: int = 128
+    #: dev evaluation columns: the LSTM state restarts per column, 32 keeps the restarts rare and the batch wide
+    eval_batch_size: int = 32
+    #: the paper trains 5 epochs
+    epochs: int = 5
+    #: stop after this many training tokens (all sessions together); ``None``: no limit
+    max_tokens: int | None = None
+    #: stop after this many seconds of training (all sessions, evaluation excluded); ``None``: no limit
+    time_budget: float | None = field(default=None, metadata={"metavar": "SECONDS"})
+    #: evaluate on dev every this many steps (and at each epoch's end); 1000 = K gives a point per re-clustering
+    eval_every: int = 1000
+    #: save ``last.pt`` every this many steps (and at the end); 0: only at the end
+    checkpoint_every: int = 1000
+    #: write a train record (mean loss, tokens/s) every this many steps; each is a device sync
+    log_every: int = 100
+    #: seeds the model's initialisation, dropout and the heads' random clusters
+    seed: int = 1
+    #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...; under torchrun cpu or cuda (each process takes the GPU of
+    #: its LOCAL_RANK)
+    device: str = field(default="cpu", metadata={"metavar": "DEVICE"})
+    #: autocast the forward in ``"bf16"`` or ``"fp16"`` (with loss scaling); ``None``: float32, the paper's
+    amp: str | None = field(default=None, metadata={"choices": AMP_CHOICES})
+    #: run model and head through ``torch.compile`` (speed only; the head's target check is dropped)
+    compile: bool = False
+
+    # -- checks ----------------------------------------------------------------------
+    def validate(self) -> None:
+        """Check every value's range; raises ValueError naming the field."""
+        self._validate_head_optim_budgets()
+        if self.task != "lm":
+            raise FieldError.on("task", f"must be 'lm' for a language-model config, got {self.task!r}")
+        positive = {"model.emb_size": self.model.emb_size, "model.hidden_size": self.model.hidden_size,
+                    "model.layers": self.model.layers, "bptt": self.bptt, "batch_size": self.batch_size,
+                    "eval_batch_size": self.eval_batch_size, "epochs": self.epochs, "log_every": self.log_every}
+        for name, value in positive.items():
+            if value < 1:
+                raise FieldError.on(name, f"must be >= 1, got {value}")
+        for name in ("eval_every", "checkpoint_every"):
+            if self.get(name) < 0:
+                raise FieldError.on(name, f"must be >= 0, got {self.get(name)}")
+        if not 0.0 <= self.model.dropout < 1.0:
+            raise FieldError.on("model.dropout", f"must be in [0, 1), got {self.model.dropout}")
+        if "update_every" in self.head.options:
+            raise FieldError("set {}, not head.options['update_every']", "head.update_every")
+        if self.amp is not None and self.amp not in AMP_CHOICES:
+            raise FieldError.on("amp", f"must be one of {', '.join(AMP_CHOICES)} or None, got {self.amp!r}")
+        if self.data.min_count is not None and self.data.min_count < 1:
+            raise FieldError.on("data.min_count", f"must be >= 1 or None, got {self.data.min_count}")
+        if self.data.text_mode not in (None, "lines", "running"):
+            raise FieldError.on("data.text_mode", f"must be 'lines', 'running' or None, got {self.data.text_mode!r}")
+        if self.data.max_size is not None and self.data.max_size < 2:
+            raise FieldError.on("data.max_size", f"must be >= 2 or None, got {self.data.max_size}")
+        check_clusters_source(self.data)
+        if self.model.tie_weights and self.model.emb_size != self.model.hidden_size:
+            raise FieldError(f"{{}} needs {{}} == {{}}, got {self.model.emb_size} and {self.model.hidden_size}",
+                             "model.tie_weights", "model.emb_size", "model.hidden_size")

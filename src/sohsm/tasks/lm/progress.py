@@ -1,0 +1,48 @@
+"""The start-up lines of a language model's training session (before the progress bar, on stderr)::
+
+    ptb: 10,000 words, 887,521 train tokens | LSTM 1×512/512 | head self_organized: 5.2M parameters,
+        100 clusters, K 43 (auto, ≈8 per epoch) | 11M parameters in all | cpu
+    plan: 4,437,760 tokens (5 epochs)
+"""
+from __future__ import annotations
+
+import torch
+
+from sohsm.data.loading import Corpus
+from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead
+from sohsm.models.lstm_lm import LSTMLanguageModel
+from sohsm.tasks.lm.config import LMConfig
+from sohsm.train.progress import count_text, duration_text, parameter_count
+
+
+def describe_k(head: Head, config: LMConfig) -> str | None:
+    """K of a re-clustering head as the head will use it (its epoch is ``sum(counts) / (batch_size * bptt)``
+    steps); ``None`` for heads that never re-cluster."""
+    if not isinstance(head, SelfOrganizingHead):
+        return None
+    return head.describe_schedule(config.batch_size * config.bptt)
+
+
+def startup_lines(config: LMConfig, corpus: Corpus, model: LSTMLanguageModel, head: Head, device: torch.device,
+                  planned_tokens: int, tokens_per_epoch: int, done_tokens: int = 0) -> list[str]:
+    """The two lines a session prints before it trains: what runs (data, model, head, device) and the plan."""
+    m = config.model
+    head_facts = [f"{count_text(parameter_count(head))} parameters"]
+    if isinstance(head, ClusteredHead):
+        head_facts.append(f"{head.n_clusters} clusters")
+    k = describe_k(head, config)
+    if k is not None:
+        head_facts.append(k)
+    what = (f"{corpus.name}: {len(corpus.vocab):,} words, {corpus.train.numel():,} train tokens | "
+            f"LSTM {m.layers}×{m.emb_size}/{m.hidden_size} | head {config.head.name}: {', '.join(head_facts)} | "
+            f"{count_text(parameter_count(model, head))} parameters in all | {device}")
+    epochs = planned_tokens / tokens_per_epoch
+    if config.max_tokens is not None and config.max_tokens == planned_tokens:
+        plan = f"plan: {planned_tokens:,} tokens (max_tokens; {epochs:.2f} epochs)"
+    else:
+        plan = f"plan: {planned_tokens:,} tokens ({config.epochs} epochs)"
+    if config.time_budget is not None:
+        plan += f" or {duration_text(config.time_budget)} of training (time_budget), whichever comes first"
+    if done_tokens:
+        plan += f"; resuming at {done_tokens:,}"
+    return [what, plan]

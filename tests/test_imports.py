@@ -1,0 +1,130 @@
+"""The package has no import cycle: every module can be imported on its own, in any order.
+
+The graph is built from the source (every ``import`` statement, at the top of a
+file or inside a function) with the edges Python's import system follows:
+``import a.b.c`` and ``from a.b.c import x`` run ``a.b.c`` and every package
+above it that the importing module is not already inside; ``from a.b import x``
+with ``x`` a name (not a submodule) needs ``a.b`` to have finished, even from
+inside ``a.b``.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import sohsm
+
+ROOT = Path(sohsm.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _ancestors(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _is_package(name: str, modules: dict[str, Path]) -> bool:
+    return modules[name].name == "__init__.py"
+
+
+def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules that importing ``name`` makes Python run (or need finished) first."""
+    package = name if _is_package(name, modules) else name.rpartition(".")[0]
+    inside = set(_ancestors(name)) | {name}
+    targets: set[str] = set()
+
+    def run(target: str) -> None:
+        for module in [*_ancestors(target), target]:
+            if module in modules and module not in inside:
+                targets.add(module)
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "sohsm":
+                    run(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != "sohsm":
+                continue
+            run(source)
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                if sub in modules:
+                    run(sub)
+                elif source in modules and source != name:
+                    targets.add(source)  # a name defined in `source` itself: it must have finished
+    targets.discard(name)
+    return targets
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imported(name, path, modules) for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a list of modules (first == last), or ``None``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_graph_sees_top_level_and_function_level_imports():
+    graph = import_graph()
+    assert "sohsm.train.task" in graph["sohsm.train.loop"]
+    assert "sohsm.train" in graph["sohsm.tasks.lm.task"]  # a package above, outside the importer, runs first
+    assert "sohsm.tasks" in graph["sohsm"]
+    assert "sohsm.runs.plots" in graph["sohsm.cli.plot"]  # imported inside a function
+
+
+def test_find_cycle_finds_a_planted_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_in_the_package():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_loop_imports_no_task_and_the_tasks_no_report():
+    graph = import_graph()
+    for name, targets in graph.items():
+        if name.startswith("sohsm.train"):
+            assert not any(t.startswith(("sohsm.tasks", "sohsm.runs", "sohsm.cli")) for t in targets), (name, targets)
+        if name.startswith("sohsm.tasks"):
+            assert not any(t.startswith(("sohsm.runs", "sohsm.cli")) for t in targets), (name, targets)
