@@ -56,7 +56,8 @@ def test_tile_map_puts_every_row_once_in_a_tile_of_its_cluster(batch, n_clusters
     counts = torch.bincount(row_cluster, minlength=n_clusters)
     assert torch.equal(tiles.cluster_tiles, (counts + block_m - 1) // block_m)
     used = int(tiles.cluster_tiles.sum())
-    assert bool((tiles.tile_cluster[used:] == n_clusters).all()) and bool((tiles.tile_cluster[:used] < n_clusters).all())
+    assert bool((tiles.tile_cluster[used:] == n_clusters).all())
+    assert bool((tiles.tile_cluster[:used] < n_clusters).all())
     for c in range(n_clusters):  # a cluster's tiles are consecutive, from cluster_tile_start
         start, n = int(tiles.cluster_tile_start[c]), int(tiles.cluster_tiles[c])
         assert bool((tiles.tile_cluster[start : start + n] == c).all())

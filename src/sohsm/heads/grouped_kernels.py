@@ -40,12 +40,33 @@ def _tl_dtype(name: str):
 
 
 @triton.jit
+def _operand(x, COMPUTE: tl.constexpr, EMULATE: tl.constexpr):
+    """``x`` rounded to the compute dtype, as ``tl.dot`` takes it.
+
+    Under Triton's interpreter (``EMULATE``) the result stays float32 holding the rounded
+    values: the interpreter (Triton 3.9) multiplies bf16 operands wrongly and converts to
+    bf16 by truncation, so bf16 is rounded here to nearest-even on the bits, as the GPU
+    converts. The products are the same (a product of two bf16 or fp16 numbers is exact in
+    float32), accumulated in float32 as on the GPU.
+    """
+    if EMULATE:
+        if COMPUTE == tl.bfloat16:
+            bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            return bits.to(tl.float32, bitcast=True)
+        else:
+            return x.to(COMPUTE).to(tl.float32)
+    else:
+        return x.to(COMPUTE)
+
+
+@triton.jit
 def _forward_kernel(
     h_ptr, w_ptr, tile_rows_ptr, tile_cluster_ptr, offsets_ptr, sizes_ptr, target_ptr,
     out_ptr, lse_ptr, logits_ptr,
     D, WIDTH, N_CLUSTERS, stride_h, stride_w, stride_l,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    COMPUTE: tl.constexpr, OPERAND: tl.constexpr, PRECISION: tl.constexpr,
+    COMPUTE: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     t = tl.program_id(0)
     rows = tl.load(tile_rows_ptr + t * BLOCK_M + tl.arange(0, BLOCK_M))
@@ -68,9 +89,10 @@ def _forward_kernel(
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < D
             h = tl.load(h_ptr + rows[:, None] * stride_h + ks[None, :], mask=row_ok[:, None] & k_ok[None, :],
-                        other=0.0).to(COMPUTE).to(OPERAND)
-            w = tl.load(w_ptr + (start + cols)[None, :] * stride_w + ks[:, None], mask=col_ok[None, :] & k_ok[:, None],
-                        other=0.0).to(COMPUTE).to(OPERAND)
+                        other=0.0)
+            w = tl.load(w_ptr + (start + cols)[None, :] * stride_w + ks[:, None],
+                        mask=col_ok[None, :] & k_ok[:, None], other=0.0)  # [BLOCK_K, BLOCK_N]
+            h, w = _operand(h, COMPUTE, EMULATE), _operand(w, COMPUTE, EMULATE)
             acc = tl.dot(h, w, acc, input_precision=PRECISION)
         acc = tl.where(col_ok[None, :], acc, float("-inf"))
         tl.store(logits_ptr + rows[:, None] * stride_l + cols[None, :], acc,
@@ -89,7 +111,7 @@ def _grad_hidden_kernel(
     g_ptr, w_ptr, tile_rows_ptr, tile_cluster_ptr, offsets_ptr, sizes_ptr, out_ptr,
     D, N_CLUSTERS, stride_g, stride_w, stride_o,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    COMPUTE: tl.constexpr, OPERAND: tl.constexpr, PRECISION: tl.constexpr,
+    COMPUTE: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     t = tl.program_id(0)
     ds = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -107,9 +129,10 @@ def _grad_hidden_kernel(
         cols = j0 + tl.arange(0, BLOCK_N)
         col_ok = cols < n
         g = tl.load(g_ptr + rows[:, None] * stride_g + cols[None, :], mask=row_ok[:, None] & col_ok[None, :],
-                    other=0.0).to(COMPUTE).to(OPERAND)
+                    other=0.0)
         w = tl.load(w_ptr + (start + cols)[:, None] * stride_w + ds[None, :], mask=col_ok[:, None] & d_ok[None, :],
-                    other=0.0).to(COMPUTE).to(OPERAND)
+                    other=0.0)
+        g, w = _operand(g, COMPUTE, EMULATE), _operand(w, COMPUTE, EMULATE)
         acc = tl.dot(g, w, acc, input_precision=PRECISION)
     tl.store(out_ptr + rows[:, None] * stride_o + ds[None, :], acc.to(out_ptr.dtype.element_ty),
              mask=row_ok[:, None] & d_ok[None, :])
@@ -120,7 +143,7 @@ def _grad_weight_kernel(
     g_ptr, h_ptr, tile_rows_ptr, tile_start_ptr, tiles_ptr, offsets_ptr, sizes_ptr, out_ptr,
     D, stride_g, stride_h, stride_o,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    COMPUTE: tl.constexpr, OPERAND: tl.constexpr, PRECISION: tl.constexpr,
+    COMPUTE: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     c = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -137,9 +160,10 @@ def _grad_weight_kernel(
         row_ok = rows >= 0
         rows = tl.where(row_ok, rows, 0)
         g = tl.load(g_ptr + rows[None, :] * stride_g + cols[:, None], mask=row_ok[None, :] & col_ok[:, None],
-                    other=0.0).to(COMPUTE).to(OPERAND)  # [BLOCK_N, BLOCK_M]: grad_logits transposed
+                    other=0.0)  # [BLOCK_N, BLOCK_M]: grad_logits transposed
         h = tl.load(h_ptr + rows[:, None] * stride_h + ds[None, :], mask=row_ok[:, None] & d_ok[None, :],
-                    other=0.0).to(COMPUTE).to(OPERAND)
+                    other=0.0)
+        g, h = _operand(g, COMPUTE, EMULATE), _operand(h, COMPUTE, EMULATE)
         acc = tl.dot(g, h, acc, input_precision=PRECISION)
     tl.store(out_ptr + (start + cols)[:, None] * stride_o + ds[None, :], acc.to(out_ptr.dtype.element_ty),
              mask=col_ok[:, None] & d_ok[None, :])
@@ -147,16 +171,6 @@ def _grad_weight_kernel(
 
 def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def _operand_dtype(compute: str):
-    """The dtype ``tl.dot`` takes its operands in: the compute dtype, except under Triton's interpreter.
-
-    The interpreter (Triton 3.9) multiplies bf16 operands wrongly, so there the operands are
-    rounded to the compute dtype and multiplied in float32: the same products (a product of two
-    bf16 or fp16 numbers is exact in float32) with float32 accumulation, as on the GPU.
-    """
-    return tl.float32 if _interpreted() else _tl_dtype(compute)
 
 
 def _precision(compute: str) -> str:
@@ -188,7 +202,8 @@ def grouped_forward(
         _forward_kernel[(n_tiles,)](
             hidden, weight, tile_rows, tile_cluster, offsets, sizes, row_target, out, lse, logits,
             d, width, sizes.numel(), hidden.stride(0), weight.stride(0), logits.stride(0),
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, COMPUTE=_tl_dtype(compute), OPERAND=_operand_dtype(compute),
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, COMPUTE=_tl_dtype(compute),
+            EMULATE=_interpreted(),
             PRECISION=_precision(compute),
         )
     return out, lse, logits
@@ -217,7 +232,8 @@ def grouped_grad_hidden(
         _grad_hidden_kernel[grid](
             grad_logits, weight, tile_rows, tile_cluster, offsets, sizes, out,
             d, sizes.numel(), grad_logits.stride(0), weight.stride(0), out.stride(0),
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, COMPUTE=_tl_dtype(compute), OPERAND=_operand_dtype(compute),
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, COMPUTE=_tl_dtype(compute),
+            EMULATE=_interpreted(),
             PRECISION=_precision(compute),
         )
     return out
@@ -243,7 +259,8 @@ def grouped_grad_weight(
     _grad_weight_kernel[grid](
         grad_logits, hidden, tile_rows, cluster_tile_start, cluster_tiles, offsets, sizes, out,
         d, grad_logits.stride(0), hidden.stride(0), out.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, COMPUTE=_tl_dtype(compute), OPERAND=_operand_dtype(compute),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, COMPUTE=_tl_dtype(compute),
+            EMULATE=_interpreted(),
         PRECISION=_precision(compute),
     )
     return out
@@ -290,7 +307,10 @@ def in_cluster_log_prob_triton(
     hidden: Tensor, weight: Tensor, row_cluster: Tensor, row_target: Tensor, offsets: Tensor, sizes: Tensor,
     width: int, block_m: int, compute: torch.dtype,
 ) -> Tensor:
-    """``[B]`` in-cluster log-probabilities by the Triton kernels (see :func:`sohsm.heads.grouped.in_cluster_log_prob`)."""
+    """``[B]`` in-cluster log-probabilities by the Triton kernels.
+
+    See :func:`sohsm.heads.grouped.in_cluster_log_prob`; ``compute``: the dtype of the products' operands.
+    """
     names = {v: k for k, v in _DTYPES.items()}
     if compute not in names:
         raise ValueError(f"the Triton kernels compute in one of {sorted(names.values())} (float32 accumulators), "
