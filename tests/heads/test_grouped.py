@@ -154,6 +154,8 @@ def test_sync_free_option_selects_the_path():
     assert grouped.choose_backend(head, hidden) is None  # CPU default: the per-cluster kernel
     head.sync_free = True
     assert grouped.choose_backend(head, hidden) == "torch"
+    head.sync_free = False
+    assert grouped.choose_backend(head, hidden) is None
     head.sync_free = "cuda"
     with pytest.raises(ValueError, match="sync_free must be"):
         head(hidden, target)

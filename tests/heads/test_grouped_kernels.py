@@ -1,26 +1,27 @@
-"""The Triton kernels of the sync-free path, run by Triton's interpreter on the CPU.
+"""The Triton kernels of the sync-free path: under Triton's interpreter on the CPU, compiled on a GPU.
 
-``TRITON_INTERPRET=1`` is set before the kernels are defined (they are imported below,
-after it), so that ``@triton.jit`` makes interpreted functions: this module then runs on
-any machine with Triton installed, GPU or not. Sizes are small (the interpreter runs
-every program instance in Python).
+Without a GPU, ``tests/conftest.py`` sets ``TRITON_INTERPRET=1`` before Triton is first
+imported, so that ``@triton.jit`` makes interpreted functions and these tests run on
+any machine with Triton installed (CI included). Sizes are small: the interpreter runs
+every program instance in Python. With a GPU the same tests run the compiled kernels.
 """
 from __future__ import annotations
 
-import os
-
-os.environ["TRITON_INTERPRET"] = "1"  # before the kernels' module is imported
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton, or the dev extra)")
 
 from sohsm.heads import TwoLevelSoftmax, grouped, grouped_kernels  # noqa: E402
 from sohsm.heads.two_level import _Layout  # noqa: E402
 
-if not grouped_kernels._interpreted():  # pragma: no cover
-    pytest.skip("the kernels' module was imported before TRITON_INTERPRET=1 was set", allow_module_level=True)
+if grouped_kernels._interpreted():
+    DEVICE = "cpu"
+elif torch.cuda.is_available():  # pragma: no cover - a machine with a GPU
+    DEVICE = "cuda"
+else:  # pragma: no cover
+    pytest.skip("no GPU, and Triton was imported before TRITON_INTERPRET=1 was set (tests/conftest.py sets it)",
+                allow_module_level=True)
 
 
 def _problem(batch: int, n_words: int, n_clusters: int, d: int, seed: int, empty: int = 0):
@@ -38,13 +39,15 @@ def _problem(batch: int, n_words: int, n_clusters: int, d: int, seed: int, empty
 
 
 def _run(backend, layout, assignment, weight, hidden, target, row_grad, dtype, width, block_m, autocast=False):
-    w = weight.to(dtype).requires_grad_(True)
-    h = hidden.to(dtype).requires_grad_(True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        out = grouped.in_cluster_log_prob(h, w, assignment[target], layout.position_of_word[target],
-                                          layout.offsets_t, layout.sizes_t, width, backend, block_m)
-    (out * row_grad.to(out.dtype)).sum().backward()
-    return out.double(), h.grad.double(), w.grad.double()
+    """Output and gradients on DEVICE, returned in float64 on the CPU."""
+    w = weight.to(DEVICE, dtype).requires_grad_(True)
+    h = hidden.to(DEVICE, dtype).requires_grad_(True)
+    row_cluster, row_target = assignment[target].to(DEVICE), layout.position_of_word[target].to(DEVICE)
+    with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=autocast):
+        out = grouped.in_cluster_log_prob(h, w, row_cluster, row_target, layout.offsets_t.to(DEVICE),
+                                          layout.sizes_t.to(DEVICE), width, backend, block_m)
+    (out * row_grad.to(DEVICE, out.dtype)).sum().backward()
+    return out.double().cpu(), h.grad.double().cpu(), w.grad.double().cpu()
 
 
 def _reference(layout, assignment, weight, hidden, target, row_grad):
@@ -93,7 +96,9 @@ def test_bf16_kernels_under_autocast_are_bf16_close_to_float64():
 
 def test_float64_and_bad_block_are_refused():
     layout, assignment, weight, hidden, target, _ = _problem(4, 20, 4, 8, seed=0)
-    args = (assignment[target], layout.position_of_word[target], layout.offsets_t, layout.sizes_t, 10)
+    args = [t.to(DEVICE) for t in (assignment[target], layout.position_of_word[target], layout.offsets_t,
+                                   layout.sizes_t)] + [10]
+    hidden, weight = hidden.to(DEVICE), weight.to(DEVICE)
     with pytest.raises(ValueError, match="float64"):
         grouped.in_cluster_log_prob(hidden, weight, *args, "triton", 16)
     with pytest.raises(ValueError, match="block_m"):
@@ -106,8 +111,10 @@ def test_head_on_triton_backend_equals_the_per_cluster_kernel():
     twin = TwoLevelSoftmax(12, 60, assignment="random", projection=True)
     twin.load_state_dict(head.state_dict())
     twin.sync_free = "triton"
+    head, twin = head.to(DEVICE), twin.to(DEVICE)
     g = torch.Generator().manual_seed(1)
     hidden, target = torch.randn(33, 12, generator=g), torch.randint(0, 60, (33,), generator=g)
+    hidden, target = hidden.to(DEVICE), target.to(DEVICE)
     grads = []
     for m in (head, twin):
         h = hidden.clone().requires_grad_(True)
@@ -125,7 +132,7 @@ def test_kernels_trace_whole_under_torch_compile():
 
     torch._dynamo.reset()
     torch.manual_seed(0)
-    head = TwoLevelSoftmax(8, 40, assignment="random")
+    head = TwoLevelSoftmax(8, 40, assignment="random").to(DEVICE)
     head.sync_free, head.check_targets = "triton", False
     counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
 
@@ -135,7 +142,7 @@ def test_kernels_trace_whole_under_torch_compile():
         return loss.detach()
 
     compiled = torch.compile(step, fullgraph=True, backend=counter)
-    hidden, target = torch.randn(20, 8), torch.randint(0, 40, (20,))
+    hidden, target = torch.randn(20, 8, device=DEVICE), torch.randint(0, 40, (20,), device=DEVICE)
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         loss = compiled(hidden, target)
     grad = head.weight.grad.clone()

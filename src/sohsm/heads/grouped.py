@@ -24,7 +24,8 @@ Two implementations compute the same thing:
   it materialises the gathered weights, so it is meant for small sizes and the CPU.
 * ``"triton"``: the kernels of :mod:`sohsm.heads.grouped_kernels` (one launch
   forward, two backward, whatever the number of clusters), registered as torch
-  custom operators so that they trace. Used on CUDA when Triton is installed.
+  custom operators so that they trace. The default on CUDA when Triton is installed
+  (see :func:`choose_backend`).
 
 Under ``torch.autocast`` the products run in the autocast dtype (bf16, fp16) with
 float32 accumulation, and the log-softmax is normalised in float32.
@@ -163,20 +164,24 @@ def triton_available() -> bool:
 
 
 def choose_backend(head, hidden: Tensor) -> str | None:
-    """The sync-free backend ``head`` uses for ``hidden``, or ``None`` for the default kernel.
+    """The sync-free backend ``head`` uses for ``hidden``, or ``None`` for the per-cluster kernel.
 
-    ``head.sync_free``: ``None`` (default) takes the sync-free path on CUDA and the
-    default kernel elsewhere; ``False`` always the default kernel; ``True`` the
-    sync-free path on any device; ``"torch"`` or ``"triton"`` that backend. The
-    sync-free path picks ``"triton"`` on CUDA when Triton is installed, else ``"torch"``.
+    ``head.sync_free``: ``None`` (default) takes the Triton kernels on CUDA when Triton
+    is installed, the per-cluster kernel otherwise (the torch backend gathers every
+    tile's word vectors, too much memory for a default at large sizes); ``True`` the
+    sync-free path on any device (Triton on CUDA when installed, else torch);
+    ``"torch"`` or ``"triton"`` that backend; ``False`` always the per-cluster kernel.
     """
     option = head.sync_free
-    if option is False or (option is None and hidden.device.type != "cuda"):
+    on_cuda = hidden.device.type == "cuda"
+    if option is None:
+        return "triton" if on_cuda and triton_available() else None
+    if option is False:
         return None
+    if option is True:
+        return "triton" if on_cuda and triton_available() else "torch"
     if option in BACKENDS:
         return option
-    if option is None or option is True:
-        return "triton" if hidden.device.type == "cuda" and triton_available() else "torch"
     raise ValueError(f"sync_free must be None, True, False, 'torch' or 'triton', got {option!r}")
 
 

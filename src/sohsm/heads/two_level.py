@@ -192,7 +192,9 @@ class TwoLevelSoftmax(WritesWeightGradient, Head):
         Under ``torch.autocast`` the cluster softmax is normalised in float32 and the
         in-cluster kernel scores in the weight's dtype. Under ``torch.compile`` the
         data-dependent part (which clusters a batch holds) runs eagerly; set
-        ``head.check_targets = False`` to drop the host-side target check as well. :attr:`weight` cannot be tied to an
+        ``head.check_targets = False`` to drop the host-side target check as well.
+        The sync-free path (:attr:`sync_free`, the default on CUDA with Triton) reads
+        nothing back, traces whole, and scores in the autocast dtype. :attr:`weight` cannot be tied to an
         embedding: its rows are grouped by cluster (use :meth:`word_vectors`).
     """
 
@@ -354,9 +356,10 @@ class TwoLevelSoftmax(WritesWeightGradient, Head):
         return self._score(F.linear(hidden_c, self.cluster_weight), hidden_w, target)
 
     # -- sync-free path (sohsm.heads.grouped) ------------------------------------------------------
-    #: The in-cluster kernel: ``None`` (default) the sync-free path on CUDA and the per-cluster
-    #: kernel elsewhere; ``True`` the sync-free path on any device; ``"torch"`` / ``"triton"`` that
-    #: backend of it; ``False`` always the per-cluster kernel. See :mod:`sohsm.heads.grouped`.
+    #: The in-cluster kernel: ``None`` (default) the sync-free path's Triton kernels on CUDA when
+    #: Triton is installed, else the per-cluster kernel; ``True`` the sync-free path on any device;
+    #: ``"torch"`` / ``"triton"`` that backend of it; ``False`` always the per-cluster kernel.
+    #: See :mod:`sohsm.heads.grouped`.
     sync_free: bool | str | None = None
 
     def _sync_free_width(self) -> int:
