@@ -194,8 +194,8 @@ class TwoLevelSoftmax(WritesWeightGradient, Head):
         data-dependent part (which clusters a batch holds) runs eagerly; set
         ``head.check_targets = False`` to drop the host-side target check as well.
         The sync-free path (:attr:`sync_free`, the default on CUDA with Triton) reads
-        nothing back, traces whole, and scores in the autocast dtype. :attr:`weight` cannot be tied to an
-        embedding: its rows are grouped by cluster (use :meth:`word_vectors`).
+        nothing back, traces whole, and scores in the autocast dtype. :attr:`weight`
+        cannot be tied to an embedding: its rows are grouped by cluster (use :meth:`word_vectors`).
     """
 
     def __init__(
