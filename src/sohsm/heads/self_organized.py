@@ -25,6 +25,7 @@ from sohsm.clustering import (
     greedy_assignment,
     random_assignment,
 )
+from sohsm.heads import device_statistics
 from sohsm.heads.base import SelfOrganizingHead, check_counts
 from sohsm.heads.registry import register_head
 from sohsm.heads.two_level import TwoLevelSoftmax
@@ -251,6 +252,8 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         self._group_option = "auto"
         self._group = None  # the process group found, once the head has run in one
         self._pending: list[tuple[Tensor, Tensor]] = []  # observations not yet merged across ranks
+        self._device_tokens: list[int] = []  # tokens of the batches the sync-free path folded since the last step
+        self._width = max(self.max_cluster_size, self._layout_cache.max_size)  # see _sync_free_width
 
     # -- cluster statistics (Eq. 9-10) ---------------------------------------------
     def _smoothing_factor(self, counts: Tensor) -> Tensor:
@@ -425,6 +428,19 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         else:
             self._pending.append((target.detach().clone(), cluster_log_probs.detach().float()))
 
+    def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        device_statistics.observe(self, target, cluster_log_probs)
+
+    def _sync_free_width(self) -> int:
+        """Static width of the sync-free path's logits: the largest cluster Algorithm 1 may make.
+
+        Wider while the clusters are (initial frequency bins); kept as an attribute, updated by eager
+        calls and re-assignments, so that ``torch.compile`` does not recompile at every re-assignment.
+        """
+        if not torch.compiler.is_compiling():
+            self._width = max(self.max_cluster_size, self._layout_cache.max_size)
+        return self._width
+
     @torch.no_grad()
     def update_statistics(self, target: Tensor, cluster_log_probs: Tensor) -> None:
         """Fold one batch into ``q`` (Eq. 9), exactly as one update per token in batch order would.
@@ -500,14 +516,15 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         if not self.training:
             return
         self.merge_statistics()
-        self.steps += 1
+        device_statistics.after_step(self)  # the sync-free path's host-side bookkeeping
+        step = device_statistics.count_step(self)  # self.steps += 1, counted on the host
         if self.frozen:
             return
         if self.freeze_after_tokens is not None and self.tokens_seen >= self.freeze_after_tokens:
             self.reassign(optimizer)
             self.freeze(optimizer)
             return
-        if self.update_every and self.is_reassign_step(int(self.steps)):
+        if self.update_every and self.is_reassign_step(step):
             self.reassign(optimizer)
 
     def is_reassign_step(self, step: int) -> bool:
@@ -584,6 +601,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
             assignment, fallback_words = None, 0
         assignment, fallback_words = self.broadcast_assignment(assignment, fallback_words)
         moved = self.set_assignment(assignment, optimizer)
+        self._sync_free_width()  # the sync-free path's width follows the new clusters
         if self.moved_vectors == "cluster_mean" and bool(moved.any()):
             self._reset_moved(moved, optimizer)
         moved = moved.cpu()

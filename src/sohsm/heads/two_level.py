@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
+from sohsm.heads import grouped
 from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, upcast
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
@@ -203,8 +204,11 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         Under ``torch.autocast`` the cluster softmax is normalised in float32 and the
         in-cluster kernel scores in the weight's dtype. Under ``torch.compile`` the
         data-dependent part (which clusters a batch holds) runs eagerly; set
-        ``head.check_targets = False`` to drop the host-side target check as well. :attr:`weight` cannot be tied to an
-        embedding: its rows are grouped by cluster (use :meth:`word_vectors`).
+        ``head.check_targets = False`` to drop the host-side target check as well.
+        The sync-free path (``head.sync_free = True``; not yet the default, as its
+        Triton kernels have not been measured on a GPU) reads nothing back, traces
+        whole, and scores in the autocast dtype. :attr:`weight`
+        cannot be tied to an embedding: its rows are grouped by cluster (use :meth:`word_vectors`).
     """
 
     def __init__(
@@ -376,7 +380,28 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
     def _parts(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
         hidden_c, hidden_w = self._split_hidden(hidden)
+        # -- sync-free path (sohsm.heads.grouped): chosen by `sync_free` -----------------------------
+        backend = grouped.choose_backend(self, hidden_w)
+        if backend is not None:
+            return grouped.score(self, F.linear(hidden_c, self.cluster_weight), hidden_w, target, backend)
+        # -- end of the sync-free path ----------------------------------------------------------------
         return self._score(F.linear(hidden_c, self.cluster_weight), hidden_w, target)
+
+    # -- sync-free path (sohsm.heads.grouped) ------------------------------------------------------
+    #: The in-cluster kernel: ``None`` (default) the per-cluster kernel (the sync-free path's Triton
+    #: kernels are not the default until they are measured on a GPU); ``True`` the sync-free path on any
+    #: device (Triton on CUDA when installed, else torch);
+    #: ``"torch"`` / ``"triton"`` that backend of it; ``False`` always the per-cluster kernel.
+    #: See :mod:`sohsm.heads.grouped`.
+    sync_free: bool | str | None = None
+
+    def _sync_free_width(self) -> int:
+        """Static width of the sync-free path's logits: the largest cluster (fixed clusters)."""
+        return self._layout_cache.max_size
+
+    def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        """Hook for subclasses on the sync-free path: like :meth:`_observe`, but reads nothing back."""
+    # -- end of the sync-free path ----------------------------------------------------------------
 
     @torch.compiler.disable
     def _score(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -1,0 +1,115 @@
+"""The self-organized head's statistics and schedule without host synchronisation (the sync-free path).
+
+:meth:`SelfOrganizedSoftmax.update_statistics` folds a batch into ``q`` with
+``torch.unique`` and a host-side check for non-finite rows, and the optimizer hook
+reads the step counter back with ``int(head.steps)``: three waits for the device
+a step. Here the same update is written with static shapes (a sort and
+``searchsorted`` in place of ``unique``; non-finite rows masked, not removed), and
+the step count is mirrored on the host, so a training step reads nothing back.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+_LN2 = math.log(2.0)
+
+
+@torch.no_grad()
+def update_statistics(head, target: Tensor, cluster_log_probs: Tensor) -> None:
+    """Fold one batch into ``head.q`` (Eq. 9) with static shapes: same result as ``head.update_statistics``.
+
+    Token ``t`` of word ``w`` enters ``q[w]`` with weight ``(1 - lambda_t) * prod_{s after t} lambda_s``
+    and the old row keeps ``prod_t lambda_t`` (products over the batch's occurrences of ``w``, in
+    batch order). A row with a NaN or ``+inf`` log-probability counts as absent: smoothing 1, weight 0.
+
+    Args:
+        head: a :class:`~sohsm.heads.SelfOrganizedSoftmax`.
+        target: ``[B]`` word ids.
+        cluster_log_probs: ``[B, n_clusters]`` natural-log ``log P(c | h)`` of each row.
+    """
+    target = target.reshape(-1)
+    n = target.numel()
+    if n == 0:
+        return
+    cluster_log_probs = cluster_log_probs[:, head.shortlist:]  # q keeps the learned clusters' columns only
+    good = ~(cluster_log_probs.isnan() | (cluster_log_probs == math.inf)).any(dim=1)  # [B]
+    word_sorted, by_word = torch.sort(target, stable=True)  # batch order kept within a word
+    good_sorted = good[by_word]
+    # each token's group of equal words: [first, last] positions in the sorted order
+    first = torch.searchsorted(word_sorted, word_sorted, right=False)
+    last = torch.searchsorted(word_sorted, word_sorted, right=True) - 1
+    counts = head.counts.to(torch.float64)
+    if head.counts_given:
+        seen = counts[word_sorted]
+    else:
+        # occurrence number among the good rows of the word, counting this one
+        good_before = good_sorted.long().cumsum(0)
+        group_base = torch.where(first > 0, good_before[(first - 1).clamp(min=0)], torch.zeros_like(first))
+        seen = counts[word_sorted] + (good_before - group_base).to(torch.float64)
+        head.counts.index_add_(0, target, good.to(head.counts.dtype))
+    lam = head._smoothing_factor(seen)
+    lam = torch.where(good_sorted, lam, torch.ones_like(lam))  # an absent row changes nothing
+    log_lam = lam.log().clamp(min=-1e4).cumsum(0)  # lambda = 0 (a first occurrence ever): exp(-1e4) = 0
+    before_group = torch.where(first > 0, log_lam[(first - 1).clamp(min=0)], torch.zeros_like(log_lam))
+    decay = (log_lam[last] - before_group).exp()  # [n]: the group's decay, at every token of the group
+    weight = torch.where(good_sorted, (1.0 - lam) * (log_lam[last] - log_lam).exp(), torch.zeros_like(lam))
+    samples = (cluster_log_probs[by_word] / _LN2).clamp(min=-1e4)
+    samples = torch.where(good_sorted[:, None], samples, torch.zeros_like(samples))  # NaN * 0 would stay NaN
+    # one addition: q[w] += (decay - 1) q[w] (at the word's first token only) + its tokens' weighted samples
+    q = head.q
+    keep = torch.where(first == torch.arange(n, device=target.device), decay - 1.0, torch.zeros_like(decay))
+    update = q[word_sorted] * keep.to(q.dtype)[:, None] + samples.to(q.dtype) * weight.to(q.dtype)[:, None]
+    q.index_add_(0, word_sorted, update)
+
+
+def observe(head, target: Tensor, cluster_log_probs: Tensor) -> None:
+    """What ``SelfOrganizedSoftmax._observe`` does, read nothing back: fold the batch into ``q``.
+
+    The host-side bookkeeping (tokens seen, the interval ``K`` when it is chosen from
+    the batch size) waits for the next optimizer step (:func:`after_step`). With
+    several processes the statistics go through the head's own merging (which
+    reads sizes back) in eager mode; inside ``torch.compile`` one process is assumed.
+    """
+    compiling = torch.compiler.is_compiling()
+    if not compiling:
+        if torch._C._current_graph_task_id() != -1:
+            return  # a forward recomputed during backward (activation checkpointing) was already seen
+        if head._find_group() is not None:
+            head._observe(target, cluster_log_probs)
+            return
+    if head.frozen:
+        return
+    head._device_tokens.append(target.numel())
+    update_statistics(head, target, cluster_log_probs)
+
+
+def after_step(head) -> None:
+    """Host-side bookkeeping of the batches :func:`observe` folded since the last optimizer step."""
+    tokens = head.__dict__.get("_device_tokens")
+    if not tokens:
+        return
+    if head.update_every is None:
+        head._resolve_update_every(tokens[0])
+    head.tokens_seen += sum(tokens)
+    tokens.clear()
+
+
+def count_step(head) -> int:
+    """Add one to ``head.steps`` (on its device) and return the new count from a host-side mirror.
+
+    The mirror is trusted while the buffer is the same tensor at the version the last
+    call left it (a ``load_state_dict`` or any write bumps the version); otherwise the
+    count is read once from the device.
+    """
+    steps = head.steps
+    mirror = head.__dict__.get("_steps_mirror")
+    if mirror is not None and mirror[0] is steps and mirror[1] == steps._version:
+        value = mirror[2] + 1
+    else:
+        value = int(steps) + 1
+    steps += 1
+    head.__dict__["_steps_mirror"] = (steps, steps._version, value)
+    return value

@@ -1,0 +1,209 @@
+"""The in-cluster softmax of the two-level heads without host synchronisation (the sync-free path).
+
+The default kernel (:mod:`sohsm.heads.two_level`) groups a batch's rows by cluster
+on the host: it reads the cluster counts back (``.tolist()``) and runs one matrix
+product per present cluster. On a GPU that is a synchronisation and hundreds of
+small launches a step. This path keeps every shape static, so a step runs without
+reading anything back and traces whole under ``torch.compile(fullgraph=True)``:
+
+* the rows are sorted by target cluster on the device, and each cluster's run of
+  sorted rows is padded to a multiple of ``block_m``, so that every *tile* of
+  ``block_m`` rows belongs to one cluster. Tile ``t``'s cluster and rows are
+  computed on the device; the number of tiles has the static upper bound
+  ``ceil(B / block_m) + min(C, B)`` (one partial tile per present cluster);
+* every tile scores its rows against the words of its cluster, at most
+  ``width`` of them (the largest cluster the head can hold), so the in-cluster
+  logits of the whole batch are one ``[B, width]`` buffer, masked past each
+  row's cluster size, and one masked log-softmax normalises them.
+
+Two implementations compute the same thing:
+
+* ``"torch"``: batched matrix products over the tiles (each tile's cluster's
+  word vectors gathered into a ``[T, width, d]`` tensor), differentiated by
+  autograd. It runs anywhere and is the reference the kernels are tested against;
+  it materialises the gathered weights, so it is meant for small sizes and the CPU.
+* ``"triton"``: the kernels of :mod:`sohsm.heads.grouped_kernels` (one launch
+  forward, two backward, whatever the number of clusters), registered as torch
+  custom operators so that they trace. The default on CUDA when Triton is installed
+  (see :func:`choose_backend`).
+
+Under ``torch.autocast`` the products run in the autocast dtype (bf16, fp16) with
+float32 accumulation, and the log-softmax is normalised in float32.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+#: implementations of the sync-free in-cluster softmax
+BACKENDS = ("torch", "triton")
+
+
+class TileMap(NamedTuple):
+    """Rows of a batch laid out in tiles of one cluster each, all shapes static.
+
+    Attributes:
+        tile_rows: ``[T * block_m]`` row (in the batch's order) at each padded position, ``-1`` for padding.
+        tile_cluster: ``[T]`` cluster of each tile; ``n_clusters`` for an unused tile.
+        row_position: ``[B]`` padded position of each row (``tile_rows[row_position[i]] == i``).
+        cluster_tile_start: ``[C]`` first tile of each cluster.
+        cluster_tiles: ``[C]`` number of tiles of each cluster (0 for a cluster without rows).
+    """
+
+    tile_rows: Tensor
+    tile_cluster: Tensor
+    row_position: Tensor
+    cluster_tile_start: Tensor
+    cluster_tiles: Tensor
+
+
+def max_tiles(batch: int, n_clusters: int, block_m: int) -> int:
+    """Static upper bound on the tiles of a batch: ``ceil(B / block_m) + min(C, B)``."""
+    return math.ceil(batch / block_m) + min(n_clusters, batch)
+
+
+def tile_map(row_cluster: Tensor, n_clusters: int, block_m: int) -> TileMap:
+    """Sort ``[B]`` rows by cluster on the device and cut each cluster's run into tiles of ``block_m`` rows."""
+    batch, device = row_cluster.numel(), row_cluster.device
+    n_tiles = max_tiles(batch, n_clusters, block_m)
+    counts = torch.zeros(n_clusters, dtype=torch.long, device=device)
+    counts.scatter_add_(0, row_cluster, torch.ones_like(row_cluster))
+    tiles = (counts + (block_m - 1)) // block_m  # [C]
+    tile_end = tiles.cumsum(0)
+    tile_start = tile_end - tiles
+    row_start = counts.cumsum(0) - counts  # first sorted row of each cluster
+    sorted_cluster, order = torch.sort(row_cluster, stable=True)
+    rank = torch.arange(batch, device=device) - row_start[sorted_cluster]  # rank of a row in its cluster
+    padded = tile_start[sorted_cluster] * block_m + rank  # [B], distinct, < n_tiles * block_m
+    tile_rows = torch.full((n_tiles * block_m,), -1, dtype=torch.long, device=device)
+    tile_rows.scatter_(0, padded, order)
+    row_position = torch.empty_like(padded).scatter_(0, order, padded)
+    # tile t belongs to the cluster c with tile_end[c - 1] <= t < tile_end[c] (n_clusters past the last)
+    tile_cluster = torch.searchsorted(tile_end, torch.arange(n_tiles, device=device), right=True)
+    return TileMap(tile_rows, tile_cluster, row_position, tile_start, tiles)
+
+
+def in_cluster_log_prob_torch(
+    hidden: Tensor, weight: Tensor, row_cluster: Tensor, row_target: Tensor,
+    offsets: Tensor, sizes: Tensor, width: int, block_m: int = 16,
+) -> Tensor:
+    """``log P(w_i | h_i, C(w_i))`` per row by batched products over tiles (the ``"torch"`` backend).
+
+    Args:
+        hidden: ``[B, d]`` hidden states of the word softmax.
+        weight: ``[N, d]`` word vectors, rows grouped by cluster.
+        row_cluster: ``[B]`` cluster of each row's target word.
+        row_target: ``[B]`` position of each target word inside its cluster's block.
+        offsets: ``[C + 1]`` first row of each cluster's block in ``weight``.
+        sizes: ``[C]`` words in each cluster; every size is at most ``width``.
+        width: static number of columns of the logits (the largest cluster size the head allows).
+        block_m: rows per tile.
+
+    Returns:
+        ``[B]`` log-probabilities, float32 or wider; differentiable in ``hidden`` and ``weight``.
+    """
+    batch, d = hidden.shape
+    n_clusters = sizes.numel()
+    tiles = tile_map(row_cluster, n_clusters, block_m)
+    n_tiles = tiles.tile_cluster.numel()
+    padded_hidden = torch.cat([hidden, hidden.new_zeros(1, d)])  # row B: zeros for padding
+    rows = torch.where(tiles.tile_rows < 0, batch, tiles.tile_rows)
+    hidden_tiles = padded_hidden[rows].view(n_tiles, block_m, d)
+    cluster = tiles.tile_cluster.clamp(max=n_clusters - 1)  # an unused tile scores zeros against any cluster
+    columns = torch.arange(width, device=weight.device)
+    slots = (offsets[cluster][:, None] + columns).clamp(max=weight.size(0) - 1)  # [T, width]
+    weight_tiles = weight[slots]  # [T, width, d]
+    logits = torch.bmm(hidden_tiles, weight_tiles.transpose(1, 2))  # [T, block_m, width]
+    logits = logits.reshape(n_tiles * block_m, width)[tiles.row_position]  # [B, width], the batch's order
+    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    outside = columns >= sizes[row_cluster][:, None]
+    log_probs = F.log_softmax(logits.masked_fill(outside, float("-inf")), dim=1)
+    return log_probs.gather(1, row_target[:, None]).squeeze(1)
+
+
+def compute_dtype(tensor: Tensor, weight: Tensor) -> torch.dtype:
+    """The dtype the products run in: the autocast dtype under ``torch.autocast``, else the widest input's."""
+    device_type = tensor.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return torch.promote_types(tensor.dtype, weight.dtype)
+
+
+def in_cluster_log_prob(
+    hidden: Tensor, weight: Tensor, row_cluster: Tensor, row_target: Tensor,
+    offsets: Tensor, sizes: Tensor, width: int, backend: str = "torch", block_m: int | None = None,
+) -> Tensor:
+    """``log P(w_i | h_i, C(w_i))`` per row, sync-free, by ``backend`` (``"torch"`` or ``"triton"``).
+
+    See :func:`in_cluster_log_prob_torch` for the arguments. ``block_m``: rows per tile
+    (default 16 for ``"torch"``, 64 for ``"triton"``).
+    """
+    if backend == "torch":
+        return in_cluster_log_prob_torch(hidden, weight, row_cluster, row_target, offsets, sizes, width,
+                                         block_m or 16)
+    if backend == "triton":
+        from sohsm.heads import grouped_kernels
+
+        return grouped_kernels.in_cluster_log_prob_triton(
+            hidden, weight, row_cluster, row_target, offsets, sizes, width, block_m or 64,
+            compute_dtype(hidden, weight))
+    raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+
+def triton_available() -> bool:
+    """Whether Triton can be imported (it is needed by the ``"triton"`` backend)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def choose_backend(head, hidden: Tensor) -> str | None:
+    """The sync-free backend ``head`` uses for ``hidden``, or ``None`` for the per-cluster kernel.
+
+    ``head.sync_free``: ``None`` (default) the per-cluster kernel: the Triton kernels are
+    tested on the CPU through Triton's interpreter but have not yet been measured on a
+    GPU, so they are not the default until they have (and the torch backend gathers every
+    tile's word vectors, too much memory for a default at large sizes); ``True`` the
+    sync-free path on any device (Triton on CUDA when installed, else torch);
+    ``"torch"`` or ``"triton"`` that backend; ``False`` always the per-cluster kernel.
+    """
+    option = head.sync_free
+    on_cuda = hidden.device.type == "cuda"
+    if option is None or option is False:
+        return None
+    if option is True:
+        return "triton" if on_cuda and triton_available() else "torch"
+    if option in BACKENDS:
+        return option
+    raise ValueError(f"sync_free must be None, True, False, 'torch' or 'triton', got {option!r}")
+
+
+def score(head, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor, backend: str):
+    """The sync-free counterpart of ``TwoLevelSoftmax._score``: ``(cluster log-probs, cluster part, word part)``.
+
+    Reads no value back to the host. Under ``torch.compile`` the head's layout is
+    taken as it was last derived (a direct write into ``head.assignment`` is noticed
+    by the next eager call, not inside a compiled step).
+    """
+    layout = head._layout_cache if torch.compiler.is_compiling() else head._layout
+    if head._grad.dirty is not None:  # autograd, not the head, writes weight.grad here: forget what it wrote
+        head._grad.invalidate()
+    logits = cluster_logits.float() if cluster_logits.dtype in (torch.float16, torch.bfloat16) else cluster_logits
+    if layout.empty_clusters is not None:
+        logits = logits.masked_fill(layout.empty_clusters, float("-inf"))
+    cluster_log_probs = F.log_softmax(logits, dim=1)  # [B, C]
+    target_cluster = head.assignment[target]
+    cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
+    word_part = in_cluster_log_prob(
+        hidden_w, head.weight, target_cluster, layout.position_of_word[target], layout.offsets_t,
+        layout.sizes_t, head._sync_free_width(), backend,
+    )
+    if head.training:
+        head._observe_sync_free(target, cluster_log_probs.detach())
+    return cluster_log_probs, cluster_part, word_part

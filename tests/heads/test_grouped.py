@@ -1,0 +1,269 @@
+"""The sync-free path of the two-level heads (sohsm.heads.grouped, device_statistics) on the CPU.
+
+Its torch backend against the dense float64 reference, the heads on it against the
+per-cluster kernel, the static-shape statistics against ``update_statistics``, and the
+proof that a training step reads nothing back: it compiles with ``fullgraph=True``.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax, device_statistics, grouped
+from sohsm.heads.two_level import _Layout
+
+from .reference import sequential_q_update
+
+
+def _layout(n_words: int, n_clusters: int, seed: int, empty: int = 0) -> _Layout:
+    """A random assignment with uneven clusters, ``empty`` of them without words."""
+    g = torch.Generator().manual_seed(seed)
+    used = n_clusters - empty
+    assignment = torch.randint(0, used, (n_words,), generator=g)
+    assignment[:used] = torch.arange(used)  # every used cluster has a word
+    assignment[: n_words // 3] = 0  # one large cluster
+    return _Layout(assignment[torch.randperm(n_words, generator=g)], n_clusters)
+
+
+def _dense_in_cluster(hidden, word_weight, assignment, target):
+    """``log P(t | h, C(t))`` from the full logit matrix masked to the target's cluster (float64)."""
+    logits = hidden @ word_weight.t()
+    outside = assignment[None, :] != assignment[target][:, None]
+    return torch.log_softmax(logits.masked_fill(outside, float("-inf")), dim=1).gather(1, target[:, None]).squeeze(1)
+
+
+# -- the tile layout -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch, n_clusters, block_m", [(1, 5, 16), (40, 8, 16), (300, 7, 16), (64, 100, 4),
+                                                        (33, 3, 8)])
+def test_tile_map_puts_every_row_once_in_a_tile_of_its_cluster(batch, n_clusters, block_m):
+    g = torch.Generator().manual_seed(batch)
+    row_cluster = torch.randint(0, n_clusters, (batch,), generator=g) ** 2 % n_clusters  # uneven, some absent
+    tiles = grouped.tile_map(row_cluster, n_clusters, block_m)
+    n_tiles = grouped.max_tiles(batch, n_clusters, block_m)
+    assert tiles.tile_rows.shape == (n_tiles * block_m,) and tiles.tile_cluster.shape == (n_tiles,)
+    present = tiles.tile_rows[tiles.tile_rows >= 0]
+    assert sorted(present.tolist()) == list(range(batch))  # every row exactly once
+    assert torch.equal(tiles.tile_rows[tiles.row_position], torch.arange(batch))
+    tile_of_row = tiles.row_position // block_m
+    assert torch.equal(tiles.tile_cluster[tile_of_row], row_cluster)  # a row's tile is of its cluster
+    counts = torch.bincount(row_cluster, minlength=n_clusters)
+    assert torch.equal(tiles.cluster_tiles, (counts + block_m - 1) // block_m)
+    used = int(tiles.cluster_tiles.sum())
+    assert bool((tiles.tile_cluster[used:] == n_clusters).all())
+    assert bool((tiles.tile_cluster[:used] < n_clusters).all())
+    for c in range(n_clusters):  # a cluster's tiles are consecutive, from cluster_tile_start
+        start, n = int(tiles.cluster_tile_start[c]), int(tiles.cluster_tiles[c])
+        assert bool((tiles.tile_cluster[start : start + n] == c).all())
+
+
+# -- the torch backend against the dense reference --------------------------------------------------
+
+
+@pytest.mark.parametrize("batch, n_clusters, empty, block_m", [(40, 8, 0, 16), (3, 8, 2, 16), (1, 4, 0, 16),
+                                                               (90, 12, 3, 4)])
+def test_torch_backend_matches_dense_float64_reference(batch, n_clusters, empty, block_m):
+    n_words, d = 70, 5
+    layout = _layout(n_words, n_clusters, seed=batch, empty=empty)
+    g = torch.Generator().manual_seed(1)
+    weight = torch.randn(n_words, d, generator=g, dtype=torch.float64, requires_grad=True)  # slot order
+    hidden = torch.randn(batch, d, generator=g, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, n_words, (batch,), generator=g)
+    row_grad = torch.randn(batch, generator=g, dtype=torch.float64)
+    assignment = layout.cluster_of_slot[layout.slot_of_word]
+    out = grouped.in_cluster_log_prob(hidden, weight, assignment[target], layout.position_of_word[target],
+                                      layout.offsets_t, layout.sizes_t, layout.max_size + 2, "torch", block_m)
+    (out * row_grad).sum().backward()
+    h_ref = hidden.detach().clone().requires_grad_(True)
+    w_ref = weight.detach()[layout.slot_of_word].clone().requires_grad_(True)  # word order
+    expected = _dense_in_cluster(h_ref, w_ref, assignment, target)
+    (expected * row_grad).sum().backward()
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(hidden.grad, h_ref.grad, rtol=0, atol=1e-12)
+    torch.testing.assert_close(weight.grad, w_ref.grad[layout.word_of_slot], rtol=0, atol=1e-12)
+
+
+def test_unknown_backend_is_refused():
+    layout = _layout(10, 3, seed=0)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        grouped.in_cluster_log_prob(torch.randn(2, 3), torch.randn(10, 3), torch.zeros(2, dtype=torch.long),
+                                    torch.zeros(2, dtype=torch.long), layout.offsets_t, layout.sizes_t, 10, "cuda")
+
+
+# -- the heads on the sync-free path against the per-cluster kernel -------------------------------
+
+N, D = 60, 6
+
+
+def _head(kind: str, projection: bool) -> TwoLevelSoftmax:
+    torch.manual_seed(0)
+    counts = (1000.0 / torch.arange(1, N + 1, dtype=torch.float64)).round()
+    if kind == "two_level":
+        return TwoLevelSoftmax(D, N, assignment="frequency", counts=counts, projection=projection).double()
+    return SelfOrganizedSoftmax(D, N, counts=counts, update_every=2, projection=projection).double()
+
+
+def _sync_free(head: TwoLevelSoftmax) -> TwoLevelSoftmax:
+    twin = copy.deepcopy(head)
+    twin.sync_free = "torch"
+    return twin
+
+
+@pytest.mark.parametrize("kind", ["two_level", "self_organized"])
+@pytest.mark.parametrize("projection", [False, True])
+def test_head_on_sync_free_path_equals_the_per_cluster_kernel_over_training(kind, projection):
+    """Three optimizer steps (the self-organized head re-clusters after the second): same outputs,
+    gradients, statistics and clusters."""
+    head = _head(kind, projection)
+    twin = _sync_free(head)
+    optimizers = [torch.optim.Adagrad(m.parameters(), lr=0.5) for m in (head, twin)]
+    for m, opt in zip((head, twin), optimizers):
+        m.attach(opt)
+    g = torch.Generator().manual_seed(5)
+    for step in range(3):
+        hidden = torch.randn(37, D, generator=g, dtype=torch.float64)
+        target = torch.randint(0, N, (37,), generator=g)
+        target[:9] = target[9:18]  # repeated words
+        results = []
+        for m, opt in zip((head, twin), optimizers):
+            h = hidden.clone().requires_grad_(True)
+            out = m(h, target)
+            out.loss.backward()
+            results.append((out.output.detach(), h.grad, m.weight.grad.clone(), m.cluster_weight.grad.clone()))
+            opt.step()
+            opt.zero_grad()
+        for a, b in zip(*results):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+        if kind == "self_organized":
+            torch.testing.assert_close(twin.q, head.q, rtol=1e-6, atol=1e-6)
+            assert torch.equal(twin.assignment, head.assignment)
+            assert twin.tokens_seen == head.tokens_seen and int(twin.steps) == int(head.steps) == step + 1
+    if kind == "self_organized":
+        assert [r["step"] for r in twin.history] == [r["step"] for r in head.history] == [2]
+
+
+def test_sync_free_option_selects_the_path():
+    head = _head("two_level", False)
+    hidden, target = torch.randn(4, D, dtype=torch.float64), torch.arange(4)
+    assert grouped.choose_backend(head, hidden) is None  # CPU default: the per-cluster kernel
+    head.sync_free = True
+    assert grouped.choose_backend(head, hidden) == "torch"
+    head.sync_free = False
+    assert grouped.choose_backend(head, hidden) is None
+    head.sync_free = "cuda"
+    with pytest.raises(ValueError, match="sync_free must be"):
+        head(hidden, target)
+
+
+def test_sync_free_path_under_bf16_autocast_is_close_to_float32():
+    head = _head("two_level", True).float()
+    twin = _sync_free(head)
+    g = torch.Generator().manual_seed(2)
+    hidden, target = torch.randn(50, D, generator=g), torch.randint(0, N, (50,), generator=g)
+    expected = head(hidden, target).output
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = twin(hidden, target).output
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, expected, rtol=0, atol=0.05)
+
+
+# -- the statistics with static shapes --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("counts_given", [True, False])
+@pytest.mark.parametrize("smoothing", ["epoch", "paper_literal"])
+def test_static_statistics_equal_update_statistics(counts_given, smoothing):
+    g = torch.Generator().manual_seed(11)
+    counts = torch.randint(1, 6, (N,), generator=g).double() if counts_given else None
+    for trial in range(20):
+        head = SelfOrganizedSoftmax(D, N, counts=counts, smoothing=smoothing, update_every=0)
+        head.q.normal_(generator=g)
+        twin = copy.deepcopy(head)
+        for _ in range(2):  # the second batch sees the counts of the first when the head counts itself
+            batch = int(torch.randint(1, 40, (1,), generator=g))
+            target = torch.randint(0, 12 if trial % 2 else N, (batch,), generator=g)  # many repeats or few
+            log_probs = torch.log_softmax(torch.randn(batch, head.n_clusters, generator=g), dim=1)
+            if trial % 3 == 0:
+                log_probs[0, 1] = float("nan")  # a non-finite row is left out
+                log_probs[-1, 0] = float("-inf")  # an empty cluster is floored, not left out
+            head.update_statistics(target, log_probs)
+            device_statistics.update_statistics(twin, target, log_probs)
+            torch.testing.assert_close(twin.q, head.q, rtol=1e-5, atol=1e-5)
+            assert torch.equal(twin.counts, head.counts)
+
+
+def test_static_statistics_equal_one_update_per_token():
+    counts = torch.randint(1, 9, (N,), generator=torch.Generator().manual_seed(3)).double()
+    head = SelfOrganizedSoftmax(D, N, counts=counts, update_every=0, shortlist=0).double()  # q over every cluster
+    head.q = head.q.double()
+    target = torch.tensor([3, 5, 3, 3, 7, 5, 0])
+    log_probs = torch.log_softmax(torch.randn(7, head.n_clusters, dtype=torch.float64), dim=1)
+    expected = sequential_q_update(head.q, target, log_probs, counts, "epoch")
+    device_statistics.update_statistics(head, target, log_probs)
+    torch.testing.assert_close(head.q, expected, rtol=0, atol=1e-10)
+
+
+def test_step_count_mirror_follows_a_loaded_state():
+    head = SelfOrganizedSoftmax(D, N, update_every=0)
+    assert [device_statistics.count_step(head) for _ in range(3)] == [1, 2, 3]
+    other = SelfOrganizedSoftmax(D, N, update_every=0)
+    other.steps.fill_(41)
+    head.load_state_dict(other.state_dict())
+    assert device_statistics.count_step(head) == 42 and int(head.steps) == 42
+
+
+# -- no step synchronises: the training step compiles whole ----------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["two_level", "self_organized"])
+def test_training_step_compiles_with_fullgraph(kind):
+    """Forward and backward in one dynamo graph: a host read (``.tolist()``, ``.item()``, ``unique``,
+    a data-dependent shape) would be a graph break, which ``fullgraph=True`` turns into an error."""
+    torch._dynamo.reset()
+    head = _sync_free(_head(kind, True))
+    head.check_targets = False  # the target range check reads a bool back (Head.check_targets)
+    eager = copy.deepcopy(head)
+
+    def step(model, hidden, target):
+        loss = model(hidden, target).loss
+        loss.backward()
+        return loss.detach()
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(step, fullgraph=True, backend=counter)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (head, eager)]
+    for m, opt in zip((head, eager), optimizers):
+        m.attach(opt)
+    g = torch.Generator().manual_seed(4)
+    for _ in range(3):  # later steps with new data run the same graph
+        hidden = torch.randn(48, D, generator=g, dtype=torch.float64)
+        target = torch.randint(0, N, (48,), generator=g)
+        with torch._dynamo.config.patch(trace_autograd_ops=True):  # trace loss.backward() too
+            loss = compiled(head, hidden, target)
+        expected = step(eager, hidden, target)
+        torch.testing.assert_close(loss, expected, rtol=0, atol=1e-12)
+        torch.testing.assert_close(head.weight.grad, eager.weight.grad, rtol=0, atol=1e-12)
+        if kind == "self_organized":
+            torch.testing.assert_close(head.q, eager.q, rtol=0, atol=1e-6)
+            assert head._device_tokens == eager._device_tokens
+        for opt in optimizers:
+            opt.step()
+            opt.zero_grad()
+    assert math.isfinite(float(loss))
+    assert counter.frame_count == 1  # one graph, not recompiled for the second batch
+
+
+def test_per_cluster_kernel_does_not_compile_with_fullgraph():
+    """The check above can fail: the default kernel's host-side grouping breaks the graph."""
+    torch._dynamo.reset()
+    head = _head("two_level", False)
+    head.check_targets = False
+    compiled = torch.compile(lambda h, t: head(h, t).loss, fullgraph=True, backend="aot_eager")
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        compiled(torch.randn(8, D, dtype=torch.float64), torch.randint(0, N, (8,)))
