@@ -1,9 +1,12 @@
-"""Corpora, vocabularies and batching for word-level language models.
+"""The data of every task: corpora, vocabularies, batching, and the article-title pairs of headline generation.
 
 * :mod:`sohsm.data.corpora`: the known corpora, checking and fetching their files.
 * :mod:`sohsm.data.loading`: :func:`load_corpus`, token ids and their cache.
 * :mod:`sohsm.data.vocab`: :class:`Vocabulary`, frequency-sorted with counts.
-* :mod:`sohsm.data.batching`: :func:`batchify` and truncated-BPTT windows.
+* :mod:`sohsm.data.batching`: :func:`batchify` and truncated-BPTT windows (language models).
+* :mod:`sohsm.data.headlines`, :mod:`sohsm.data.pairs`: Gigaword and DUC pairs, padded batches (headlines).
+* :mod:`sohsm.data.reverse`: the synthetic reverse task.
+* :mod:`sohsm.data.files`: data directories, checksums, downloads and atomic writes.
 """
 from sohsm.data.batching import batchify, bptt_batches, num_bptt_batches
 from sohsm.data.corpora import (

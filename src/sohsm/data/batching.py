@@ -28,6 +28,8 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from sohsm.fields import FieldError
+
 
 def batchify(ids: Tensor, batch_size: int, device: torch.device | str | None = None) -> Tensor:
     """Lay a 1-D token stream out as ``batch_size`` columns of contiguous text.
@@ -57,7 +59,7 @@ def batchify(ids: Tensor, batch_size: int, device: torch.device | str | None = N
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     steps = ids.numel() // batch_size
     if steps == 0:
-        raise ValueError(f"batch_size {batch_size} is larger than the number of tokens ({ids.numel()})")
+        raise FieldError.on("batch_size", f"{batch_size} is larger than the number of tokens ({ids.numel()})")
     data = ids[: steps * batch_size].view(batch_size, steps).t().contiguous()
     return data if device is None else data.to(device)
 

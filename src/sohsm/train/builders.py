@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from sohsm.data.vocab import Vocabulary
+from sohsm.fields import FieldError
 from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead
 from sohsm.train.config import RunConfig
 from sohsm.version import __version__
@@ -35,7 +36,7 @@ def resolve_device(name: str) -> torch.device:
     """
     device = torch.device(name)
     if device.type not in DEVICE_TYPES:
-        raise ValueError(f"device {name!r} cannot train or evaluate a model; use one of {', '.join(DEVICE_TYPES)}")
+        raise FieldError.on("device", f"{name!r} cannot train or evaluate a model; use one of {', '.join(DEVICE_TYPES)}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} was requested but CUDA is not available on this machine")
     if device.type == "mps" and not torch.backends.mps.is_available():
