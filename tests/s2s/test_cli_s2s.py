@@ -137,3 +137,16 @@ def test_hierarchy_files_and_the_tree_head(trained, tmp_path, cli):
     code, out, err = cli("s2s", "decode", tmp_path / "tree", "--checkpoint", "last", "--input", "gigaword",
                          *data[:2], "--quiet", "--max-len", 3)
     assert code == 0 and out.count("\n") > 0, err
+
+
+def test_a_beam_that_does_not_fit_in_memory_is_refused_in_one_line(trained, tmp_path, cli, monkeypatch):
+    from sohsm.models import beam
+
+    root, data = trained
+    out = tmp_path / "giga.txt"
+    code, _, err = cli("s2s", "decode", root / "s2s", "--input", "gigaword", *data, "--beam", 10**9, "--quiet")
+    assert code == 0, err  # cut to the vocabulary, and the vocabulary's beam fits
+    monkeypatch.setattr(beam, "available_memory_bytes", lambda device: 2**20)
+    line = _one_line_error(*cli("s2s", "decode", root / "s2s", "--input", "gigaword", *data, "--beam", 10**9,
+                                "--out", out)[::2])
+    assert "cut to the vocabulary's" in line and "the widest that fits is" in line and not out.exists()

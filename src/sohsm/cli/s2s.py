@@ -223,6 +223,7 @@ def _decode(args: argparse.Namespace) -> int:
 
     from sohsm.data.files import write_atomic_text
     from sohsm.data.headlines import read_inputs, resolve_eval_set
+    from sohsm.models.beam import plan_beam
     from sohsm.train.s2s_run import decode, load_summariser
 
     for flag, value in (("--beam", args.beam), ("--max-len", args.max_len), ("--batch-size", args.batch_size)):
@@ -232,6 +233,8 @@ def _decode(args: argparse.Namespace) -> int:
         source, _ = resolve_eval_set(args.input, args.data_dir)
         inputs = read_inputs(source)
         run = load_summariser(args.run, args.checkpoint, args.device)
+        plan_beam(args.beam, run.head.n_classes, max(map(len, inputs.sources), default=1) + 1,
+                  run.model.hidden_size, args.max_len, allow_eos=not args.duc, device=args.device)
         with tqdm(total=len(inputs), unit="sent", desc="decode", disable=args.quiet, file=sys.stderr) as bar:
             out = decode(run, inputs, beam=args.beam, max_len=args.max_len, duc=args.duc,
                          batch_size=args.batch_size, on_batch=bar.update)
