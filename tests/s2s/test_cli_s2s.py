@@ -150,3 +150,15 @@ def test_a_beam_that_does_not_fit_in_memory_is_refused_in_one_line(trained, tmp_
     line = _one_line_error(*cli("s2s", "decode", root / "s2s", "--input", "gigaword", *data, "--beam", 10**9,
                                 "--out", out)[::2])
     assert "cut to the vocabulary's" in line and "the widest that fits is" in line and not out.exists()
+
+
+def test_missing_gigaword_or_duc_names_the_files_and_where_they_go(tmp_path, cli):
+    line = _one_line_error(*cli("s2s", "train", "--data-dir", tmp_path, *TINY, "--head", "full", "--run-dir",
+                                tmp_path / "run")[::2])
+    assert f"Gigaword's training pairs not in your data directory {tmp_path} (given" in line
+    assert "put gigaword/train/train.article.txt, gigaword/train/train.title.txt" in line and "docs/s2s.md" in line
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "h.txt").write_text("a headline\n")
+    line = _one_line_error(*cli("s2s", "score", tmp_path / "h.txt", "--references", "duc2004", "--duc",
+                                "--data-dir", tmp_path)[::2])
+    assert "the duc2004 evaluation set not in your data directory" in line and "duc2004/task1_ref3.txt" in line
