@@ -132,22 +132,89 @@ def record_sha256(
 
 
 # -- atomic writes ------------------------------------------------------------------
+class WriteError(OSError):
+    """A file could not be written: the file meant (never a temporary one) and the system's reason.
+
+    ``str(error)`` is one line, ``runs/x/last.pt: No space left on device``; ``errno``,
+    ``strerror`` and ``filename`` are those of the :class:`OSError` it stands for.
+    """
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+def os_error_in(error: BaseException) -> OSError | None:
+    """The :class:`OSError` with an ``errno`` behind ``error``: itself, or one it was raised from or during.
+
+    torch's writer turns a failed ``write`` (a full disk) into a ``RuntimeError`` whose context is
+    the ``OSError``; this finds it.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system tells it (Linux)."""
+    with suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # elsewhere: set and restore at once
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
-def atomic_output(target: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]:
+def atomic_output(target: str | os.PathLike[str], mode: str = "wb", *, suffix: str = ".part",
+                  durable: bool = False, make_parents: bool = True) -> Iterator[IO]:
     """Open a temporary file next to ``target`` that replaces it only on success.
 
-    On an exception the temporary file is deleted and ``target`` is untouched.
+    Every atomic write of the package goes through here. ``target`` is either left as it was or
+    replaced whole, never half-written: on an exception the temporary file is deleted. The file
+    gets the mode a plain ``open`` would give it (``0o666`` less the umask), not the ``0o600`` of
+    a temporary file, so a group that may read the folder may read what is written there. A
+    process killed mid-write leaves the temporary file (``.NAME.*SUFFIX``) behind.
+
+    Args:
+        target: the file to write.
+        mode: ``"wb"`` or ``"w"`` (utf-8 text).
+        suffix: the temporary file's suffix.
+        durable: ``fsync`` the file before it replaces ``target`` (checkpoints).
+        make_parents: create ``target``'s folder if it is missing (else a missing folder is an error).
+
+    Raises:
+        WriteError: the folder or the file could not be written (a full disk, a read-only
+            folder), naming ``target`` and the system's reason, also where the writer (torch's,
+            for instance) wrapped the system's error in another.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
     try:
-        with os.fdopen(fd, mode) as handle:
+        if make_parents:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    except OSError as error:
+        raise WriteError(error.errno, error.strerror, str(target)) from None
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as handle:
             yield handle
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as error:
         with suppress(OSError):
             os.unlink(tmp)
+        cause = os_error_in(error) if isinstance(error, (OSError, RuntimeError)) else None
+        if cause is not None and not isinstance(error, WriteError):
+            raise WriteError(cause.errno, cause.strerror, str(target)) from None
         raise
 
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from sohsm.data.files import atomic_output
 
 CHECKPOINT_FORMAT = "sohsm.lm-checkpoint/1"
 #: the checkpoint format of a summariser (``sohsm s2s train``)
@@ -46,33 +47,17 @@ RUN_FILES = (CONFIG_FILE, VOCAB_FILE, METRICS_FILE, LAST, BEST)
 def write_atomic(path: str | os.PathLike[str], write) -> None:
     """Call ``write(binary_file)`` on a temporary file next to ``path``, then ``os.replace`` it.
 
-    ``path`` is either left as it was or replaced whole, never half-written. A
-    process killed mid-write leaves the temporary file behind;
-    :func:`remove_orphans` deletes it at the next start.
+    ``path`` is either left as it was or replaced whole, never half-written, with the mode the
+    user's umask gives (:func:`sohsm.data.files.atomic_output` does the work). A process killed
+    mid-write leaves the temporary file behind; :func:`remove_orphans` deletes it at the next start.
 
     Raises:
-        OSError: the write failed (a full disk, for instance); its ``filename``
-            is ``path``, so the error names the file meant, not the temporary one.
+        OSError (:class:`~sohsm.data.files.WriteError`): the write failed (a full disk, a
+            read-only folder); it names ``path``, not the temporary file, and the system's reason,
+            also where torch's writer turned that reason into a ``RuntimeError``.
     """
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as error:
-        raise OSError(error.errno, error.strerror, str(path)) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException as error:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(error, OSError) and error.errno is not None:
-            raise OSError(error.errno, error.strerror, str(path)) from None
-        raise
+    with atomic_output(path, suffix=".tmp", durable=True, make_parents=False) as handle:
+        write(handle)
 
 
 def remove_orphans(run_dir: str | os.PathLike[str]) -> list[Path]:
