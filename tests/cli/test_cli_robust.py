@@ -275,3 +275,27 @@ def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path, small, cli):
     assert code == 0, err
     words = json.loads((tmp_path / "run" / "vocab.json").read_text())["itos"]
     assert "hello" in words and not any(w.startswith("\ufeff") for w in words)
+
+
+def test_resume_without_last_pt_refuses_rather_than_overwriting_the_run(tmp_path, ptb_slice, small, cli):
+    run_dir = tmp_path / "run"
+    code, _, err = _train(cli, run_dir, ptb_slice, small, "--max-tokens", 4 * TOKENS_PER_STEP, "--eval-every", 2,
+                          "--checkpoint-every", 2, "--log-every", 1)
+    assert code == 0, err
+    (run_dir / "last.pt").unlink()
+    kept = {name: (run_dir / name).read_bytes() for name in ("best.pt", "metrics.jsonl")}
+    resume = ("lm", "train", "--run-dir", run_dir, "--resume", "--quiet", "--max-tokens", 6 * TOKENS_PER_STEP)
+    line = _one_line_error(*cli(*resume)[::2])
+    assert "holds best.pt but no last.pt: resuming would start again from step 0" in line
+    assert f"copy it to {run_dir / 'last.pt'} and resume" in line
+    assert {name: (run_dir / name).read_bytes() for name in kept} == kept and not (run_dir / "last.pt").exists()
+
+    (run_dir / "best.pt").unlink()  # records of steps past the first checkpoint say the same
+    line = _one_line_error(*cli(*resume)[::2])
+    assert "records up to step 4 in metrics.jsonl but no last.pt (checkpoints every 2 steps)" in line
+    assert (run_dir / "metrics.jsonl").read_bytes() == kept["metrics.jsonl"]
+
+    (run_dir / "last.pt").write_bytes(kept["best.pt"])  # what the message advises: continue from best.pt
+    code, out, err = cli(*resume)
+    assert code == 0 and "step 6" in out, err
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"] == list(range(1, 7))

@@ -52,7 +52,7 @@ from sohsm.train.config import RunConfig, apply_overrides, config_differences
 from sohsm.train.distributed import Ranks
 from sohsm.train.guard import check_loaded_parameters
 from sohsm.train.lock import RunLock
-from sohsm.train.rundir import check_writable, holds_run, read_config, set_rng_state
+from sohsm.train.rundir import check_restartable, check_writable, holds_run, read_config, set_rng_state
 from sohsm.train.session import STOP_REASONS, Progress, TrainResult, progress_of, run_session  # noqa: F401
 from sohsm.train.task import Task, task_of
 
@@ -197,6 +197,7 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
     with Ranks.join(config.device) as ranks:
         ranks.first(lambda: check_writable(run_dir))
         if not (run_dir / LAST).is_file():
+            ranks.first(lambda: check_restartable(run_dir, config.checkpoint_every))
             return _start(task_class, config, run_dir, progress, restart=True, ranks=ranks)
         lock = RunLock(run_dir)
 
