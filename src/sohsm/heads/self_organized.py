@@ -410,12 +410,14 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
         the same handle. The head holds its optimizers weakly: one its owner drops
         is not kept alive. Returns the hook handle.
         """
+        self._check_optimizer(optimizer, needs_parameters=False)
         if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
             raise ValueError(
                 "SelfOrganizedSoftmax cannot follow a ZeroRedundancyOptimizer: its state for the head's "
                 "weight lives on one rank only, so a re-assignment could not move it with the words. "
                 "Use a plain optimizer under DistributedDataParallel."
             )
+        self._check_optimizer(optimizer)
         handle = self._optimizers.get(optimizer)
         if handle is None:
             handle = optimizer.register_step_post_hook(self._after_optimizer_step)
