@@ -299,3 +299,33 @@ def test_resume_without_last_pt_refuses_rather_than_overwriting_the_run(tmp_path
     code, out, err = cli(*resume)
     assert code == 0 and "step 6" in out, err
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"] == list(range(1, 7))
+
+
+def test_ctrl_c_during_a_dev_evaluation_abandons_it_and_keeps_the_last_step(tmp_path, ptb_slice, small, cli,
+                                                                             monkeypatch):
+    import sohsm.train.session as session
+
+    evaluate, asked = session.evaluate, []
+
+    def evaluate_then_ctrl_c(*args, should_stop=None, **kwargs):
+        assert should_stop is not None  # one process: a stop signal can end the evaluation
+
+        def stop() -> bool:
+            asked.append(1)
+            if len(asked) == 2:
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C while the second dev batch is up
+            return should_stop()
+
+        return evaluate(*args, should_stop=stop, **kwargs)
+
+    monkeypatch.setattr(session, "evaluate", evaluate_then_ctrl_c)
+    run_dir = tmp_path / "run"
+    code, out, err = _train(cli, run_dir, ptb_slice, small, "--eval-every", 2, "--log-every", 1)
+    assert code == 130 and "interrupted (SIGINT): step 2" in out, err
+    assert len(asked) == 2  # the evaluation stopped at once, not after the whole dev set
+    assert torch.load(run_dir / "last.pt", weights_only=True)["step"] == 2 and not (run_dir / "best.pt").exists()
+    assert not [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "eval"]
+    monkeypatch.setattr(session, "evaluate", evaluate)
+    code, out, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet", "--max-tokens",
+                         3 * TOKENS_PER_STEP)
+    assert code == 0 and "step 3" in out, err
