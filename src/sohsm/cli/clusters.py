@@ -59,14 +59,15 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from sohsm.train import cluster_of_word, cluster_table, load_run
+    from sohsm.train import cluster_of_word, cluster_table
+    from sohsm.train.hierarchies import load_trained_run
 
     for flag, value in (("--top", args.top), ("--words", args.words)):
         if value < 0:
             raise CommandError(f"{flag} must be >= 0, got {value}")
     words = args.words or None
     try:
-        run = load_run(args.run, args.checkpoint)
+        run = load_trained_run(args.run, args.checkpoint)  # a language model's or a summariser's
         if not callable(getattr(run.head, "clusters", None)):
             raise CommandError(f"{args.run} was trained with the {run.config.head.name!r} head, which has no "
                                "word clusters; clusters exist for two-level heads only")

@@ -71,16 +71,23 @@ def run_hierarchy_words(run_dir: str | os.PathLike[str]) -> list:
 
 def load_any_run(run_dir: str | os.PathLike[str]) -> tuple[Head, Vocabulary]:
     """``(head, vocabulary)`` of the best checkpoint of a language-model or summariser run."""
-    from sohsm.train.checkpoint import checkpoint_path, load_checkpoint
+    run = load_trained_run(run_dir)
+    return run.head, run.vocab
+
+
+def load_trained_run(run_dir: str | os.PathLike[str], checkpoint: str = "best"):
+    """A language-model run (:class:`~sohsm.train.run.LoadedRun`) or a summariser
+    (:class:`~sohsm.train.s2s_run.LoadedSummariser`), whichever ``run_dir`` holds; both have
+    ``path``, ``step``, ``config.head``, ``head`` and ``vocab``."""
+    from sohsm.train.checkpoint import CHECKPOINT_FORMAT, S2S_CHECKPOINT_FORMAT, checkpoint_path, load_checkpoint
     from sohsm.train.run import load_run
     from sohsm.train.s2s_run import load_summariser
 
-    data = load_checkpoint(checkpoint_path(Path(run_dir), "best"))
-    if isinstance(data.get("config"), dict) and data["config"].get("task") == "s2s":
-        run = load_summariser(run_dir)
-    else:
-        run = load_run(run_dir)
-    return run.head, run.vocab
+    data = load_checkpoint(checkpoint_path(Path(run_dir), checkpoint),
+                           formats=(CHECKPOINT_FORMAT, S2S_CHECKPOINT_FORMAT))
+    if data.get("format") == S2S_CHECKPOINT_FORMAT:
+        return load_summariser(run_dir, checkpoint)
+    return load_run(run_dir, checkpoint)
 
 
 def load_hierarchy(source: str | os.PathLike[str], vocab: Vocabulary, format: str | None = None,

@@ -151,9 +151,9 @@ def load_clusters(run_dir: str | os.PathLike[str], vocab: Vocabulary) -> Tensor:
     Raises:
         ValueError: not a run, a head without clusters, or another vocabulary.
     """
-    from sohsm.train.run import load_run
+    from sohsm.train.hierarchies import load_trained_run
 
-    run = load_run(run_dir, "best")
+    run = load_trained_run(run_dir, "best")  # a language model's, or another summariser's
     if run.vocab != vocab:
         raise ValueError(f"the clusters run {run_dir} has another vocabulary than the summariser's training titles "
                          f"({vocabulary_difference(run.vocab, vocab).replace('checkpoint', 'clusters run')}); train "
