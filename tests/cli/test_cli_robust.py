@@ -329,3 +329,23 @@ def test_ctrl_c_during_a_dev_evaluation_abandons_it_and_keeps_the_last_step(tmp_
     code, out, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet", "--max-tokens",
                          3 * TOKENS_PER_STEP)
     assert code == 0 and "step 3" in out, err
+
+
+def test_messages_name_the_problem_and_nothing_else(tmp_path, ptb_slice, small, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = _one_line_error(*_train(cli, "", ptb_slice, small)[::2])
+    assert "the run directory must be named, got ''" in line and list(tmp_path.iterdir()) == []
+
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    assert "is a file, not a run directory" in _one_line_error(*cli("lm", "eval", a_file)[::2])
+
+    run_dir = tmp_path / "run"
+    assert _train(cli, run_dir, ptb_slice, small, "--max-tokens", 2 * TOKENS_PER_STEP)[0] == 0
+    torch.save({"format": "sohsm.lm-checkpoint/1", "f": os.path.join}, run_dir / "best.pt")  # a pickled object
+    line = _one_line_error(*cli("lm", "eval", run_dir)[::2])
+    assert "holds Python objects (posixpath.join) besides tensors" in line and "weights_only" not in line
+
+    (run_dir / "metrics.jsonl").write_bytes(b'{"kind": "train", "step": 1}\n\xff\xfe broken\n')
+    line = _one_line_error(*cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet")[::2])
+    assert f"{run_dir / 'metrics.jsonl'}: not a metrics log (not UTF-8 text" in line

@@ -282,6 +282,8 @@ def _user_plan(path: Path, text_mode: str | None, valid_fraction: float, cache: 
             raise DataError(f"{path}: no file whose name contains 'train'")
         files = {role: p for role, p in files.items() if p is not None}
         name = path.resolve().name
+    elif not path.is_file():
+        raise DataError(f"{path}: not a regular file or a folder (a device or a pipe has no end to read to)")
     else:
         files = {"train": path}
         name = path.stem

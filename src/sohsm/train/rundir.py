@@ -29,8 +29,15 @@ def holds_run(run_dir: Path) -> bool:
     metrics = run_dir / METRICS_FILE
     try:
         return metrics.is_file() and bool(read_metrics(metrics))
-    except (OSError, UnicodeDecodeError):
+    except (OSError, ValueError):  # unreadable, or not UTF-8: something is there, leave it alone
         return True
+
+
+def check_run_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """``run_dir`` as a path, refusing an empty name (which would train into the current folder)."""
+    if not str(run_dir).strip():
+        raise ValueError(f"the run directory must be named, got {str(run_dir)!r} (it would be the current folder)")
+    return Path(run_dir)
 
 
 def check_restartable(run_dir: Path, checkpoint_every: int) -> None:
