@@ -51,3 +51,9 @@ def test_a_float64_head_scores_float64_hidden_states(name, tmp_path):
     torch.testing.assert_close(double(hidden.double(), target).output, log_probs.gather(1, target[:, None])[:, 0])
     values, ids = double.topk(hidden.double(), 3)
     torch.testing.assert_close(values, log_probs.gather(1, ids))
+
+
+@pytest.mark.parametrize("n_clusters", [0, -3, N + 1])
+def test_a_bad_number_of_clusters_is_named_as_such(n_clusters):
+    with pytest.raises(ValueError, match=r"n_clusters must be an integer in \[1, 60\]"):
+        build_head("self_organized", D, N, counts=torch.arange(N, 0, -1), n_clusters=n_clusters)

@@ -151,6 +151,9 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax):
             raise ValueError(f"reclusters_per_epoch must be positive, got {reclusters_per_epoch}")
         if reset_on_freeze not in ("none", "head", "head_keep_state"):
             raise ValueError(f"reset_on_freeze must be 'none', 'head' or 'head_keep_state', got {reset_on_freeze!r}")
+        if n_clusters is not None and (isinstance(n_clusters, bool) or not isinstance(n_clusters, int)
+                                       or not 1 <= n_clusters <= n_classes):
+            raise ValueError(f"n_clusters must be an integer in [1, {n_classes}], got {n_clusters!r}")
         n_clusters = default_n_clusters(n_classes) if n_clusters is None else int(n_clusters)
         max_size = default_max_cluster_size(n_classes, gamma)
         if max_size * n_clusters < n_classes:
