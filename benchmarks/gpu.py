@@ -229,7 +229,7 @@ def format_row(row: dict, liger: dict | None) -> str:
 def run_lm(args, device) -> list[dict]:
     """``sohsm lm train`` on WikiText-2 for each head, on the GPU; tokens/s of training."""
     from sohsm.cli.main import main as sohsm_main
-    from sohsm.train.report import summarise_run
+    from sohsm.runs.report import summarise_run
 
     rows = []
     for head in args.lm_heads:

@@ -9,6 +9,11 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Nothing is downloaded at test time: a known corpus missing from the data directory is not fetched on
+# first use (the tests that need it are skipped with the reason instead, see needs.py). Set here, at
+# collection, so that subprocesses the tests start inherit it.
+os.environ["SOHSM_OFFLINE"] = "1"
+
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():

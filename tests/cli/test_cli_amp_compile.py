@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from needs import need_bf16_lstm
 from sohsm.train import read_metrics
 from sohsm.train.precision import autocast_fails
 
@@ -23,6 +24,7 @@ def _train(cli, run_dir, corpus, *extra) -> tuple[list[float], float]:
 
 
 def test_bf16_run_trains_close_to_float32(tmp_path, ptb_slice, cli):
+    need_bf16_lstm()
     train32, dev32 = _train(cli, tmp_path / "fp32", ptb_slice)
     train16, dev16 = _train(cli, tmp_path / "bf16", ptb_slice, "--amp", "bf16")
     assert train16[-1] < train16[0] - 0.5  # it learns
@@ -63,6 +65,7 @@ def test_compiled_run_matches_the_eager_run(tmp_path, ptb_slice, cli):
 
 def test_a_bf16_run_resumes_where_it_stopped_and_may_turn_compile_on(tmp_path, ptb_slice, cli):
     """amp is part of the run (kept on resume); compile is speed only (may change on resume)."""
+    need_bf16_lstm()
     torch._dynamo.reset()
     straight, _ = _train(cli, tmp_path / "straight", ptb_slice, "--amp", "bf16", "--max-tokens", 20 * 160)
     split = tmp_path / "split"

@@ -86,3 +86,14 @@ def test_figure1_library_call(runs, tmp_path):
 def test_plot_refuses_a_directory_without_metrics(tmp_path, cli):
     code, out, err = cli("plot", tmp_path)
     assert code == 2 and "metrics.jsonl" in err and not (tmp_path / "figure1.png").exists()
+
+
+def test_plot_refuses_a_run_without_records_and_writes_nothing(tmp_path, cli):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text("{}")
+    (run_dir / "metrics.jsonl").write_text("")  # a run stopped before its first log step
+    code, out, err = cli("plot", run_dir)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "nothing to plot" in lines[0] and str(run_dir) in lines[0]
+    assert not (run_dir / "figure1.png").exists() and out == ""

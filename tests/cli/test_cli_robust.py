@@ -276,3 +276,77 @@ def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path, small, cli):
     assert code == 0, err
     words = json.loads((tmp_path / "run" / "vocab.json").read_text())["itos"]
     assert "hello" in words and not any(w.startswith("\ufeff") for w in words)
+
+
+def test_resume_without_last_pt_refuses_rather_than_overwriting_the_run(tmp_path, ptb_slice, small, cli):
+    run_dir = tmp_path / "run"
+    code, _, err = _train(cli, run_dir, ptb_slice, small, "--max-tokens", 4 * TOKENS_PER_STEP, "--eval-every", 2,
+                          "--checkpoint-every", 2, "--log-every", 1)
+    assert code == 0, err
+    (run_dir / "last.pt").unlink()
+    kept = {name: (run_dir / name).read_bytes() for name in ("best.pt", "metrics.jsonl")}
+    resume = ("lm", "train", "--run-dir", run_dir, "--resume", "--quiet", "--max-tokens", 6 * TOKENS_PER_STEP)
+    line = _one_line_error(*cli(*resume)[::2])
+    assert "holds best.pt but no last.pt: resuming would start again from step 0" in line
+    assert f"copy it to {run_dir / 'last.pt'} and resume" in line
+    assert {name: (run_dir / name).read_bytes() for name in kept} == kept and not (run_dir / "last.pt").exists()
+
+    (run_dir / "best.pt").unlink()  # records of steps past the first checkpoint say the same
+    line = _one_line_error(*cli(*resume)[::2])
+    assert "records up to step 4 in metrics.jsonl but no last.pt (checkpoints every 2 steps)" in line
+    assert (run_dir / "metrics.jsonl").read_bytes() == kept["metrics.jsonl"]
+
+    (run_dir / "last.pt").write_bytes(kept["best.pt"])  # what the message advises: continue from best.pt
+    code, out, err = cli(*resume)
+    assert code == 0 and "step 6" in out, err
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"] == list(range(1, 7))
+
+
+def test_ctrl_c_during_a_dev_evaluation_abandons_it_and_keeps_the_last_step(tmp_path, ptb_slice, small, cli,
+                                                                             monkeypatch):
+    import sohsm.train.session as session
+
+    evaluate, asked = session.evaluate, []
+
+    def evaluate_then_ctrl_c(*args, should_stop=None, **kwargs):
+        assert should_stop is not None  # one process: a stop signal can end the evaluation
+
+        def stop() -> bool:
+            asked.append(1)
+            if len(asked) == 2:
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C while the second dev batch is up
+            return should_stop()
+
+        return evaluate(*args, should_stop=stop, **kwargs)
+
+    monkeypatch.setattr(session, "evaluate", evaluate_then_ctrl_c)
+    run_dir = tmp_path / "run"
+    code, out, err = _train(cli, run_dir, ptb_slice, small, "--eval-every", 2, "--log-every", 1)
+    assert code == 130 and "interrupted (SIGINT): step 2" in out, err
+    assert len(asked) == 2  # the evaluation stopped at once, not after the whole dev set
+    assert torch.load(run_dir / "last.pt", weights_only=True)["step"] == 2 and not (run_dir / "best.pt").exists()
+    assert not [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "eval"]
+    monkeypatch.setattr(session, "evaluate", evaluate)
+    code, out, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet", "--max-tokens",
+                         3 * TOKENS_PER_STEP)
+    assert code == 0 and "step 3" in out, err
+
+
+def test_messages_name_the_problem_and_nothing_else(tmp_path, ptb_slice, small, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = _one_line_error(*_train(cli, "", ptb_slice, small)[::2])
+    assert "the run directory must be named, got ''" in line and list(tmp_path.iterdir()) == []
+
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    assert "is a file, not a run directory" in _one_line_error(*cli("lm", "eval", a_file)[::2])
+
+    run_dir = tmp_path / "run"
+    assert _train(cli, run_dir, ptb_slice, small, "--max-tokens", 2 * TOKENS_PER_STEP)[0] == 0
+    torch.save({"format": "sohsm.lm-checkpoint/1", "f": os.path.join}, run_dir / "best.pt")  # a pickled object
+    line = _one_line_error(*cli("lm", "eval", run_dir)[::2])
+    assert "holds Python objects (posixpath.join) besides tensors" in line and "weights_only" not in line
+
+    (run_dir / "metrics.jsonl").write_bytes(b'{"kind": "train", "step": 1}\n\xff\xfe broken\n')
+    line = _one_line_error(*cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet")[::2])
+    assert f"{run_dir / 'metrics.jsonl'}: not a metrics log (not UTF-8 text" in line

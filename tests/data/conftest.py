@@ -1,7 +1,9 @@
 """Fixtures of the data-layer tests: the real corpora, a private cache, a local HTTP server.
 
-The corpora are read from ``$SOHSM_DATA`` (a relative value is taken relative to
-the repository root), else from ``<repo root>/../shared/data``. Nothing is ever
+The corpora are read from the data directory (``$SOHSM_DATA``, a relative value
+taken relative to the repository root, else ``~/.cache/sohsm``); a test whose
+corpus is not there is skipped with the reason (failed where
+``$SOHSM_REQUIRE_DATA`` is set, as in CI). Nothing is ever
 written to the data directory or to the user's cache: every test gets
 ``$SOHSM_CACHE`` pointed at a temporary folder shared by the session.
 """
@@ -9,30 +11,19 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from needs import data_dir as _data_dir
+from needs import need_corpus
 from sohsm.data import load_corpus
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _data_dir() -> Path:
-    env = os.environ.get("SOHSM_DATA")
-    path = Path(env).expanduser() if env else REPO_ROOT.parent / "shared" / "data"
-    return path if path.is_absolute() else (REPO_ROOT / path).resolve()
-
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    path = _data_dir()
-    if not (path / "ptb" / "ptb.train.txt").is_file():
-        pytest.fail(f"corpora not found in {path}: set SOHSM_DATA to your data directory")
-    return path
+    return need_corpus("ptb")
 
 
 @pytest.fixture(scope="session")
@@ -54,11 +45,13 @@ def ptb(data_dir, session_cache):
 
 @pytest.fixture(scope="session")
 def wikitext2(data_dir, session_cache):
+    need_corpus("wikitext-2")
     return load_corpus("wikitext-2", data_dir, cache_dir=session_cache)
 
 
 @pytest.fixture(scope="session")
 def text8_small(data_dir, session_cache):
+    need_corpus("text8-small")
     return load_corpus("text8-small", data_dir, cache_dir=session_cache)
 
 

@@ -103,3 +103,50 @@ def test_fetch_from_an_archive_with_prefix_and_crc(tmp_path, http_serve, monkeyp
     with pytest.raises(DataError, match="CRC-32"):
         fetch("toy-wrong", target, progress=False, cache_dir=tmp_path / "cache")
     assert not (target / "toy" / "other").exists()
+
+
+# -- on first use -----------------------------------------------------------------------------------
+def _toy_lines(base):
+    """A two-file line corpus served from ``base`` (train and valid), with its checksums."""
+    train, valid = b"a b c\nb c d\nc d e\n" * 5, b"a b\nc d\n"
+    spec = CorpusSpec("toy-lines", "toy", (
+        FileSpec("toy/train.txt", hashlib.sha256(train).hexdigest(), (Source(f"{base}/train.txt"),)),
+        FileSpec("toy/valid.txt", hashlib.sha256(valid).hexdigest(), (Source(f"{base}/valid.txt"),))),
+        train=Split("toy/train.txt"), valid=Split("toy/valid.txt"))
+    return spec, train, valid
+
+
+def test_a_missing_corpus_is_fetched_on_first_use_with_one_line(tmp_path, http_serve, monkeypatch, capsys):
+    served = tmp_path / "served"
+    served.mkdir()
+    base, requested = http_serve(served)
+    spec, train, valid = _toy_lines(base)
+    (served / "train.txt").write_bytes(train)
+    (served / "valid.txt").write_bytes(valid)
+    monkeypatch.setitem(CORPORA, spec.name, spec)
+    target = tmp_path / "data"
+    # the tests run with $SOHSM_OFFLINE=1: nothing is downloaded, the message says what to put where
+    with pytest.raises(DataError, match="is missing toy/train.txt, toy/valid.txt in your data directory"):
+        load_corpus(spec.name, target, cache_dir=tmp_path / "cache")
+    assert requested == [] and not target.exists()
+
+    corpus = load_corpus(spec.name, target, cache_dir=tmp_path / "cache", fetch_missing=True)
+    assert corpus.vocab.decode(corpus.valid)[:2] == ["a", "b"]
+    assert sorted(requested) == ["/train.txt", "/valid.txt"]
+    err = capsys.readouterr().err
+    assert err == f"fetched toy-lines (2 files, verified) into {target / 'toy'}\n"
+    load_corpus(spec.name, target, cache_dir=tmp_path / "cache", fetch_missing=True)
+    assert len(requested) == 2 and capsys.readouterr().err == ""  # present: nothing fetched, nothing said
+
+
+def test_offline_first_use_is_one_line_naming_every_missing_file(tmp_path, monkeypatch):
+    spec, _, _ = _toy_lines("http://127.0.0.1:9")
+    monkeypatch.setitem(CORPORA, spec.name, spec)
+    monkeypatch.setenv("SOHSM_OFFLINE", "0")
+    target = tmp_path / "data"
+    with pytest.raises(DataError) as info:
+        load_corpus(spec.name, target, cache_dir=tmp_path / "cache")
+    message = str(info.value)
+    assert "\n" not in message and "downloading it failed: could not download toy/train.txt" in message
+    assert f"put the files {target / 'toy' / 'train.txt'}, {target / 'toy' / 'valid.txt'} there" in message
+    assert not target.exists()  # no empty folder left behind

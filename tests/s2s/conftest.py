@@ -3,20 +3,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 from pathlib import Path
 
 import pytest
 
+from needs import GIGAWORD_HOW, need_files
 from sohsm.cli.main import main
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _data_dir() -> Path:
-    env = os.environ.get("SOHSM_DATA")
-    path = Path(env).expanduser() if env else REPO_ROOT.parent / "shared" / "data"
-    return path if path.is_absolute() else (REPO_ROOT / path).resolve()
 
 
 def _head(path: Path, lines: int) -> str:
@@ -27,14 +19,12 @@ def _head(path: Path, lines: int) -> str:
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> Path:
     """A data directory: 200 training pairs, 40 dev pairs, 30 test and DUC-2004 inputs (first lines of each)."""
-    source = _data_dir()
-    if not (source / "gigaword" / "train" / "train.article.txt").is_file():
-        pytest.fail(f"Gigaword not found in {source}: set SOHSM_DATA to your data directory")
-    root = tmp_path_factory.mktemp("s2s-data")
     files = {"gigaword/train/train.article.txt": 200, "gigaword/train/train.title.txt": 200,
              "gigaword/train/valid.article.filter.txt": 40, "gigaword/train/valid.title.filter.txt": 40,
              "gigaword/Giga/input.txt": 30, "gigaword/Giga/task1_ref0.txt": 30,
              "duc2004/input.txt": 30, **{f"duc2004/task1_ref{i}.txt": 30 for i in range(4)}}
+    source = need_files("Gigaword and DUC-2004", GIGAWORD_HOW, *files)
+    root = tmp_path_factory.mktemp("s2s-data")
     for name, lines in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(_head(source / name, lines), encoding="utf-8")

@@ -137,3 +137,45 @@ def test_hierarchy_files_and_the_tree_head(trained, tmp_path, cli):
     code, out, err = cli("s2s", "decode", tmp_path / "tree", "--checkpoint", "last", "--input", "gigaword",
                          *data[:2], "--quiet", "--max-len", 3)
     assert code == 0 and out.count("\n") > 0, err
+
+
+def test_a_beam_that_does_not_fit_in_memory_is_refused_in_one_line(trained, tmp_path, cli, monkeypatch):
+    from sohsm.models import beam
+
+    root, data = trained
+    out = tmp_path / "giga.txt"
+    code, _, err = cli("s2s", "decode", root / "s2s", "--input", "gigaword", *data, "--beam", 10**9, "--quiet")
+    assert code == 0, err  # cut to the vocabulary, and the vocabulary's beam fits
+    monkeypatch.setattr(beam, "available_memory_bytes", lambda device: 2**20)
+    line = _one_line_error(*cli("s2s", "decode", root / "s2s", "--input", "gigaword", *data, "--beam", 10**9,
+                                "--out", out)[::2])
+    assert "cut to the vocabulary's" in line and "the widest that fits is" in line and not out.exists()
+
+
+def test_missing_gigaword_or_duc_names_the_files_and_where_they_go(tmp_path, cli):
+    line = _one_line_error(*cli("s2s", "train", "--data-dir", tmp_path, *TINY, "--head", "full", "--run-dir",
+                                tmp_path / "run")[::2])
+    assert f"Gigaword's training pairs not in your data directory {tmp_path} (given" in line
+    assert "put gigaword/train/train.article.txt, gigaword/train/train.title.txt" in line and "docs/s2s.md" in line
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "h.txt").write_text("a headline\n")
+    line = _one_line_error(*cli("s2s", "score", tmp_path / "h.txt", "--references", "duc2004", "--duc",
+                                "--data-dir", tmp_path)[::2])
+    assert "the duc2004 evaluation set not in your data directory" in line and "duc2004/task1_ref3.txt" in line
+
+
+def test_clusters_show_export_and_clusters_from_take_a_summariser_run(trained, tmp_path, cli):
+    root, data = trained
+    code, out, err = cli("clusters", "show", root / "s2s", "--top", 3)
+    assert code == 0 and "self_organized head" in out, err
+    code, out, err = cli("clusters", "export", root / "s2s", "--format", "json", "--out", tmp_path / "c.json")
+    assert code == 0, err
+    exported = json.loads((tmp_path / "c.json").read_text())
+    lm_export = tmp_path / "lm.json"
+    assert cli("clusters", "export", root / "lm", "--format", "json", "--out", lm_export)[0] == 0
+    assert sorted(map(sorted, exported)) == sorted(map(sorted, json.loads(lm_export.read_text())))  # the LM's clusters
+    code, _, err = cli("s2s", "train", *data, *TINY, "--head", "self_organized", "--clusters-from", root / "s2s",
+                       "--run-dir", tmp_path / "again", "--max-tokens", 200)
+    assert code == 0, err
+    again = torch.load(tmp_path / "again" / "last.pt", weights_only=True)["head"]["assignment"]
+    assert torch.equal(again, torch.load(root / "s2s" / "best.pt", weights_only=True)["head"]["assignment"])

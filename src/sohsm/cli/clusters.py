@@ -61,7 +61,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def _show(args: argparse.Namespace) -> int:
     from sohsm.heads import ClusteredHead
     from sohsm.runs.clusters import cluster_of_word, cluster_table
-    from sohsm.train.loading import load_run
+    from sohsm.train.loading import load_run  # a run of any task: a language model's or a summariser's
 
     for flag, value in (("--top", args.top), ("--words", args.words)):
         if value < 0:

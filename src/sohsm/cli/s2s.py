@@ -161,6 +161,7 @@ def _decode(args: argparse.Namespace) -> int:
 
     from sohsm.data.files import write_atomic_text
     from sohsm.data.headlines import read_inputs, resolve_eval_set
+    from sohsm.models.beam import plan_beam
     from sohsm.tasks.s2s import decode
     from sohsm.train.loading import load_run
 
@@ -171,6 +172,8 @@ def _decode(args: argparse.Namespace) -> int:
         source, _ = resolve_eval_set(args.input, args.data_dir)
         inputs = read_inputs(source)
         run = load_run(args.run, args.checkpoint, args.device, task="s2s")
+        plan_beam(args.beam, run.head.n_classes, max(map(len, inputs.sources), default=1) + 1,
+                  run.model.hidden_size, args.max_len, allow_eos=not args.duc, device=args.device)
         with tqdm(total=len(inputs), unit="sent", desc="decode", disable=args.quiet, file=sys.stderr) as bar:
             out = decode(run, inputs, beam=args.beam, max_len=args.max_len, duc=args.duc,
                          batch_size=args.batch_size, on_batch=bar.update)

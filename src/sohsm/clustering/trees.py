@@ -199,10 +199,18 @@ TREE_FORMAT = "sohsm-tree-1"
 def save_tree(path, children: Tensor, **meta) -> None:
     """Write a ``children`` table and JSON-like metadata (how it was built) to a ``.pt`` file.
 
-    The file is a plain dict, so ``torch.load(path, weights_only=True)`` reads it.
+    The file is a plain dict, so ``torch.load(path, weights_only=True)`` reads it. It is written
+    atomically: an existing file is replaced whole or left as it was.
+
+    Raises:
+        OSError (:class:`~sohsm.data.files.WriteError`): the file could not be written (a full disk,
+            a read-only folder), naming it and the system's reason.
     """
+    from sohsm.data.files import atomic_output
+
     children = check_tree(children, children.size(0) + 1)
-    torch.save({"format": TREE_FORMAT, "n_words": children.size(0) + 1, "children": children, **meta}, path)
+    with atomic_output(path) as handle:
+        torch.save({"format": TREE_FORMAT, "n_words": children.size(0) + 1, "children": children, **meta}, handle)
 
 
 def load_tree(path, n_words: int | None = None) -> tuple[Tensor, dict]:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -403,6 +404,9 @@ def fetch(name: str, data_dir: str | os.PathLike[str] | None = None, *, base_url
     archives: dict[str, Path] = {}
     scratch: Path | None = None
     paths = []
+    # folders this call creates: removed again if the download fails and leaves them empty
+    new_folders = sorted({p for f in spec.files for p in [root, *(root / f.path).parents] if not p.exists()},
+                         key=lambda p: -len(p.parts))
     try:
         for file in spec.files:
             target = root / file.path
@@ -413,8 +417,12 @@ def fetch(name: str, data_dir: str | os.PathLike[str] | None = None, *, base_url
                 sources: tuple[Source, ...] = (Source(base_url.rstrip("/") + "/" + file.path),)
             else:
                 sources = file.sources
-            by_hand = (f"put the file at {target} yourself"
-                       + (f" (sha256 {file.sha256})" if file.sha256 else ""))
+            absent = [f for f in spec.files[spec.files.index(file):]
+                      if force or _file_status(f, root, cache).state not in ("ok", "unverified")]
+            by_hand = (f"put the file at {target} yourself" + (f" (sha256 {file.sha256})" if file.sha256 else "")
+                       if len(absent) == 1 else
+                       f"put the files {', '.join(str(root / f.path) for f in absent)} there yourself "
+                       f"(`sohsm data list` shows what is missing)")
             if not sources:
                 raise DataError(f"no download location is known for {file.path}; {by_hand}")
             failures = []
@@ -442,8 +450,13 @@ def fetch(name: str, data_dir: str | os.PathLike[str] | None = None, *, base_url
                 checks = [message for is_check, message in failures if is_check]
                 if checks:  # the file was reachable but wrong: say so first
                     raise DataError(f"{checks[-1]}; {by_hand}")
-                tried = f" (tried {len(failures)} locations)" if len(failures) > 1 else ""
-                raise DataError(f"could not download {file.path}{tried}: {failures[-1][1]}; {by_hand}")
+                tried = "; ".join(message for _, message in failures)
+                raise DataError(f"could not download {file.path} ({tried}); {by_hand}")
+    except BaseException:
+        for folder in new_folders:  # deepest first; only the empty ones go
+            with suppress(OSError):
+                folder.rmdir()
+        raise
     finally:
         if scratch is not None:
             remove_tree(scratch)

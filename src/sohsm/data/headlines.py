@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sohsm.data.errors import DataError
-from sohsm.data.files import resolve_data_dir
+from sohsm.data.files import data_dir_origin, resolve_data_dir
 from sohsm.data.pairs import Pairs, check_aligned, drop_overlap, read_lines, read_pairs
 
 #: how the test files write the unknown word
@@ -55,13 +55,32 @@ class TrainingPairs:
     extra_dropped: int = 0
 
 
+def require_files(what: str, relative: list[str], data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The data directory, once every ``relative`` file is in it.
+
+    Raises:
+        DataError: one line naming the files that are not there, the data directory and where the
+            files come from.
+    """
+    root = resolve_data_dir(data_dir)
+    absent = [r for r in relative if not (root / r).is_file()]
+    if absent:
+        raise DataError(f"{what} not in your data directory {root} ({data_dir_origin(data_dir)}; set it with "
+                        f"--data-dir or $SOHSM_DATA): put {', '.join(absent)} there (docs/s2s.md, section "
+                        "Data, says where they come from)")
+    return root
+
+
 def load_training_pairs(data_dir: str | os.PathLike[str] | None = None, extra: bool = False) -> TrainingPairs:
     """Gigaword's training and dev pairs from ``data_dir`` (default ``$SOHSM_DATA``).
 
     Raises:
         DataError: a file is missing or unreadable, has an empty line, or is not aligned with its partner.
     """
-    root = resolve_data_dir(data_dir)
+    needed = [*_TRAIN, *_VALID]
+    if extra:
+        needed += [EVAL_SETS["gigaword"][0], *(f for pair in _EXTRA for f in pair)]
+    root = require_files("Gigaword's training pairs", needed, data_dir)
     train = read_pairs(root / _TRAIN[0], root / _TRAIN[1])
     valid = read_pairs(root / _VALID[0], root / _VALID[1])
     dropped = 0
@@ -81,8 +100,8 @@ def resolve_eval_set(name_or_input: str, data_dir: str | os.PathLike[str] | None
         DataError: an unknown name that is not a file either.
     """
     if name_or_input in EVAL_SETS:
-        root = resolve_data_dir(data_dir)
         source, refs = EVAL_SETS[name_or_input]
+        root = require_files(f"the {name_or_input} evaluation set", [source, *(references or refs)], data_dir)
         return root / source, [root / r for r in (references or refs)]
     path = Path(name_or_input).expanduser()
     if not path.is_file():

@@ -14,6 +14,12 @@ separate valid file, the last ``valid_fraction`` (10%) of its lines, or of its
 characters cut at the next whitespace, is ``valid``; there is no ``test``. A
 folder must hold one file whose name contains ``train`` and may hold one with
 ``valid`` (or ``dev``) and one with ``test``.
+
+A known corpus missing from the data directory is downloaded on first use
+(:func:`~sohsm.data.corpora.fetch`: every file checked against its sha256), with
+one line on stderr saying where it went; where the network is not there, the
+error says which files to put where. ``$SOHSM_OFFLINE=1`` (or
+``fetch_missing=False``) turns this off.
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -31,15 +38,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sohsm.data.corpora import CORPORA, CorpusSpec, verify_corpus
+from sohsm.data.corpora import CORPORA, CorpusSpec, corpus_status, fetch, verify_corpus
 from sohsm.data.errors import DataError, DataFieldError
 from sohsm.fields import escape, suggest
-from sohsm.data.files import cached_sha256, remove_tree, resolve_cache_dir, resolve_data_dir
+from sohsm.data.files import cached_sha256, data_dir_origin, remove_tree, resolve_cache_dir, resolve_data_dir
 from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
 
 #: bumped whenever tokenisation or the cache layout changes, so old entries are ignored
 #: (2: a UTF-8 byte-order mark is no longer part of the first word)
 CACHE_VERSION = 2
+#: environment variable: set to 1 to never download a missing corpus on first use
+OFFLINE_ENV = "SOHSM_OFFLINE"
 _CHUNK_CHARS = 1 << 22
 _WS = re.compile(r"\s")
 
@@ -159,7 +168,7 @@ class _Plan:
 def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None,
                 min_count: int | None = None, max_size: int | None = None,
                 cache_dir: str | os.PathLike[str] | None = None, *, text_mode: str | None = None,
-                valid_fraction: float = 0.1, use_cache: bool = True) -> Corpus:
+                valid_fraction: float = 0.1, use_cache: bool = True, fetch_missing: bool | None = None) -> Corpus:
     """Load a known corpus or your own text as token ids, from the cache when possible.
 
     Args:
@@ -178,6 +187,8 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
         valid_fraction: your own text only: the share of lines (or characters)
             that goes to ``valid`` when there is no separate valid file.
         use_cache: read and write the tokenised cache.
+        fetch_missing: download a known corpus missing from the data directory. Default: yes,
+            unless ``$SOHSM_OFFLINE`` is set to 1.
 
     Returns:
         A :class:`Corpus`.
@@ -196,6 +207,8 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
         if text_mode is not None:
             raise ValueError(f"text_mode applies to your own text files, not to the known corpus {key!r}")
         spec = CORPORA[key]
+        if fetch_missing if fetch_missing is not None else os.environ.get(OFFLINE_ENV, "") in ("", "0"):
+            fetch_on_first_use(spec.name, data_dir, cache)
         plan = _registry_plan(spec, data_dir, cache)
         config = config or VocabConfig(spec.min_count, spec.max_size)
     else:
@@ -206,6 +219,35 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
         plan = _user_plan(path, text_mode, valid_fraction, cache)
         config = config or VocabConfig()
     return _load(plan, config, cache, use_cache)
+
+
+def fetch_on_first_use(name: str, data_dir: str | os.PathLike[str] | None = None,
+                       cache_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Download known corpus ``name`` if every file it lacks can be downloaded; one line on stderr.
+
+    Returns:
+        whether anything was downloaded (nothing is when no file is missing, or when a missing
+        file has no known download location: :func:`~sohsm.data.corpora.verify_corpus` then says
+        what to put where).
+
+    Raises:
+        DataError: the download failed (no network, a wrong checksum): one line naming the files
+            to put in the data directory by hand.
+    """
+    status = corpus_status(name, data_dir, cache_dir)
+    absent = [f for f in status.files if f.state == "missing"]
+    if not absent or not all(f.spec.sources for f in absent):
+        return False
+    root = status.data_dir
+    try:
+        fetch(name, data_dir, progress=sys.stderr.isatty(), cache_dir=cache_dir)
+    except DataError as error:
+        raise DataError(f"corpus {name!r} is not in your data directory {root} ({data_dir_origin(data_dir)}; "
+                        f"set it with --data-dir or $SOHSM_DATA) and downloading it failed: {error}") from None
+    folders = sorted({str((root / f.spec.path).parent) for f in absent})
+    print(f"fetched {name} ({len(absent)} file{'s' if len(absent) > 1 else ''}, verified) into "
+          f"{', '.join(folders)}", file=sys.stderr)
+    return True
 
 
 def _registry_plan(spec: CorpusSpec, data_dir, cache: Path) -> _Plan:
@@ -241,6 +283,8 @@ def _user_plan(path: Path, text_mode: str | None, valid_fraction: float, cache: 
             raise DataError(f"{path}: no file whose name contains 'train'")
         files = {role: p for role, p in files.items() if p is not None}
         name = path.resolve().name
+    elif not path.is_file():
+        raise DataError(f"{path}: not a regular file or a folder (a device or a pipe has no end to read to)")
     else:
         files = {"train": path}
         name = path.stem

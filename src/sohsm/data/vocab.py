@@ -113,6 +113,11 @@ class Vocabulary:
         words = [w for w in counts if w != unk]
         words.sort(key=lambda w: (-int(counts[w]), order[w]))
         kept = [w for w in words if int(counts[w]) >= config.min_count or w == eos]
+        if words and not [w for w in kept if w != eos] and [w for w in words if w != eos]:
+            top = next(w for w in words if w != eos)
+            raise ValueError(f"min_count={config.min_count} keeps no word of the training text in the vocabulary "
+                             f"(the most frequent, {top!r}, occurs {int(counts[top]):,} times): use a min_count "
+                             f"of at most {int(counts[top]):,}")
         if config.max_size is not None and len(kept) > config.max_size - 1:  # room for unk
             capacity = config.max_size - 1
             cut_eos = eos is not None and eos in kept[capacity:]

@@ -63,6 +63,13 @@ def upcast(scores: Tensor) -> Tensor:
     return scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
 
 
+
+def _autocast_on(device_type: str) -> bool:
+    try:
+        return bool(torch.is_autocast_enabled(device_type))
+    except TypeError:  # torch < 2.4 takes no argument and answers for CUDA
+        return bool(torch.is_autocast_enabled()) if device_type == "cuda" else bool(torch.is_autocast_cpu_enabled())
+
 class HeadOutput(NamedTuple):
     """What ``head(hidden, target)`` returns.
 
@@ -169,8 +176,31 @@ class Head(nn.Module):
 
         Heads that need nothing return ``None``; others return the hook handle.
         Call it once after building the optimizer; harmless for every head.
+
+        Raises:
+            ValueError: ``optimizer`` is not a ``torch.optim.Optimizer``.
         """
+        self._check_optimizer(optimizer, needs_parameters=False)
         return None
+
+    def _check_optimizer(self, optimizer: torch.optim.Optimizer, needs_parameters: bool = True) -> None:
+        """Refuse what is not an optimizer, and (``needs_parameters``) one that does not train this head.
+
+        A head that moves optimizer state with its words must see its trainable parameters in
+        ``optimizer``: attached to another one (the model's alone, say), it would re-cluster on
+        steps that never train it.
+        """
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError(f"attach needs the torch.optim.Optimizer that trains the head, got "
+                             f"{type(optimizer).__name__}")
+        if not needs_parameters:
+            return
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        missing = [name for name, p in self.named_parameters() if p.requires_grad and id(p) not in held]
+        if missing:
+            raise ValueError(f"the optimizer given to attach does not hold the head's parameters "
+                             f"{', '.join(missing)}: build it with the head's parameters too, e.g. "
+                             "Adagrad([*model.parameters(), *head.parameters()])")
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, n_classes={self.n_classes}"
@@ -186,7 +216,18 @@ class Head(nn.Module):
             )
         if not hidden.is_floating_point():
             raise ValueError(f"hidden must be a floating-point tensor, got {hidden.dtype}")
+        self._check_hidden_dtype(hidden)
         return hidden.reshape(-1, self.in_features)
+
+    def _check_hidden_dtype(self, hidden: Tensor) -> None:
+        """Outside autocast, ``hidden`` must have the dtype of the head's weights (``head.double()`` for float64)."""
+        if hidden.dtype in (torch.float16, torch.bfloat16) or _autocast_on(hidden.device.type):
+            return  # low precision: the heads score in their weights' dtype (see precision.py)
+        weights = next((p.dtype for p in self.parameters() if p.is_floating_point()), hidden.dtype)
+        if hidden.dtype != weights:
+            raise ValueError(f"hidden must have the dtype of the head's weights, {weights}, got {hidden.dtype}: "
+                             f"convert the hidden states (hidden.to({weights})) or the head "
+                             f"(head.to({hidden.dtype}))")
 
     def _check_inputs(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
         """Flatten ``hidden`` to ``[B, d]`` and ``target`` to ``[B]`` and validate both."""

@@ -182,6 +182,9 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
             raise ValueError(f"reclusters_per_epoch must be positive, got {reclusters_per_epoch}")
         if reset_on_freeze not in ("none", "head", "head_keep_state"):
             raise ValueError(f"reset_on_freeze must be 'none', 'head' or 'head_keep_state', got {reset_on_freeze!r}")
+        if n_clusters is not None and (isinstance(n_clusters, bool) or not isinstance(n_clusters, int)
+                                       or not 1 <= n_clusters <= n_classes):
+            raise ValueError(f"n_clusters must be an integer in [1, {n_classes}], got {n_clusters!r}")
         n_clusters = default_n_clusters(n_classes) if n_clusters is None else int(n_clusters)
         if shortlist is None:  # the measured default: ceil(sqrt(N)) words, when the counts say which
             shortlist = min(default_n_clusters(n_classes), n_classes - 1) if counts is not None else 0
@@ -500,12 +503,14 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         the same handle. The head holds its optimizers weakly: one its owner drops
         is not kept alive. Returns the hook handle.
         """
+        self._check_optimizer(optimizer, needs_parameters=False)
         if _is_zero_redundancy(optimizer):
             raise ValueError(
                 "SelfOrganizedSoftmax cannot follow a ZeroRedundancyOptimizer: its state for the head's "
                 "weight lives on one rank only, so a re-assignment could not move it with the words. "
                 "Use a plain optimizer under DistributedDataParallel."
             )
+        self._check_optimizer(optimizer)
         handle = self._optimizers.get(optimizer)
         if handle is None:
             handle = optimizer.register_step_post_hook(self._after_optimizer_step)

@@ -83,6 +83,10 @@ def figure1(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[s
         if not metrics.is_file():
             raise ValueError(f"{d} is not a training run directory (no {METRICS_FILE})")
         runs.append((labels[i] if labels is not None else _run_label(d), read_metrics(metrics)))
+    if not any(_series(records, kind, key)[0] for _, records in runs for kind, key, _, _ in FIGURE1_PANELS):
+        empty = ", ".join(str(d) for d in dirs)
+        raise ValueError(f"nothing to plot: {METRICS_FILE} of {empty} holds no training or dev record yet "
+                         "(a run writes its first at its first log step)")
     out = Path(out) if out is not None else dirs[0] / "figure1.png"
 
     fig = Figure(figsize=(15, 8.5), layout="constrained")

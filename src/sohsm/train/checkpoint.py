@@ -100,12 +100,26 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # torch raises many types for a damaged file
-        raise ValueError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
+        raise ValueError(f"{path}: not a readable checkpoint ({_load_failure(error)})") from None
     found = format_task(checkpoint.get("format")) if isinstance(checkpoint, dict) else None
     if found is None or (formats is not None and checkpoint["format"] not in formats):
         kind = f" {format_task(formats[0])}" if formats is not None and len(formats) == 1 else ""
         raise ValueError(f"{path}: not a sohsm{kind} checkpoint" + (f" (it is a {found} checkpoint)" if found else ""))
     return checkpoint
+
+
+def _load_failure(error: Exception) -> str:
+    """torch's reason a checkpoint did not load, in one line, without its advice to load with
+    ``weights_only=False`` (unsafe for a file one did not write, and no help for a damaged one)."""
+    text = str(error)
+    if "Weights only load failed" in text:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+        what = f" ({found.group(1)})" if found else ""
+        return f"it holds Python objects{what} besides tensors and plain containers, which a sohsm checkpoint never does"
+    text = " ".join(text.split())
+    if len(text) > 200:
+        text = text[:200] + " ..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 @contextmanager
@@ -141,6 +155,8 @@ def checkpoint_path(run_dir: str | os.PathLike[str], which: str = "best") -> Pat
     if not path.is_file() and which == "best" and (run_dir / LAST).is_file():
         path = run_dir / LAST
     if not path.is_file():
+        if run_dir.exists() and not run_dir.is_dir():
+            raise ValueError(f"{run_dir} is a file, not a run directory (a folder written by training)")
         if not run_dir.is_dir():
             raise ValueError(f"{run_dir} is not a run directory (it does not exist)")
         raise ValueError(f"{run_dir} holds no checkpoint ({CHECKPOINTS[which]}); is it a training run directory?")

@@ -54,13 +54,18 @@ class EvalResult:
         return asdict(self)
 
 
+class EvaluationStopped(Exception):
+    """:func:`evaluate` was asked to stop (``should_stop``) before it scored everything; no result."""
+
+
 def _exp(x: float) -> float:
     return math.exp(x) if x < 700 else float("inf")
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, head: Head, data: Evaluable,
-             sum_over: Callable[[Tensor], Tensor] | None = None) -> EvalResult:
+             sum_over: Callable[[Tensor], Tensor] | None = None,
+             should_stop: Callable[[], bool] | None = None) -> EvalResult:
     """Score every target of ``data`` with ``model`` and ``head``.
 
     ``data`` is any task (:class:`~sohsm.train.task.Task`), or anything else whose
@@ -74,12 +79,15 @@ def evaluate(model: nn.Module, head: Head, data: Evaluable,
         data: gives the hidden states and targets (called with the model in eval mode).
         sum_over: adds a tensor over processes in place (each scored its share of the
             data, :meth:`sohsm.train.distributed.Ranks.sum_`); the result is that of all shares.
+        should_stop: asked before every batch; ``True`` abandons the evaluation (a Ctrl-C while
+            training: the run stops after the current step, not after a whole dev pass).
 
     Returns:
         :class:`EvalResult`.
 
     Raises:
         ValueError: the data has no targets, or (raised by ``data``) cannot be read in its batches.
+        EvaluationStopped: ``should_stop()`` answered ``True``.
     """
     device = next(model.parameters()).device
     was_training = model.training, head.training
@@ -91,6 +99,8 @@ def evaluate(model: nn.Module, head: Head, data: Evaluable,
         total = torch.zeros(4, dtype=torch.float64, device=device)  # sum log P, cluster, in-cluster; tokens
         has_parts = True
         for hidden, targets in batches:
+            if should_stop is not None and should_stop():
+                raise EvaluationStopped("the evaluation was stopped before it scored every target")
             hidden = hidden.reshape(-1, hidden.size(-1))  # [M, d]
             targets = targets.reshape(-1)
             parts = head.score_parts(hidden, targets) if has_parts else None

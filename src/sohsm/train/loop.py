@@ -53,7 +53,7 @@ from sohsm.train.config import RunConfig, apply_overrides, config_differences
 from sohsm.train.distributed import Ranks
 from sohsm.train.guard import check_loaded_parameters
 from sohsm.train.lock import RunLock
-from sohsm.train.rundir import check_writable, holds_run, read_config, set_rng_state
+from sohsm.train.rundir import check_restartable, check_run_dir, check_writable, holds_run, read_config, set_rng_state
 from sohsm.train.session import STOP_REASONS, Progress, TrainResult, progress_of, run_session  # noqa: F401
 from sohsm.train.task import Task, task_of
 
@@ -89,7 +89,7 @@ def train(config: RunConfig, run_dir: str | os.PathLike[str], *, progress: bool 
     """
     config.validate()
     task_class = task_of(config)
-    run_dir = Path(run_dir)
+    run_dir = check_run_dir(run_dir)
     resolve_device(config.device)
     with Ranks.join(config.device) as ranks:
         def check_directory() -> None:
@@ -181,7 +181,7 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
             files differ from the checkpoint's; another number of processes than the run's.
         sohsm.train.guard.DivergenceError: as in :func:`train`.
     """
-    run_dir = Path(run_dir)
+    run_dir = check_run_dir(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise ValueError(f"{run_dir} holds no training run to resume (no {CONFIG_FILE})")
     task_class, saved = read_config(run_dir / CONFIG_FILE)
@@ -194,6 +194,7 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
     with Ranks.join(config.device) as ranks:
         ranks.first(lambda: check_writable(run_dir))
         if not (run_dir / LAST).is_file():
+            ranks.first(lambda: check_restartable(run_dir, config.checkpoint_every))
             return _start(task_class, config, run_dir, progress, restart=True, ranks=ranks)
         lock = RunLock(run_dir)
 

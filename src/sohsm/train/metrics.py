@@ -21,21 +21,30 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sohsm.data.files import WriteError
 from sohsm.train.checkpoint import METRICS_FILE, write_atomic
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All records of a ``metrics.jsonl`` file, in order; a torn last line (a crash mid-write) is skipped."""
+    """All records of a ``metrics.jsonl`` file, in order; a torn last line (a crash mid-write) is skipped.
+
+    Raises:
+        ValueError: the file is not UTF-8 text (naming it).
+    """
     records = []
     with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+        try:
+            for line in handle:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path}: not a metrics log (not UTF-8 text: {error.reason} at byte "
+                             f"{error.start} of a block after record {len(records)})") from None
     return records
 
 
@@ -65,7 +74,10 @@ class MetricsLog:
             kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= keep_until_step]
             text = "".join(json.dumps(r) + "\n" for r in kept)
             write_atomic(self.path, lambda handle: handle.write(text.encode("utf-8")))
-        self._handle = open(self.path, "a", encoding="utf-8")
+        try:
+            self._handle = open(self.path, "a", encoding="utf-8")
+        except OSError as error:
+            raise WriteError(error.errno, error.strerror, str(self.path)) from None
         self._writer = None
         if tensorboard:
             try:
@@ -77,8 +89,11 @@ class MetricsLog:
 
     def write(self, record: dict[str, Any]) -> None:
         record = {key: _clean(value) for key, value in record.items()}
-        self._handle.write(json.dumps(record) + "\n")
-        self._handle.flush()
+        try:
+            self._handle.write(json.dumps(record) + "\n")
+            self._handle.flush()
+        except OSError as error:  # a full disk: name the file
+            raise WriteError(error.errno, error.strerror, str(self.path)) from None
         if self._writer is not None:
             kind, step = record.get("kind", "record"), int(record.get("step", 0))
             for key, value in record.items():

@@ -29,8 +29,42 @@ def holds_run(run_dir: Path) -> bool:
     metrics = run_dir / METRICS_FILE
     try:
         return metrics.is_file() and bool(read_metrics(metrics))
-    except (OSError, UnicodeDecodeError):
+    except (OSError, ValueError):  # unreadable, or not UTF-8: something is there, leave it alone
         return True
+
+
+def check_run_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """``run_dir`` as a path, refusing an empty name (which would train into the current folder)."""
+    if not str(run_dir).strip():
+        raise ValueError(f"the run directory must be named, got {str(run_dir)!r} (it would be the current folder)")
+    return Path(run_dir)
+
+
+def check_restartable(run_dir: Path, checkpoint_every: int) -> None:
+    """Refuse to start a run without ``last.pt`` again from step 0 where that would destroy more than it redoes.
+
+    A run killed before its first checkpoint leaves at most records of steps before
+    ``checkpoint_every`` and no ``best.pt``: it may start again. A ``best.pt`` or records
+    of later steps say that ``last.pt`` was there and is gone (deleted, or lost): starting
+    again would overwrite ``best.pt`` and ``metrics.jsonl``.
+
+    Raises:
+        ValueError: one line saying what is there and what to do.
+    """
+    if (run_dir / BEST).exists():
+        what = f"{BEST} but no {LAST}"
+    else:
+        try:
+            steps = [int(r.get("step", 0)) for r in read_metrics(run_dir / METRICS_FILE)] if (
+                run_dir / METRICS_FILE).is_file() else []
+        except (OSError, ValueError, TypeError):
+            steps = []
+        if not steps or not checkpoint_every or max(steps) < checkpoint_every:
+            return
+        what = f"records up to step {max(steps):,} in {METRICS_FILE} but no {LAST} (checkpoints every " \
+               f"{checkpoint_every:,} steps)"
+    raise ValueError(f"{run_dir} holds {what}: resuming would start again from step 0 and overwrite what is there; "
+                     f"to continue from {BEST}, copy it to {run_dir / LAST} and resume, or train in another directory")
 
 
 def check_writable(run_dir: Path) -> None:

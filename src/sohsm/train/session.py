@@ -23,7 +23,7 @@ from sohsm.train.builders import head_k, run_signature
 from sohsm.train.checkpoint import BEST, CONFIG_FILE, LAST, METRICS_FILE, save_checkpoint
 from sohsm.train.config import RunConfig
 from sohsm.train.distributed import Ranks
-from sohsm.train.evaluation import EvalResult, evaluate
+from sohsm.train.evaluation import EvalResult, EvaluationStopped, evaluate
 from sohsm.train.guard import StopSignals, check_eval, check_finite_parameters, write_line
 from sohsm.train.metrics import MetricsLog
 from sohsm.train.progress import progress_bar
@@ -242,7 +242,13 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
         nonlocal last_eval, last_eval_step
         clock.pause()
         p.elapsed_s = clock.total
-        result = evaluate(model, head, task, sum_over=ranks.sum_)  # each rank scores its share of the columns
+        # a stop signal abandons the evaluation (one process; several must finish the collective sum together)
+        should_stop = (lambda: guard.requested) if ranks.world == 1 else None
+        try:
+            result = evaluate(model, head, task, sum_over=ranks.sum_, should_stop=should_stop)  # each rank: its share
+        except EvaluationStopped:
+            clock.start()
+            return
         check_eval(result.nll_nats, p.step)
         record = base("eval")
         record.update(split="valid", epoch=round(epoch_float(), 4), nll_nats=result.nll_nats, ppl=result.ppl,

@@ -164,7 +164,7 @@ def load_clusters(run_dir: str | os.PathLike[str], vocab: Vocabulary) -> Tensor:
     Raises:
         ValueError: not a run, a head without clusters, or another vocabulary.
     """
-    head, run_vocab, head_name = read_run_head(run_dir)
+    head, run_vocab, head_name = read_run_head(run_dir)  # a language model's, or another summariser's
     if run_vocab != vocab:
         raise ValueError(f"the clusters run {run_dir} has another vocabulary than the summariser's training titles "
                          f"({vocabulary_difference(run_vocab, vocab).replace('checkpoint', 'clusters run')}); train "

@@ -1,0 +1,57 @@
+"""A full disk or a read-only folder during `sohsm lm train` and `sohsm tree build`: one line naming the file
+and the system's reason, a non-zero exit, and the checkpoints already there intact."""
+from __future__ import annotations
+
+import os
+
+from disk import fill_disk, read_only
+
+STEP = 160  # tokens per step of the small model (batch 16 x BPTT 10)
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_a_full_disk_at_the_first_checkpoint(tmp_path, ptb_slice, small, cli, monkeypatch):
+    run_dir = tmp_path / "run"
+    fill_disk(monkeypatch, "*.pt", room=1000)
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--run-dir", run_dir, *small,
+                       "--max-tokens", 2 * STEP)
+    line = _one_line(err)
+    assert code == 1 and line.startswith("sohsm lm: error: ") and line.endswith(": No space left on device")
+    assert str(run_dir / "best.pt") in line or str(run_dir / "last.pt") in line
+    assert not [p for p in run_dir.iterdir() if p.name.endswith((".tmp", ".part"))]
+
+
+def test_a_full_disk_mid_run_keeps_the_checkpoints_there(tmp_path, ptb_slice, small, cli, monkeypatch):
+    run_dir = tmp_path / "run"
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--run-dir", run_dir, *small,
+                       "--max-tokens", 2 * STEP, "--eval-every", 1)
+    assert code == 0, err
+    before = {name: (run_dir / name).read_bytes() for name in ("last.pt", "best.pt")}
+    fill_disk(monkeypatch, "*.pt", room=1000)
+    code, _, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--max-tokens", 4 * STEP, "--quiet")
+    assert code == 1 and _one_line(err).endswith(".pt: No space left on device"), err
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    monkeypatch.undo()  # room again: the run resumes from the checkpoint it kept
+    code, _, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--max-tokens", 4 * STEP, "--quiet")
+    assert code == 0, err
+
+
+def test_tree_build_into_a_full_disk_or_a_read_only_folder(tmp_path, ptb_slice, small, cli, monkeypatch):
+    run_dir, output = tmp_path / "tree-random", tmp_path / "trees" / "bootstrap.pt"
+    assert cli("lm", "train", "--corpus", ptb_slice, "--head", "tree_random", "--run-dir", run_dir, *small,
+               "--max-tokens", 2 * STEP)[0] == 0
+    output.parent.mkdir()
+    with monkeypatch.context() as patch:
+        fill_disk(patch, "bootstrap.pt", room=100)
+        code, _, err = cli("tree", "build", run_dir, "--output", output, "--max-tokens", 2000)
+    assert code != 0 and _one_line(err) == f"sohsm tree: error: {output}: {os.strerror(28)}"
+    with monkeypatch.context() as patch:
+        read_only(patch, output.parent)
+        code, _, err = cli("tree", "build", run_dir, "--output", output, "--max-tokens", 2000)
+    assert code != 0 and _one_line(err) == f"sohsm tree: error: {output}: {os.strerror(13)}"
+    assert list(output.parent.iterdir()) == []
