@@ -88,6 +88,12 @@ class Task(ABC):
     def build(self, device: torch.device) -> tuple[nn.Module, Head]:
         """The model and head of the run, initialised from ``config.seed``."""
 
+    def build_optimizer(self, model: nn.Module, head: Head) -> torch.optim.Optimizer:
+        """The run's optimizer (default: the config's, :func:`sohsm.train.builders.build_optimizer`)."""
+        from sohsm.train.builders import build_optimizer
+
+        return build_optimizer(self.config, model, head)
+
     # -- training ---------------------------------------------------------------------
     @abstractmethod
     def batches(self, epoch: int, cursor: int) -> Iterator[tuple[Any, int]]:
@@ -157,3 +163,4 @@ def _import_tasks() -> None:
     """Import the modules that register the tasks (here, not at the top: they import this module)."""
     import sohsm.train.lm_task  # noqa: F401
     import sohsm.train.s2s_task  # noqa: F401
+    import sohsm.tasks.w2v.task  # noqa: F401

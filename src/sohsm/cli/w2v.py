@@ -1,0 +1,261 @@
+"""`sohsm w2v`: word embeddings with any head (word2vec's CBOW and skip-gram): train, export, neighbours, eval."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from sohsm.cli.flags import name_flags
+from sohsm.cli.main import RAW, CommandError, wrap
+from sohsm.cli.train_options import parse_head_option
+from sohsm.data.errors import DataError
+
+#: option dest -> the config field it sets (``sohsm.tasks.w2v.config.W2VConfig``)
+FIELDS = {
+    "corpus": "data.corpus", "data_dir": "data.data_dir", "min_count": "data.min_count", "sample": "data.sample",
+    "text_mode": "data.text_mode", "eval_rows": "data.eval_rows",
+    "model": "model.architecture", "dim": "model.dim", "window": "model.window",
+    "head": "head.name", "update_every": "head.update_every", "lr": "optim.lr",
+    "row_cap": "row_cap", "batch_words": "batch_words", "epochs": "epochs", "max_tokens": "max_tokens",
+    "time_budget": "time_budget", "eval_every": "eval_every", "checkpoint_every": "checkpoint_every",
+    "log_every": "log_every", "seed": "seed", "device": "device",
+}
+
+_TRAIN_EPILOG = """\
+defaults are word2vec's (CBOW): dim 100, window 5 (each word draws its own in 1..5), min-count 5,
+sub-sampling 1e-3, 5 epochs, rate 0.05 (skip-gram 0.025) falling linearly to 0, output weights
+starting at 0. --head pmi is word2vec's negative sampling (k = 5 per word, unigram^0.75 noise).
+
+examples:
+  sohsm w2v train --corpus text8-small --model cbow --head tree_huffman --run-dir runs/w2v
+  sohsm w2v train --corpus text8-small --model skipgram --head pmi --run-dir runs/w2v-sg-neg
+  sohsm w2v train --corpus text8-small --head self_organized --run-dir runs/w2v-so   # learned word classes
+  sohsm w2v train --corpus my_text.txt --text-mode running --dim 50 --run-dir runs/mine
+  sohsm w2v train --run-dir runs/w2v --resume       # continue exactly where it stopped
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``w2v`` command and its ``train``, ``export``, ``neighbours`` and ``eval`` subcommands."""
+    parser = subparsers.add_parser(
+        "w2v", help="word embeddings with any head (word2vec's CBOW and skip-gram)", formatter_class=RAW,
+        description=wrap("Train word vectors as word2vec does, with any output head; export them in word2vec's "
+                         "formats, list a word's neighbours, score analogies and word similarity."),
+        epilog="examples:\n  sohsm w2v train --corpus text8-small --head tree_huffman --run-dir runs/w2v\n"
+        "  sohsm w2v export runs/w2v --format binary --out vectors.bin\n  sohsm w2v neighbours runs/w2v france\n"
+        "  sohsm w2v eval runs/w2v --analogies questions-words.txt --similarity wordsim353.tsv",
+    )
+    parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), 2)[1])
+    sub = parser.add_subparsers(dest="w2v_command", metavar="SUBCOMMAND")
+
+    p = sub.add_parser("train", help="train word vectors (or resume a run)", formatter_class=RAW,
+                       description=wrap("Train word vectors in RUN_DIR (config.json, vocab.json, metrics.jsonl, "
+                                        "last.pt, best.pt), with a progress bar; Ctrl-C stops after a checkpoint "
+                                        "and --resume continues exactly."), epilog=_TRAIN_EPILOG)
+    p.add_argument("--run-dir", required=True, help="the run directory (new, or the run to resume)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last.pt")
+    g = p.add_argument_group("data")
+    g.add_argument("--corpus", help="a known corpus (see `sohsm data list`) or the path of your own text")
+    g.add_argument("--data-dir", help="where known corpora are (default: $SOHSM_DATA)")
+    g.add_argument("--min-count", type=int, help="drop words seen fewer times (default 5)")
+    g.add_argument("--sample", type=float, help="sub-sampling threshold of frequent words (default 1e-3; 0: none)")
+    g.add_argument("--text-mode", choices=("lines", "running"), help="your own text: lines or running text")
+    g.add_argument("--eval-rows", type=int, help="dev rows scored at each evaluation (default 10000)")
+    g = p.add_argument_group("model")
+    g.add_argument("--model", choices=("cbow", "skipgram"), help="CBOW (default) or skip-gram")
+    g.add_argument("--dim", type=int, help="vector size (default 100)")
+    g.add_argument("--window", type=int, help="largest window (default 5)")
+    g.add_argument("--head", help="any head of `sohsm.build_head` (default tree_huffman; pmi = negative sampling)")
+    g.add_argument("--head-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the head's constructor (repeatable)")
+    g.add_argument("--update-every", type=int, help="self_organized: steps between re-clusterings")
+    g = p.add_argument_group("training")
+    g.add_argument("--lr", type=float, help="starting rate per word (default 0.05 CBOW, 0.025 skip-gram)")
+    g.add_argument("--row-cap", type=float, help="most rows' worth of update a vector takes per step (default 4)")
+    g.add_argument("--batch-words", type=int, help="corpus words per step (default 1000)")
+    g.add_argument("--epochs", type=int, help="passes over the corpus (default 5)")
+    g.add_argument("--max-tokens", type=int, help="stop after this many training rows")
+    g.add_argument("--time-budget", type=float, help="stop after this many seconds of training")
+    g.add_argument("--eval-every", type=int, help="dev evaluation every this many steps (default: epoch ends)")
+    g.add_argument("--checkpoint-every", type=int, help="save last.pt every this many steps (default 2000)")
+    g.add_argument("--log-every", type=int, help="train record every this many steps (default 200)")
+    g.add_argument("--seed", type=int, help="seed of everything random (default 1)")
+    g.add_argument("--device", help="cpu (default), cuda, ...")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_train)
+
+    p = sub.add_parser("export", help="write a run's vectors in word2vec's text or binary format",
+                       formatter_class=RAW, epilog="examples:\n  sohsm w2v export runs/w2v --format text\n"
+                       "  sohsm w2v export runs/w2v --format binary --out vectors.bin")
+    _run_arg(p)
+    p.add_argument("--format", choices=("text", "binary"), default="text", help="word2vec's text (default) or binary")
+    p.add_argument("--out", help="the file to write (default: RUN/vectors.txt or RUN/vectors.bin)")
+    p.set_defaults(func=_export)
+
+    p = sub.add_parser("neighbours", help="the nearest words of a word (cosine)", formatter_class=RAW,
+                       epilog="examples:\n  sohsm w2v neighbours runs/w2v france --top 5")
+    _run_arg(p)
+    p.add_argument("word", metavar="WORD", nargs="+", help="one or more words")
+    p.add_argument("--top", type=int, default=10, help="how many (default 10)")
+    p.set_defaults(func=_neighbours)
+
+    p = sub.add_parser("eval", help="analogy accuracy and word-similarity correlation", formatter_class=RAW,
+                       description=wrap("Analogy accuracy by 3CosAdd on a questions-words file (questions with "
+                                        "a word outside the vocabulary are left out; coverage says how many) and "
+                                        "Spearman's rho on a WordSim-353-format file."),
+                       epilog="examples:\n  sohsm w2v eval runs/w2v --analogies questions-words.txt "
+                       "--similarity wordsim353.tsv")
+    _run_arg(p)
+    p.add_argument("--analogies", help="a questions-words.txt file")
+    p.add_argument("--similarity", help="a WordSim-353-format file (word1 TAB word2 TAB score)")
+    p.add_argument("--sections", action="store_true", help="also the accuracy of each analogy section")
+    p.set_defaults(func=_eval)
+
+
+def _run_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN", help="a run directory (from `sohsm w2v train`)")
+    p.add_argument("--checkpoint", choices=("last", "best"), default="last",
+                   help="last.pt (the final vectors, the default) or best.pt (best dev perplexity)")
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    out = {field: getattr(args, dest) for dest, field in FIELDS.items()
+           if dest not in ("head", "update_every") and getattr(args, dest) is not None}
+    return out
+
+
+def _head_options(args: argparse.Namespace) -> dict:
+    options: dict = {}
+    for text in args.head_option:
+        try:
+            key, value = parse_head_option(text)
+        except ValueError as error:
+            raise CommandError(f"--head-option: {error}") from None
+        if key in options:
+            raise CommandError(f"--head-option {key} is given twice")
+        options[key] = value
+    return options
+
+
+def _train(args: argparse.Namespace) -> int:
+    from sohsm.tasks.w2v.config import W2VConfig
+    from sohsm.train import apply_overrides, resume_training, train
+
+    overrides = _overrides(args)
+    options = _head_options(args)
+    if args.head is not None:
+        overrides["head.name"] = args.head
+    if options:
+        overrides["head.options"] = options
+    if args.update_every is not None:
+        overrides["head.update_every"] = args.update_every
+    try:
+        if args.resume:
+            result = resume_training(args.run_dir, overrides, progress=not args.quiet)
+        else:
+            if "data.corpus" not in overrides:
+                raise CommandError("a new run needs --corpus (or --resume to continue a run)")
+            config = apply_overrides(W2VConfig(), overrides)
+            result = train(config, args.run_dir, progress=not args.quiet)
+    except (ValueError, DataError) as error:
+        typed = [dest for dest in FIELDS if getattr(args, dest, None) is not None]
+        raise CommandError(name_flags(str(error), FIELDS, typed)) from None
+    _print_summary(result)
+    return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0
+
+
+def _print_summary(result) -> None:
+    from sohsm.train import format_signature
+
+    run = shlex.quote(str(result.run_dir))
+    why = {"done": "all epochs done", "max_tokens": "row budget spent", "time_budget": "time budget spent",
+           "interrupted": "interrupted"}[result.stopped]
+    words = _corpus_words(result)
+    speed = words / result.elapsed_s if result.elapsed_s > 0 and words else 0.0
+    print(f"stopped     {why}: step {result.step:,}, {result.tokens:,} rows, epoch {result.epoch:.2f}, "
+          f"{result.elapsed_s:.1f} s of training ({speed:,.0f} corpus words/s)")
+    if result.last_eval is not None:
+        print(f"dev         ppl {result.last_eval.ppl:.2f} of the centre word (best {result.best_ppl:.2f})")
+    print(f"signature   {format_signature(result.signature)}")
+    print(f"vectors     sohsm w2v export {run} --format text")
+    print(f"neighbours  sohsm w2v neighbours {run} WORD")
+    print(f"evaluate    sohsm w2v eval {run} --analogies questions-words.txt --similarity wordsim353.tsv")
+    if result.stopped != "done":
+        print(f"resume      sohsm w2v train --run-dir {run} --resume")
+
+
+def _corpus_words(result) -> int:
+    """Corpus words the run has read: steps x words per step (the last piece of an epoch may be shorter)."""
+    import json
+
+    try:
+        config = json.loads((Path(result.run_dir) / "config.json").read_text())
+        return int(result.step) * int(config.get("batch_words", 0))
+    except (OSError, ValueError):
+        return 0
+
+
+def _load(args: argparse.Namespace):
+    from sohsm.tasks.w2v.vectors import load_vectors
+
+    try:
+        return load_vectors(args.run, args.checkpoint)
+    except (ValueError, DataError) as error:
+        raise CommandError(str(error)) from None
+
+
+def _export(args: argparse.Namespace) -> int:
+    from sohsm.tasks.w2v.vectors import save_word2vec
+
+    vectors = _load(args)
+    out = Path(args.out) if args.out else Path(args.run) / ("vectors.bin" if args.format == "binary" else "vectors.txt")
+    if not out.parent.is_dir():
+        raise CommandError(f"cannot write {out}: folder {out.parent} does not exist")
+    try:
+        save_word2vec(vectors, out, args.format)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    print(f"wrote {out}: {len(vectors):,} words x {vectors.vectors.size(1)} ({args.format})")
+    return 0
+
+
+def _neighbours(args: argparse.Namespace) -> int:
+    from sohsm.tasks.w2v.vectors import neighbours
+
+    if args.top < 1:
+        raise CommandError(f"--top must be >= 1, got {args.top}")
+    vectors = _load(args)
+    for word in args.word:
+        try:
+            found = neighbours(vectors, word, args.top)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        print(f"{word}: " + ", ".join(f"{w} {c:.3f}" for w, c in found))
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from sohsm.tasks.w2v.vectors import analogy_accuracy, similarity_correlation
+
+    if not args.analogies and not args.similarity:
+        raise CommandError("give --analogies FILE, --similarity FILE or both")
+    for name in ("analogies", "similarity"):
+        path = getattr(args, name)
+        if path and not Path(path).is_file():
+            raise CommandError(f"--{name}: no file {path}")
+    vectors = _load(args)
+    try:
+        if args.analogies:
+            a = analogy_accuracy(vectors, args.analogies)
+            print(f"analogies   {a.accuracy:.2%} ({a.correct:,} of {a.answered:,} questions in the vocabulary; "
+                  f"coverage {a.coverage:.1%} of {a.total:,}) [3CosAdd]")
+            if args.sections:
+                for section, (right, asked) in a.sections.items():
+                    print(f"  {section:<30} {right / asked if asked else 0:.2%} of {asked:,}")
+        if args.similarity:
+            s = similarity_correlation(vectors, args.similarity)
+            print(f"similarity  Spearman rho {s.spearman:.3f} ({s.pairs} of {s.total} pairs in the vocabulary)")
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    return 0

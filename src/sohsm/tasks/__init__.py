@@ -1,0 +1,1 @@
+"""Training tasks beside the language model and the summariser: one folder per task."""
