@@ -36,7 +36,7 @@ def keep_probabilities(counts: np.ndarray, sample: float) -> np.ndarray:
     ``sample = 0`` keeps every word. A word with count 0 is kept (it never occurs).
 
     >>> keep_probabilities(np.array([1000, 10]), 1e-2).round(3).tolist()
-    [0.423, 1.0]
+    [0.111, 1.0]
     """
     counts = np.asarray(counts, dtype=np.float64)
     if sample < 0:

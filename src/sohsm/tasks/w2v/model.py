@@ -126,7 +126,7 @@ class LinearDecaySGD(torch.optim.Optimizer):
         >>> opt = LinearDecaySGD([w], lr=0.1, total_steps=4, rows=lambda: 1)
         >>> for _ in range(4):
         ...     w.grad = torch.ones(2); opt.step()
-        >>> round(-float(w[0]), 4)  # 0.1 + 0.075 + 0.05 + 0.025
+        >>> round(-float(w.detach()[0]), 4)  # 0.1 + 0.075 + 0.05 + 0.025
         0.25
     """
 
@@ -177,7 +177,7 @@ def capped_rows(grad: Tensor, cap: float) -> Tensor:
     """A row-sparse gradient whose row touched ``n`` times (entries with a non-zero value) is scaled
     by ``min(1, cap / n)``; the entries stay as they are, uncoalesced (adding them sums each row's).
 
-    >>> g = torch.sparse_coo_tensor(torch.tensor([[0, 0, 0, 1]]), torch.ones(4, 2), (3, 2))
+    >>> g = torch.sparse_coo_tensor(torch.tensor([[0, 0, 0, 1]]), torch.ones(4, 2), (3, 2), check_invariants=True)
     >>> capped_rows(g, 2.0).to_dense()[:, 0].tolist()
     [2.0, 1.0, 0.0]
     """
