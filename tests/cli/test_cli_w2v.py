@@ -42,6 +42,25 @@ def test_train_any_head_learns_topics(cli, text, tmp_path, head):
     assert within > across + 0.1, (head, float(within), float(across))
 
 
+def test_clusters_of_the_self_organized_head_and_skipgram(cli, text, tmp_path):
+    run = tmp_path / "so"
+    code, out, err = cli("w2v", "train", "--corpus", str(text), "--head", "self_organized", "--model", "skipgram",
+                         "--run-dir", str(run), "--epochs", "2", *W2V_SMALL)
+    assert code == 0 and "sohsm w2v clusters" in out, err
+    code, out, err = cli("w2v", "clusters", str(run), "--top", "3", "--show", "0")
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    shown = [w for line in lines[1:] for w in line.split()[1:] if not w.startswith("(+")]
+    assert lines[0].endswith("shown, by frequency mass") and len(shown) == len(set(shown))
+    code, _, err = cli("w2v", "clusters", str(tmp_path / "none"))
+    assert code == 2 and "not a run directory" in err
+    tree = tmp_path / "tree"
+    assert cli("w2v", "train", "--corpus", str(text), "--run-dir", str(tree), "--epochs", "1", "--max-tokens", "100",
+               *W2V_SMALL)[0] == 0
+    code, _, err = cli("w2v", "clusters", str(tree))
+    assert code == 2 and "head 'tree_huffman' has no word clusters" in err
+
+
 def test_negative_sampling_is_word2vecs():
     from sohsm.data.vocab import Vocabulary
     from sohsm.tasks.w2v.config import W2VConfig

@@ -100,6 +100,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=10, help="how many (default 10)")
     p.set_defaults(func=_neighbours)
 
+    p = sub.add_parser("clusters", help="the word classes of a run's head (self_organized: the learned ones)",
+                       formatter_class=RAW, epilog="examples:\n  sohsm w2v clusters runs/w2v-so --top 8 --show 20")
+    _run_arg(p)
+    p.add_argument("--top", type=int, default=10, help="words shown per cluster, most frequent first (default 10)")
+    p.add_argument("--show", type=int, default=30, help="clusters shown, by frequency mass (default 30; 0: all)")
+    p.set_defaults(func=_clusters)
+
     p = sub.add_parser("eval", help="analogy accuracy and word-similarity correlation", formatter_class=RAW,
                        description=wrap("Analogy accuracy by 3CosAdd on a questions-words file (questions with "
                                         "a word outside the vocabulary are left out; coverage says how many) and "
@@ -181,6 +188,8 @@ def _print_summary(result) -> None:
     print(f"vectors     sohsm w2v export {run} --format text")
     print(f"neighbours  sohsm w2v neighbours {run} WORD")
     print(f"evaluate    sohsm w2v eval {run} --analogies questions-words.txt --similarity wordsim353.tsv")
+    if result.signature.get("clusters") is not None:
+        print(f"clusters    sohsm w2v clusters {run}")
     if result.stopped != "done":
         print(f"resume      sohsm w2v train --run-dir {run} --resume")
 
@@ -232,6 +241,24 @@ def _neighbours(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise CommandError(str(error)) from None
         print(f"{word}: " + ", ".join(f"{w} {c:.3f}" for w, c in found))
+    return 0
+
+
+def _clusters(args: argparse.Namespace) -> int:
+    from sohsm.tasks.w2v.vectors import word_clusters
+
+    for name in ("top", "show"):
+        if getattr(args, name) < (1 if name == "top" else 0):
+            raise CommandError(f"--{name} must be >= {1 if name == 'top' else 0}, got {getattr(args, name)}")
+    try:
+        clusters = word_clusters(args.run, args.checkpoint)
+    except (ValueError, DataError) as error:
+        raise CommandError(str(error)) from None
+    shown = clusters if args.show == 0 else clusters[: args.show]
+    print(f"{len(clusters)} non-empty clusters; {len(shown)} shown, by frequency mass")
+    for i, words in enumerate(shown):
+        more = f" (+{len(words) - args.top})" if len(words) > args.top else ""
+        print(f"{i + 1:>4}  {' '.join(words[: args.top])}{more}")
     return 0
 
 

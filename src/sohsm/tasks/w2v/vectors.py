@@ -268,3 +268,32 @@ def similarity_correlation(vectors: WordVectors, path: str | os.PathLike[str]) -
         cosine.append(float(unit[i] @ unit[j]))
     rho = spearman(np.array(human), np.array(cosine)) if len(human) > 1 else float("nan")
     return SimilarityResult(rho, len(human), len(pairs))
+
+
+def word_clusters(run_dir: str | os.PathLike[str], checkpoint: str = "last") -> list[list[str]]:
+    """The word classes a run's head holds (the self-organized head's learned clusters, the paper's Table 3).
+
+    Returns:
+        One list per non-empty cluster, its words most frequent first; the clusters in
+        descending training frequency mass.
+
+    Raises:
+        ValueError: not a word-embedding run, or its head has no clusters.
+    """
+    from sohsm.tasks.w2v.config import W2VConfig
+    from sohsm.tasks.w2v.task import W2V_CHECKPOINT_FORMAT, build_w2v_head
+
+    path = checkpoint_path(run_dir, checkpoint)
+    data = load_checkpoint(path, formats=(W2V_CHECKPOINT_FORMAT,))
+    with reading_checkpoint(path, values=True):
+        config = W2VConfig.from_dict(data["config"])
+        vocab = Vocabulary.from_dict(data["vocab"])
+        with torch.random.fork_rng(devices=[]):
+            head = build_w2v_head(config, vocab)
+        if not hasattr(head, "clusters"):
+            raise ValueError(f"the run's head {config.head.name!r} has no word clusters")
+        head.load_state_dict(data["head"])
+    counts = torch.from_numpy(vocab.counts.copy()).double()
+    clusters = [c for c in head.clusters() if c.numel()]
+    clusters.sort(key=lambda c: -float(counts[c].sum()))
+    return [[vocab.itos[int(i)] for i in c[counts[c].argsort(descending=True, stable=True)]] for c in clusters]
