@@ -69,7 +69,8 @@ def config_for(args, architecture: str, head: str):
     return W2VConfig(data=W2VDataConfig(corpus=args.corpus, min_count=5, sample=1e-3, text_mode=text_mode,
                                         eval_rows=2000),
                      model=W2VModelConfig(architecture=architecture, dim=100, window=5),
-                     head=HeadConfig(name=head), epochs=args.epochs, batch_words=1000, seed=1)
+                     head=HeadConfig(name=head), epochs=args.epochs, batch_words=args.batch_words,
+                     row_cap=None if args.row_cap <= 0 else args.row_cap, seed=1)
 
 
 def run_sohsm(args, name: str, architecture: str, head: str) -> dict:
@@ -156,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated, of {', '.join(ROWS)}")
     parser.add_argument("--runs", default="runs/word2vec-benchmark", help="where sohsm's run directories go")
+    parser.add_argument("--batch-words", type=int, default=1000, help="sohsm: corpus words per step (default 1000)")
+    parser.add_argument("--row-cap", type=float, default=4.0, help="sohsm: --row-cap (default 4; 0: none)")
     parser.add_argument("--out", default="docs/results/word2vec.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -201,8 +204,8 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         "gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs=5, seed=1, "
         "cbow_mean=1, hs=..., negative=...)`, its default rate 0.025; sohsm: "
         "`sohsm w2v train --model cbow --head ...` defaults (rate 0.05, word2vec.c's for CBOW, falling linearly "
-        "to 0; output weights starting at 0; 1000 words a step, a vector moving by at most 4 rows' worth of update "
-        "a step).",
+        f"to 0; output weights starting at 0; {args.batch_words} words a step, a vector moving by at most "
+        f"{args.row_cap:g} rows' worth of update a step).",
         "",
         "Speed: corpus words x epochs / CPU seconds of the training call (`time.process_time()`: gensim's "
         "`train()`; sohsm's whole `train()`, which also loads the cached corpus, evaluates 2,000 dev rows at each "
