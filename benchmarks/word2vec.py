@@ -21,7 +21,7 @@ gensim's vectors as a check). The test files are those gensim ships in ``gensim/
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/word2vec.py                      # writes docs/results/word2vec.md
-    python benchmarks/word2vec.py --rows gensim-hs,sohsm-hs --epochs 1 --out /tmp/w2v.md
+    python benchmarks/word2vec.py --rows gensim-hs,sohsm-hs --epochs 1 --out w2v-one-epoch.md
 """
 from __future__ import annotations
 
@@ -201,7 +201,7 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         f"{first['words'] // args.epochs:,} words a pass, {len(first['vectors']):,} words in the vocabulary; "
         f"CBOW, dim 100, window 5 (each word draws its own in 1..5), sub-sampling 1e-3, {args.epochs} epochs, "
         "pieces of 1000 words (windows stop at their borders, as at word2vec's sentences). "
-        "gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs=5, seed=1, "
+        f"gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs={args.epochs}, seed=1, "
         "cbow_mean=1, hs=..., negative=...)`, its default rate 0.025; sohsm: "
         "`sohsm w2v train --model cbow --head ...` defaults (rate 0.05, word2vec.c's for CBOW, falling linearly "
         f"to 0; output weights starting at 0; {args.batch_words} words a step, a vector moving by at most "
