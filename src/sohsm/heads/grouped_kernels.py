@@ -1,6 +1,6 @@
 """Triton kernels of the sync-free in-cluster softmax, registered as torch custom operators.
 
-The rows of a batch are laid out in tiles of one cluster each (:func:`sohsm.heads.grouped.tile_map`);
+The rows of a batch are laid out in tiles of one cluster each (:func:`sohsm.heads.grouped_tiles.tile_map`);
 each kernel is one launch over all tiles or all clusters, whatever their number:
 
 * ``sohsm::grouped_forward`` (grid: tiles): a tile's rows against its cluster's
@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from sohsm.heads.grouped import tile_map
+from sohsm.heads.grouped_tiles import tile_map
 
 #: compute dtypes of the kernels (their accumulators are float32, so float64 inputs are refused)
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
