@@ -9,10 +9,11 @@ from sohsm.cli.config_flags import config_flags, field_comments, read_config_fil
 from sohsm.cli.main import build_parser
 from sohsm.tasks.lm import DataConfig, LMConfig
 from sohsm.tasks.s2s import S2SConfig
+from sohsm.tasks.w2v import W2VConfig
 from sohsm.train.config import OptimConfig
 
 
-@pytest.mark.parametrize("config_class", [LMConfig, S2SConfig])
+@pytest.mark.parametrize("config_class", [LMConfig, S2SConfig, W2VConfig])
 def test_every_field_has_a_flag_with_help(config_class):
     flags = config_flags(config_class)
     paths = {f.path for f in flags}

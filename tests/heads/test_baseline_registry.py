@@ -16,9 +16,9 @@ BASELINES = {
     "tree_huffman": (BinaryTreeSoftmax, "nll", {"sparse"}),
     "tree_random": (BinaryTreeSoftmax, "nll", {"sparse"}),
     "importance_sampling": (ImportanceSamplingSoftmax, "importance_sampling",
-                            {"n_samples", "noise_power", "bias", "remove_accidental_hits", "sparse"}),
-    "nce": (NCESoftmax, "nce", {"n_samples", "noise_power", "sparse", "bias_init"}),
-    "pmi": (PMISoftmax, "negative_sampling", {"n_samples", "noise_power", "sparse", "shift"}),
+                            {"n_samples", "noise_power", "bias", "remove_accidental_hits", "sparse", "noise_per_row"}),
+    "nce": (NCESoftmax, "nce", {"n_samples", "noise_power", "sparse", "bias_init", "noise_per_row"}),
+    "pmi": (PMISoftmax, "negative_sampling", {"n_samples", "noise_power", "sparse", "shift", "noise_per_row"}),
     "dsoftmax": (DifferentiatedSoftmax, "nll", {"cutoffs", "dims", "bias"}),
 }
 

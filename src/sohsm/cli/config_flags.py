@@ -3,9 +3,11 @@
 For every leaf field of a run config (:class:`~sohsm.train.config.RunConfig`)
 one flag: its name is the field's (``model.hidden_size`` -> ``--hidden-size``;
 ``head.name`` -> ``--head``, ``head.options`` -> ``--head-option KEY=VALUE``,
-repeatable), its type the field's type, its help the field's ``#:`` comment,
+repeatable), its type the field's type, its help the field's ``#:`` comment
+(or the config's ``field_help`` for it, where a task means something else by a shared field),
 and the default it shows the dataclass's own. Choices and metavars come from
-the field's metadata (``field(..., metadata={"choices": OPTIMIZERS})``). A
+the field's metadata (``field(..., metadata={"choices": OPTIMIZERS})``), and so
+does another name than the field's (``metadata={"flag": "model"}``: ``--model``). A
 flag's parsed default is ``None`` (not given): only the flags a user types
 become overrides, which keeps ``--resume``'s rule (what is not typed is the
 run's). ``--config FILE`` reads a config (YAML or JSON, the shape of a run's
@@ -105,11 +107,12 @@ def config_flags(config_class: type) -> list[Flag]:
             continue
         if owner not in comments:
             comments[owner] = field_comments(owner)
-        dest = FLAG_NAMES.get(path, path.rpartition(".")[2])
+        dest = f.metadata.get("flag") or FLAG_NAMES.get(path, path.rpartition(".")[2])
         if dest in flags:
             raise ValueError(f"{path} and {flags[dest].path} would both be --{dest.replace('_', '-')}")
         hint, optional = _unwrap(typing.get_type_hints(owner)[f.name])
-        flags[dest] = Flag(path, dest, hint, optional, default, comments[owner].get(f.name, ""), f.metadata)
+        text = getattr(config_class, "field_help", {}).get(path) or comments[owner].get(f.name, "")
+        flags[dest] = Flag(path, dest, hint, optional, default, text, f.metadata)
     return list(flags.values())
 
 

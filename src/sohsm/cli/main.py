@@ -15,7 +15,7 @@ import textwrap
 from sohsm.version import __version__
 
 #: subcommand modules, in the order `sohsm --help` lists them
-COMMANDS = ("data", "lm", "s2s", "clusters", "tree", "plot")
+COMMANDS = ("data", "lm", "s2s", "w2v", "clusters", "tree", "plot")
 
 
 #: formatter of every subcommand parser: descriptions are wrapped by :func:`wrap`, epilogs kept as written

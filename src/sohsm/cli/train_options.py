@@ -1,4 +1,4 @@
-"""The training commands of every task (`sohsm lm train`, `sohsm s2s train`, and `lm compare`): one path.
+"""The training commands of every task (`sohsm lm train`, `s2s train`, `w2v train`, and `lm compare`): one path.
 
 Their flags are generated from the task's config (:mod:`sohsm.cli.config_flags`);
 :func:`training_overrides` turns them (and ``--config FILE``) into dotted config
@@ -159,7 +159,8 @@ def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag
     """Train a new run of ``config_class``'s task in ``args.run_dir``, or resume it (``--resume``): the one path
     of every task's `train` command.
 
-    A new run needs the flags whose field's metadata says ``required`` (unless ``--config`` sets them).
+    A new run needs the flags whose field's metadata says ``required`` (unless ``--config`` sets them, or the
+    config's ``defaulted_fields`` lets its default stand).
     Returns the :class:`~sohsm.train.TrainResult`.
 
     Raises:
@@ -182,10 +183,11 @@ def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag
                 overrides.update({"head.options": options} if options else {})
                 overrides.update({"head.update_every": update_every} if update_every is not None else {})
             return resume_training(args.run_dir, overrides, progress=not args.quiet)
-        missing = [f.option for f in flags if f.metadata.get("required") and f.path not in overrides]
+        missing = [f.option for f in flags if f.metadata.get("required") and f.path not in overrides
+                   and f.path not in config_class.defaulted_fields]
         if missing:
             raise CommandError(f"a new run needs {' and '.join(missing)} (or --resume to continue a run)")
-        name = overrides.pop("head.name")
+        name = overrides.pop("head.name", config_class().head.name)
         file_options, file_k = overrides.pop("head.options", {}), overrides.pop("head.update_every", None)
         overrides.update(head_overrides(name, {**file_options, **options}, file_k if update_every is None
                                         else update_every))

@@ -66,6 +66,8 @@ class SampledSoftmax(Head):
         sparse: give the word vectors a row-sparse gradient (the batch's targets
             and noise words only) as :class:`torch.nn.Embedding` does; it needs an
             optimizer that takes sparse gradients (``SGD``, ``Adagrad``, ``SparseAdam``).
+        noise_per_row: draw ``k`` noise words for every row (word2vec's negative
+            sampling) instead of ``k`` shared by the whole batch. Default: ``False``.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class SampledSoftmax(Head):
         bias: bool = False,
         seed: int = 0,
         sparse: bool = False,
+        noise_per_row: bool = False,
     ) -> None:
         super().__init__(in_features, n_classes)
         if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
@@ -87,6 +90,7 @@ class SampledSoftmax(Head):
         self.n_samples = n_samples
         self.noise_power = float(noise_power)
         self.sparse = bool(sparse)
+        self.noise_per_row = bool(noise_per_row)
         self.weight = nn.Parameter(torch.empty(n_classes, in_features))
         self.bias = nn.Parameter(torch.zeros(n_classes)) if bias else None
         noise = noise_distribution(counts, n_classes, noise_power)
@@ -130,11 +134,16 @@ class SampledSoftmax(Head):
 
     # -- scores -------------------------------------------------------------------
     def _scores(self, hidden: Tensor, target: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
-        """``(s_target [B], s_noise [B, k])`` with ``s_w = h . u_w + b_w``, gathering only those rows."""
+        """``(s_target [B], s_noise [B, k])`` with ``s_w = h . u_w + b_w``, gathering only those rows.
+
+        ``noise`` is ``[k]`` (shared by the batch) or ``[B, k]`` (drawn per row)."""
         target_vectors = F.embedding(target, self.weight, sparse=self.sparse)  # [B, d]
-        noise_vectors = F.embedding(noise, self.weight, sparse=self.sparse)  # [k, d]
+        noise_vectors = F.embedding(noise, self.weight, sparse=self.sparse)  # [k, d] or [B, k, d]
         s_target = upcast((hidden * target_vectors).sum(dim=1))  # [B]
-        s_noise = upcast(hidden @ noise_vectors.t())  # [B, k]
+        if noise.dim() == 1:
+            s_noise = upcast(hidden @ noise_vectors.t())  # [B, k]
+        else:
+            s_noise = upcast(torch.bmm(noise_vectors, hidden.unsqueeze(2)).squeeze(2))  # [B, k]
         if self.bias is not None:
             s_target = s_target + self.bias[target]
             s_noise = s_noise + self.bias[noise]
@@ -145,14 +154,19 @@ class SampledSoftmax(Head):
         return upcast(F.linear(hidden, self.weight, self.bias))
 
     def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:  # pragma: no cover
-        """The objective's per-row term for checked ``hidden`` ``[B, d]``, ``target`` ``[B]`` and ``noise`` ``[k]``."""
+        """The objective's per-row term for checked ``hidden`` ``[B, d]``, ``target`` ``[B]`` and ``noise``
+        ``[k]`` (or ``[B, k]`` with ``noise_per_row``)."""
         raise NotImplementedError
 
     # -- the interface ------------------------------------------------------------
     def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
         hidden, target = self._check_inputs(hidden, target)
         if self.training:
-            output = self.sampled_output(hidden, target, self.noise_samples())
+            if self.noise_per_row:
+                noise = self.noise_samples(target.numel() * self.n_samples).view(target.numel(), self.n_samples)
+            else:
+                noise = self.noise_samples()
+            output = self.sampled_output(hidden, target, noise)
         else:
             output = -F.cross_entropy(self.logits(hidden), target, reduction="none")
         return HeadOutput(output, -output.mean())
@@ -175,7 +189,7 @@ class SampledSoftmax(Head):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, n_classes={self.n_classes}, objective={self.objective}, "
                 f"n_samples={self.n_samples}, noise_power={self.noise_power}, bias={self.bias is not None}, "
-                f"sparse={self.sparse}")
+                f"sparse={self.sparse}, noise_per_row={self.noise_per_row}")
 
 
 class ImportanceSamplingSoftmax(SampledSoftmax):
@@ -213,9 +227,9 @@ class ImportanceSamplingSoftmax(SampledSoftmax):
 
     def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
                  noise_power: float = 1.0, bias: bool = False, remove_accidental_hits: bool = True, seed: int = 0,
-                 sparse: bool = False) -> None:
+                 sparse: bool = False, noise_per_row: bool = False) -> None:
         super().__init__(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
-                         bias=bias, seed=seed, sparse=sparse)
+                         bias=bias, seed=seed, sparse=sparse, noise_per_row=noise_per_row)
         self.remove_accidental_hits = bool(remove_accidental_hits)
 
     def sampled_output(self, hidden: Tensor, target: Tensor, noise: Tensor) -> Tensor:
@@ -224,7 +238,8 @@ class ImportanceSamplingSoftmax(SampledSoftmax):
         s_target = s_target - log_q[target]  # [B]
         s_noise = s_noise - log_q[noise]  # [B, k]
         if self.remove_accidental_hits:
-            s_noise = s_noise.masked_fill(noise[None, :] == target[:, None], float("-inf"))
+            hits = (noise[None, :] if noise.dim() == 1 else noise) == target[:, None]  # [B, k]
+            s_noise = s_noise.masked_fill(hits, float("-inf"))
         return s_target - torch.cat([s_target[:, None], s_noise], dim=1).logsumexp(dim=1)
 
 
@@ -267,12 +282,13 @@ class NCESoftmax(SampledSoftmax):
     objective = "nce"
 
     def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
-                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False, bias_init: str = "unigram") -> None:
+                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False, bias_init: str = "unigram",
+                 noise_per_row: bool = False) -> None:
         if bias_init not in ("uniform", "unigram"):
             raise ValueError(f"bias_init must be 'uniform' or 'unigram', got {bias_init!r}")
         self.bias_init = bias_init
         super().__init__(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
-                         bias=True, seed=seed, sparse=sparse)
+                         bias=True, seed=seed, sparse=sparse, noise_per_row=noise_per_row)
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
@@ -313,6 +329,11 @@ class PMISoftmax(SampledSoftmax):
     on PMI Matrix Approximations", https://arxiv.org/abs/1708.01276 (§3, Algorithm 1);
     ``shift=False`` is the paper's objective.
 
+    word2vec's negative sampling (Mikolov et al. 2013, https://arxiv.org/abs/1310.4546)
+    is this objective with ``n_samples=5, noise_power=0.75, shift=False,
+    noise_per_row=True``: ``k`` words from the unigram distribution raised to 3/4,
+    drawn for every row (``sohsm w2v train --head pmi`` sets exactly these).
+
     Args:
         shift: train ``u . h`` towards the PMI (subtract ``log k`` from the training
             scores). Default: ``True``; ``False`` is the paper's objective.
@@ -330,9 +351,10 @@ class PMISoftmax(SampledSoftmax):
     objective = "negative_sampling"
 
     def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
-                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False, shift: bool = True) -> None:
+                 noise_power: float = 1.0, seed: int = 0, sparse: bool = False, shift: bool = True,
+                 noise_per_row: bool = False) -> None:
         super().__init__(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
-                         bias=False, seed=seed, sparse=sparse)
+                         bias=False, seed=seed, sparse=sparse, noise_per_row=noise_per_row)
         self.shift = bool(shift)
 
     def logits(self, hidden: Tensor) -> Tensor:
@@ -352,21 +374,24 @@ class PMISoftmax(SampledSoftmax):
 @register_head("importance_sampling")
 def _importance_sampling(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
                          noise_power: float = 1.0, bias: bool = False, remove_accidental_hits: bool = True,
-                         sparse: bool = False) -> ImportanceSamplingSoftmax:
+                         sparse: bool = False, noise_per_row: bool = False) -> ImportanceSamplingSoftmax:
     return ImportanceSamplingSoftmax(in_features, n_classes, counts=counts, n_samples=n_samples,
                                      noise_power=noise_power, bias=bias,
-                                     remove_accidental_hits=remove_accidental_hits, seed=seed, sparse=sparse)
+                                     remove_accidental_hits=remove_accidental_hits, seed=seed, sparse=sparse,
+                                     noise_per_row=noise_per_row)
 
 
 @register_head("nce")
 def _nce(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
-         noise_power: float = 1.0, sparse: bool = False, bias_init: str = "unigram") -> NCESoftmax:
+         noise_power: float = 1.0, sparse: bool = False, bias_init: str = "unigram",
+         noise_per_row: bool = False) -> NCESoftmax:
     return NCESoftmax(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
-                      seed=seed, sparse=sparse, bias_init=bias_init)
+                      seed=seed, sparse=sparse, bias_init=bias_init, noise_per_row=noise_per_row)
 
 
 @register_head("pmi")
 def _pmi(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
-         noise_power: float = 1.0, sparse: bool = False, shift: bool = True) -> PMISoftmax:
+         noise_power: float = 1.0, sparse: bool = False, shift: bool = True,
+         noise_per_row: bool = False) -> PMISoftmax:
     return PMISoftmax(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
-                      seed=seed, sparse=sparse, shift=shift)
+                      seed=seed, sparse=sparse, shift=shift, noise_per_row=noise_per_row)

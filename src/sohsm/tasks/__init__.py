@@ -5,4 +5,4 @@ checks and what loading one of its runs needs (:class:`sohsm.train.task.Task`);
 the loop (:mod:`sohsm.train`) trains any of them. Importing this package
 registers every task (importing :mod:`sohsm` does so).
 """
-from sohsm.tasks import lm, s2s  # noqa: F401  (each registers its task)
+from sohsm.tasks import lm, s2s, w2v  # noqa: F401  (each registers its task)

@@ -104,6 +104,10 @@ class RunConfig:
 
     #: fields that may differ between a run and its resumption
     resumable_fields: typing.ClassVar[frozenset[str]] = frozenset()
+    #: fields whose metadata says ``required`` but whose default this task's new runs may take
+    defaulted_fields: typing.ClassVar[frozenset[str]] = frozenset()
+    #: a flag's help for a field (dotted path) where this task's meaning differs from the field's ``#:`` comment
+    field_help: typing.ClassVar[dict[str, str]] = {}
 
     # -- dicts -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def load_run(run_dir: str | os.PathLike[str], checkpoint: str = "best", device: 
         run_dir: a run directory.
         checkpoint: ``"best"`` or ``"last"``.
         device: where to load the modules.
-        task: refuse a run of another task than this one (``"lm"``, ``"s2s"``); ``None``: any.
+        task: refuse a run of another task than this one (``"lm"``, ``"s2s"``, ``"w2v"``); ``None``: any.
 
     Raises:
         ValueError: not a run directory, no such checkpoint, an unreadable, damaged or

@@ -38,7 +38,7 @@ from typing import Any, Mapping
 import torch
 
 from sohsm.fields import FieldError
-from sohsm.train.builders import build_optimizer, resolve_device
+from sohsm.train.builders import resolve_device
 from sohsm.train.checkpoint import (
     CONFIG_FILE,
     LAST,
@@ -115,7 +115,7 @@ def _model_head_optimizer(task: Task, config: RunConfig, ranks: Ranks, device: t
     """The model and head (the same on every rank) and the optimizer attached to the head."""
     model, head = task.build(device)
     ranks.seed_own_stream(config.seed)
-    optimizer = build_optimizer(config, model, head)
+    optimizer = task.build_optimizer(model, head)
     head.attach(optimizer)
     return model, head, optimizer
 

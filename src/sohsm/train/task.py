@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from sohsm.data.vocab import Vocabulary
 from sohsm.heads import Head
+from sohsm.train.builders import build_optimizer
 from sohsm.train.config import RunConfig
 from sohsm.train.distributed import Ranks
 
@@ -41,7 +42,7 @@ class Task(ABC):
     """The data side of a training run.
 
     Attributes:
-        name: the task's name in ``config.json`` (``"lm"``, ``"s2s"``).
+        name: the task's name in ``config.json`` (``"lm"``, ``"s2s"``, ``"w2v"``).
         config_class: the run config it trains from.
         checkpoint_format: the ``format`` its checkpoints carry.
         config: the run's config.
@@ -101,6 +102,15 @@ class Task(ABC):
         ``saved_head`` is the checkpoint's head state: a head whose shape follows from
         the data (fixed clusters from ``data.clusters_from``) is built in that shape.
         """
+
+    def build_optimizer(self, model: nn.Module, head: Head) -> torch.optim.Optimizer:
+        """The optimizer over ``model`` and ``head`` (called once per session, after :meth:`build`; a resumed
+        session loads the checkpoint's optimizer state into it).
+
+        The default is the config's ``optim`` section (:func:`sohsm.train.builders.build_optimizer`);
+        a task whose update rule is its own (word2vec's linearly falling sparse SGD) returns that.
+        """
+        return build_optimizer(self.config, model, head)
 
     # -- training ---------------------------------------------------------------------
     @abstractmethod

@@ -1,0 +1,211 @@
+"""`sohsm w2v`: word embeddings with any head (word2vec's CBOW and skip-gram): train, export, neighbours, eval."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from sohsm.cli.main import RAW, CommandError, wrap
+from sohsm.cli.train_options import add_training_options, head_options_help, train_command
+from sohsm.data.errors import DataError
+
+_TRAIN_EPILOG = """\
+defaults are word2vec's (CBOW): dim 100, window 5 (each word draws its own in 1..5), min-count 5,
+sub-sampling 1e-3, 5 epochs, rate 0.05 (skip-gram 0.025) falling linearly to 0, output weights
+starting at 0. --head pmi is word2vec's negative sampling (k = 5 per word, unigram^0.75 noise).
+
+examples:
+  sohsm w2v train --corpus text8-small --model cbow --head tree_huffman --run-dir runs/w2v
+  sohsm w2v train --corpus text8-small --model skipgram --head pmi --run-dir runs/w2v-sg-neg
+  sohsm w2v train --corpus text8-small --head self_organized --run-dir runs/w2v-so   # learned word classes
+  sohsm w2v train --corpus my_text.txt --text-mode running --dim 50 --run-dir runs/mine
+  sohsm w2v train --run-dir runs/w2v --resume       # continue exactly where it stopped
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``w2v`` command and its ``train``, ``export``, ``neighbours`` and ``eval`` subcommands."""
+    parser = subparsers.add_parser(
+        "w2v", help="word embeddings with any head (word2vec's CBOW and skip-gram)", formatter_class=RAW,
+        description=wrap("Train word vectors as word2vec does, with any output head; export them in word2vec's "
+                         "formats, list a word's neighbours, score analogies and word similarity."),
+        epilog="examples:\n  sohsm w2v train --corpus text8-small --head tree_huffman --run-dir runs/w2v\n"
+        "  sohsm w2v export runs/w2v --format binary --out vectors.bin\n  sohsm w2v neighbours runs/w2v france\n"
+        "  sohsm w2v eval runs/w2v --analogies questions-words.txt --similarity wordsim353.tsv",
+    )
+    parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), 2)[1])
+    sub = parser.add_subparsers(dest="w2v_command", metavar="SUBCOMMAND")
+
+    p = sub.add_parser("train", help="train word vectors (or resume a run)", formatter_class=RAW,
+                       description=wrap("Train word vectors in RUN_DIR (config.json, vocab.json, metrics.jsonl, "
+                                        "last.pt, best.pt), with a progress bar; Ctrl-C stops after a checkpoint "
+                                        "and --resume continues exactly."),
+                       epilog=_TRAIN_EPILOG + "\n" + head_options_help())
+    from sohsm.tasks.w2v.config import W2VConfig
+
+    p.set_defaults(func=_train, config_flags=add_training_options(p, W2VConfig))
+
+    p = sub.add_parser("export", help="write a run's vectors in word2vec's text or binary format",
+                       formatter_class=RAW, epilog="examples:\n  sohsm w2v export runs/w2v --format text\n"
+                       "  sohsm w2v export runs/w2v --format binary --out vectors.bin")
+    _run_arg(p)
+    p.add_argument("--format", choices=("text", "binary"), default="text", help="word2vec's text (default) or binary")
+    p.add_argument("--out", help="the file to write (default: RUN/vectors.txt or RUN/vectors.bin)")
+    p.set_defaults(func=_export)
+
+    p = sub.add_parser("neighbours", help="the nearest words of a word (cosine)", formatter_class=RAW,
+                       epilog="examples:\n  sohsm w2v neighbours runs/w2v france --top 5")
+    _run_arg(p)
+    p.add_argument("word", metavar="WORD", nargs="+", help="one or more words")
+    p.add_argument("--top", type=int, default=10, help="how many (default 10)")
+    p.set_defaults(func=_neighbours)
+
+    p = sub.add_parser("clusters", help="the word classes of a run's head (self_organized: the learned ones)",
+                       formatter_class=RAW, epilog="examples:\n  sohsm w2v clusters runs/w2v-so --top 8 --show 20")
+    _run_arg(p)
+    p.add_argument("--top", type=int, default=10, help="words shown per cluster, most frequent first (default 10)")
+    p.add_argument("--show", type=int, default=30, help="clusters shown, by frequency mass (default 30; 0: all)")
+    p.set_defaults(func=_clusters)
+
+    p = sub.add_parser("eval", help="analogy accuracy and word-similarity correlation", formatter_class=RAW,
+                       description=wrap("Analogy accuracy by 3CosAdd on a questions-words file (questions with "
+                                        "a word outside the vocabulary are left out; coverage says how many) and "
+                                        "Spearman's rho on a WordSim-353-format file."),
+                       epilog="examples:\n  sohsm w2v eval runs/w2v --analogies questions-words.txt "
+                       "--similarity wordsim353.tsv")
+    _run_arg(p)
+    p.add_argument("--analogies", help="a questions-words.txt file")
+    p.add_argument("--similarity", help="a WordSim-353-format file (word1 TAB word2 TAB score)")
+    p.add_argument("--sections", action="store_true", help="also the accuracy of each analogy section")
+    p.set_defaults(func=_eval)
+
+
+def _run_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN", help="a run directory (from `sohsm w2v train`)")
+    p.add_argument("--checkpoint", choices=("last", "best"), default="last",
+                   help="last.pt (the final vectors, the default) or best.pt (best dev perplexity)")
+
+
+def _train(args: argparse.Namespace) -> int:
+    from sohsm.tasks.w2v.config import W2VConfig
+
+    result = train_command(args, W2VConfig, args.config_flags)
+    _print_summary(result)
+    return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0
+
+
+def _print_summary(result) -> None:
+    from sohsm.train import format_signature
+
+    run = shlex.quote(str(result.run_dir))
+    why = {"done": "all epochs done", "max_tokens": "row budget spent", "time_budget": "time budget spent",
+           "interrupted": "interrupted"}[result.stopped]
+    words = _corpus_words(result)
+    speed = words / result.elapsed_s if result.elapsed_s > 0 and words else 0.0
+    print(f"stopped     {why}: step {result.step:,}, {result.tokens:,} rows, epoch {result.epoch:.2f}, "
+          f"{result.elapsed_s:.1f} s of training ({speed:,.0f} corpus words/s)")
+    if result.last_eval is not None:
+        print(f"dev         ppl {result.last_eval.ppl:.2f} of the centre word (best {result.best_ppl:.2f})")
+    print(f"signature   {format_signature(result.signature)}")
+    print(f"vectors     sohsm w2v export {run} --format text")
+    print(f"neighbours  sohsm w2v neighbours {run} WORD")
+    print(f"evaluate    sohsm w2v eval {run} --analogies questions-words.txt --similarity wordsim353.tsv")
+    if result.signature.get("clusters") is not None:
+        print(f"clusters    sohsm w2v clusters {run}")
+    if result.stopped != "done":
+        print(f"resume      sohsm w2v train --run-dir {run} --resume")
+
+
+def _corpus_words(result) -> int:
+    """Corpus words the run has read: steps x words per step (the last piece of an epoch may be shorter)."""
+    import json
+
+    try:
+        config = json.loads((Path(result.run_dir) / "config.json").read_text())
+        return int(result.step) * int(config.get("batch_words", 0))
+    except (OSError, ValueError):
+        return 0
+
+
+def _load(args: argparse.Namespace):
+    from sohsm.tasks.w2v.vectors import load_vectors
+
+    try:
+        return load_vectors(args.run, args.checkpoint)
+    except (ValueError, DataError) as error:
+        raise CommandError(str(error)) from None
+
+
+def _export(args: argparse.Namespace) -> int:
+    from sohsm.tasks.w2v.vectors import save_word2vec
+
+    vectors = _load(args)
+    out = Path(args.out) if args.out else Path(args.run) / ("vectors.bin" if args.format == "binary" else "vectors.txt")
+    if not out.parent.is_dir():
+        raise CommandError(f"cannot write {out}: folder {out.parent} does not exist")
+    try:
+        save_word2vec(vectors, out, args.format)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    print(f"wrote {out}: {len(vectors):,} words x {vectors.vectors.size(1)} ({args.format})")
+    return 0
+
+
+def _neighbours(args: argparse.Namespace) -> int:
+    from sohsm.tasks.w2v.vectors import neighbours
+
+    if args.top < 1:
+        raise CommandError(f"--top must be >= 1, got {args.top}")
+    vectors = _load(args)
+    for word in args.word:
+        try:
+            found = neighbours(vectors, word, args.top)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        print(f"{word}: " + ", ".join(f"{w} {c:.3f}" for w, c in found))
+    return 0
+
+
+def _clusters(args: argparse.Namespace) -> int:
+    from sohsm.tasks.w2v.vectors import word_clusters
+
+    for name in ("top", "show"):
+        if getattr(args, name) < (1 if name == "top" else 0):
+            raise CommandError(f"--{name} must be >= {1 if name == 'top' else 0}, got {getattr(args, name)}")
+    try:
+        clusters = word_clusters(args.run, args.checkpoint)
+    except (ValueError, DataError) as error:
+        raise CommandError(str(error)) from None
+    shown = clusters if args.show == 0 else clusters[: args.show]
+    print(f"{len(clusters)} non-empty clusters; {len(shown)} shown, by frequency mass")
+    for i, words in enumerate(shown):
+        more = f" (+{len(words) - args.top})" if len(words) > args.top else ""
+        print(f"{i + 1:>4}  {' '.join(words[: args.top])}{more}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from sohsm.tasks.w2v.vectors import analogy_accuracy, similarity_correlation
+
+    if not args.analogies and not args.similarity:
+        raise CommandError("give --analogies FILE, --similarity FILE or both")
+    for name in ("analogies", "similarity"):
+        path = getattr(args, name)
+        if path and not Path(path).is_file():
+            raise CommandError(f"--{name}: no file {path}")
+    vectors = _load(args)
+    try:
+        if args.analogies:
+            a = analogy_accuracy(vectors, args.analogies)
+            print(f"analogies   {a.accuracy:.2%} ({a.correct:,} of {a.answered:,} questions in the vocabulary; "
+                  f"coverage {a.coverage:.1%} of {a.total:,}) [3CosAdd]")
+            if args.sections:
+                for section, (right, asked) in a.sections.items():
+                    print(f"  {section:<30} {right / asked if asked else 0:.2%} of {asked:,}")
+        if args.similarity:
+            s = similarity_correlation(vectors, args.similarity)
+            print(f"similarity  Spearman rho {s.spearman:.3f} ({s.pairs} of {s.total} pairs in the vocabulary)")
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    return 0

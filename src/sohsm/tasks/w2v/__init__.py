@@ -1,0 +1,21 @@
+"""Word embeddings with any head: word2vec's CBOW and skip-gram (``sohsm w2v``).
+
+* :mod:`~sohsm.tasks.w2v.data`: vocabulary, sub-sampling, dynamic windows, batches;
+* :mod:`~sohsm.tasks.w2v.model`: the input vectors and word2vec's SGD;
+* :mod:`~sohsm.tasks.w2v.config` and :mod:`~sohsm.tasks.w2v.task`: the run, trained by :mod:`sohsm.train`;
+* :mod:`~sohsm.tasks.w2v.vectors`: a run's vectors: export, neighbours, analogies, similarity.
+"""
+from sohsm.tasks.w2v.config import W2VConfig, W2VDataConfig, W2VModelConfig
+from sohsm.tasks.w2v.task import W2VTask, build_w2v_head
+from sohsm.tasks.w2v.vectors import WordVectors, load_vectors, load_w2v_run
+
+__all__ = [
+    "W2VConfig",
+    "W2VDataConfig",
+    "W2VModelConfig",
+    "W2VTask",
+    "WordVectors",
+    "build_w2v_head",
+    "load_vectors",
+    "load_w2v_run",
+]
