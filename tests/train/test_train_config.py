@@ -73,3 +73,20 @@ def test_differences_ignore_budgets_and_locations():
     assert diffs == ["head.name is 'self_organized' in the run, 'full' requested"]
     assert config_differences(saved, {"optim.lr": 0.2}) == ["optim.lr is 0.1 in the run, 0.2 requested"]
     assert "max_tokens" in RESUMABLE_FIELDS and "head.name" not in RESUMABLE_FIELDS
+
+
+def test_a_config_saved_before_the_fused_step_keeps_the_behaviour_it_was_trained_with():
+    """Runs saved before `optim.fused` existed used torch's default step and no shortlist: they keep both."""
+    from sohsm.tasks.lm import LMConfig
+
+    saved = LMConfig().to_dict()
+    del saved["optim"]["fused"]
+    del saved["task"]
+    saved["head"] = {"name": "self_organized", "update_every": None, "options": {"gamma": 2.0}}
+    config = LMConfig.from_saved(saved)
+    assert config.optim.fused is False and config.head.options == {"gamma": 2.0, "shortlist": 0}
+    saved["head"]["options"] = {"shortlist": 5}  # an explicit choice stays
+    assert LMConfig.from_saved(saved).head.options == {"shortlist": 5}
+    current = LMConfig().to_dict()  # a config of this version is read as it is
+    assert LMConfig.from_saved(current) == LMConfig.from_dict(current)
+    assert LMConfig.from_saved(current).optim.fused is True

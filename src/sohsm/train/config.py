@@ -125,6 +125,24 @@ class RunConfig:
         config.validate()
         return config
 
+    @classmethod
+    def from_saved(cls, data: Mapping[str, Any]) -> Any:
+        """:meth:`from_dict` for a run's own saved config (``config.json``, a checkpoint's ``config``).
+
+        A config saved before ``optim.fused`` existed was trained with torch's default optimizer
+        step and, for the self-organized head, without a shortlist (both defaults since): it keeps
+        them, so such a run resumes and evaluates as it was trained.
+        """
+        optim = data.get("optim") if isinstance(data, Mapping) else None
+        if isinstance(optim, Mapping) and "fused" not in optim:
+            data = {**data, "optim": {**optim, "fused": False}}
+            head = data.get("head")
+            if isinstance(head, Mapping) and head.get("name") == "self_organized":
+                options = head.get("options") or {}
+                if isinstance(options, Mapping) and "shortlist" not in options:
+                    data["head"] = {**head, "options": {**options, "shortlist": 0}}
+        return cls.from_dict(data)
+
     def get(self, path: str) -> Any:
         """The value at a dotted path (``"optim.lr"``)."""
         obj: Any = self

@@ -85,7 +85,7 @@ def load_run(run_dir: str | os.PathLike[str], checkpoint: str = "best", device: 
     if task is not None and task_class.name != task:
         raise ValueError(f"{path} holds a run of the {task_class.name} task, not of the {task} task")
     with reading_checkpoint(path, values=True):
-        config = task_class.config_class.from_dict(data["config"])
+        config = task_class.config_class.from_saved(data["config"])
         vocab = Vocabulary.from_dict(data["vocab"])
     with reading_checkpoint(path):
         with torch.random.fork_rng(devices=[]):

@@ -87,7 +87,7 @@ def read_config(path: Path) -> tuple[type[Task], RunConfig]:
     except (OSError, ValueError) as error:
         raise ValueError(f"{path}: not a readable run config ({error})") from None
     task_class = task_of_dict(data)
-    return task_class, task_class.config_class.from_dict(data)
+    return task_class, task_class.config_class.from_saved(data)
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
