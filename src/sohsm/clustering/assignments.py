@@ -107,7 +107,10 @@ class GreedyResult(NamedTuple):
     fallback_words: int
 
 
-def _check_greedy_args(q: Tensor, tf: Tensor, max_size: int, freq_budget: float) -> tuple[Tensor, Tensor]:
+def _check_greedy_args(q: Tensor, tf: Tensor, max_size: int, freq_budget: float,
+                       on_device: bool = False) -> tuple[Tensor, Tensor]:
+    """Checked ``(q, tf)`` of Algorithm 1: float32 q with ``-inf`` raised to the lowest float, float64 tf,
+    both on the CPU (``on_device``: on q's device)."""
     if q.dim() != 2:
         raise ValueError(f"q must have shape [N, n_clusters], got {tuple(q.shape)}")
     n_words, n_clusters = q.shape
@@ -120,10 +123,12 @@ def _check_greedy_args(q: Tensor, tf: Tensor, max_size: int, freq_budget: float)
         )
     if not freq_budget > 0:
         raise ValueError(f"freq_budget must be positive, got {freq_budget}")
-    q = q.detach().float().cpu()
+    q = q.detach().float()
+    if not on_device:
+        q = q.cpu()
     # -inf scores (e.g. from an empty cluster) must still rank above the -inf that marks closed clusters
     q = q.nan_to_num(neginf=torch.finfo(q.dtype).min)
-    return q, tf.detach().to(torch.float64).cpu()
+    return q, tf.detach().to(device=q.device, dtype=torch.float64)
 
 
 def greedy_assignment_reference(q: Tensor, tf: Tensor, max_size: int, freq_budget: float) -> GreedyResult:

@@ -29,24 +29,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from sohsm.clustering.assignments import GreedyResult
+from sohsm.clustering.assignments import GreedyResult, _check_greedy_args
 
 
 def _check(q: Tensor, tf: Tensor, max_size: int, freq_budget: float) -> tuple[Tensor, Tensor]:
-    if q.dim() != 2:
-        raise ValueError(f"q must have shape [N, n_clusters], got {tuple(q.shape)}")
-    n_words, n_clusters = q.shape
-    tf = torch.as_tensor(tf).reshape(-1)
-    if tf.numel() != n_words:
-        raise ValueError(f"tf must have shape [{n_words}] like q's rows, got {tuple(tf.shape)}")
-    if max_size * n_clusters < n_words:
-        raise ValueError(f"{n_clusters} clusters of at most {max_size} words cannot hold {n_words} words")
-    if not freq_budget > 0:
-        raise ValueError(f"freq_budget must be positive, got {freq_budget}")
-    q = q.detach().float()
-    # -inf scores (e.g. from an empty cluster) must still rank above the -inf that marks a used choice
-    q = q.nan_to_num(neginf=torch.finfo(q.dtype).min)
-    return q, tf.detach().to(device=q.device, dtype=torch.float64)
+    """Algorithm 1's argument checks, keeping q on its device."""
+    return _check_greedy_args(q, tf, max_size, freq_budget, on_device=True)
 
 
 @torch.no_grad()
