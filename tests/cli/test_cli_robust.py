@@ -145,6 +145,7 @@ def test_divergence_keeps_the_last_good_checkpoints(tmp_path, ptb_slice, small, 
     (["--eval-batch-size", 5000], "--eval-batch-size 5000"),
     (["--hidden-size", 1_000_000], "--hidden-size 1000000"),
     (["--device", "meta"], "--device 'meta'"),
+    (["--lr", "inf"], "--lr must be a finite number, got inf"),
 ])
 def test_settings_that_cannot_train_are_refused_before_the_run_directory_exists(options, words, tmp_path,
                                                                                 ptb_slice, small, cli):

@@ -59,6 +59,12 @@ def test_ints_are_accepted_for_floats():
     ({"model.tie_weights": True, "model.emb_size": 64}, "tie_weights"),
     ({"device": "warp-drive"}, "device"),
     ({"head.options": {"update_every": 3}}, "head.update_every"),
+    ({"optim.lr": float("inf")}, "optim.lr must be a finite number, got inf"),
+    ({"optim.lr": float("nan")}, "optim.lr must be a finite number, got nan"),
+    ({"optim.clip": float("inf")}, "optim.clip must be a finite number"),
+    ({"optim.weight_decay": float("inf")}, "optim.weight_decay must be a finite number"),
+    ({"optim.anneal": float("inf")}, "optim.anneal must be a finite number"),
+    ({"time_budget": float("inf")}, "time_budget must be a finite number"),
 ])
 def test_overrides_are_checked(overrides, match):
     with pytest.raises(ValueError, match=match):

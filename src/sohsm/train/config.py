@@ -20,6 +20,7 @@ a field's ``#:`` comment is its help, its default the flag's default.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -173,6 +174,10 @@ class RunConfig:
             raise FieldError.on("head.update_every", f"must be >= 0, got {self.head.update_every}")
         if self.optim.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {self.optim.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+        for path in ("optim.lr", "optim.clip", "optim.weight_decay", "optim.lr_decay", "optim.anneal", "time_budget"):
+            value = self.get(path)
+            if value is not None and not math.isfinite(value):  # inf passes ``> 0`` and diverges at the first step
+                raise FieldError.on(path, f"must be a finite number, got {value}")
         if self.optim.lr is not None and not self.optim.lr > 0:
             raise FieldError.on("optim.lr", f"must be positive or None, got {self.optim.lr}")
         if self.optim.clip is not None and not self.optim.clip > 0:
