@@ -304,6 +304,19 @@ def test_generate_notes_unknown_words_and_rejects_bad_temperature(sohsm_run, cli
                                                  "--temperature", 0)[::2])
 
 
+def test_generate_refuses_a_length_past_its_bound_before_loading_the_run(tmp_path, cli):
+    line = _one_line_error(*cli("lm", "generate", tmp_path / "nothing-here", "--prompt", "the",
+                                "--length", 100_000_000)[::2])
+    assert "length must be an integer in [0, 100000]" in line and "100000000" in line
+
+
+def test_a_long_generation_shows_a_bar_of_words(sohsm_run, cli):
+    run_dir, _ = sohsm_run
+    code, out, err = cli("lm", "generate", run_dir, "--prompt", "the", "--length", 1200, "--seed", 1)
+    assert code == 0 and "generate" in err and "1200/1200" in err
+    assert len(out.split()) > 1000
+
+
 def test_help_has_runnable_examples(cli):
     for argv in (["lm", "train", "--help"], ["lm", "compare", "--help"], ["lm", "eval", "--help"],
                  ["lm", "generate", "--help"]):

@@ -114,4 +114,6 @@ def test_generate_checks(model, head):
         generate(model, head, torch.tensor([1]), 3, temperature=0.0)
     with pytest.raises(ValueError, match="length"):
         generate(model, head, torch.tensor([1]), -1)
+    with pytest.raises(ValueError, match="length must be an integer in \\[0, 100000\\]"):
+        generate(model, head, torch.tensor([1]), 100_001)
     assert generate(model, head, torch.tensor([1]), 0).numel() == 0

@@ -1,16 +1,23 @@
 """Continuing a text with a language model and a head: greedy or sampled, one word at a time."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
 
 from sohsm.heads.base import Head
 from sohsm.models.lstm_lm import LSTMLanguageModel
 
+#: the most words one call adds (a word costs a model step and a head evaluation: about a millisecond on a CPU
+#: at PTB's size, so this bound is minutes of work, not hours)
+MAX_LENGTH = 100_000
+
 
 @torch.no_grad()
 def generate(model: LSTMLanguageModel, head: Head, prompt: Tensor, length: int, *, greedy: bool = False,
-             temperature: float = 1.0, generator: torch.Generator | None = None) -> Tensor:
+             temperature: float = 1.0, generator: torch.Generator | None = None,
+             on_word: Callable[[], None] | None = None) -> Tensor:
     """Continue ``prompt`` by ``length`` words.
 
     Greedy decoding takes ``head.predict`` (the most probable word); sampling
@@ -24,17 +31,18 @@ def generate(model: LSTMLanguageModel, head: Head, prompt: Tensor, length: int, 
         greedy: take the most probable word instead of sampling.
         temperature: sharpens (< 1) or flattens (> 1) the sampling distribution.
         generator: the random generator sampling draws from (seed it for reproducible text).
+        on_word: called after each added word (a progress bar's update).
 
     Returns:
         ``[length]`` word ids (the continuation only).
 
     Raises:
-        ValueError: an empty prompt, a negative length or a non-positive temperature.
+        ValueError: an empty prompt, a length outside ``[0, MAX_LENGTH]`` or a non-positive temperature.
     """
     if prompt.dim() != 1 or prompt.numel() == 0:
         raise ValueError(f"prompt must be a non-empty 1-D tensor of word ids, got shape {tuple(prompt.shape)}")
-    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-        raise ValueError(f"length must be a non-negative integer, got {length!r}")
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= MAX_LENGTH:
+        raise ValueError(f"length must be an integer in [0, {MAX_LENGTH}], got {length!r}")
     if not greedy and not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature!r}")
     was_training = model.training, head.training
@@ -54,6 +62,8 @@ def generate(model: LSTMLanguageModel, head: Head, prompt: Tensor, length: int, 
             out[i] = word[0]
             hidden, state = model(word[None, :], state)
             last = hidden[-1]
+            if on_word is not None:
+                on_word()
         return out.cpu()
     finally:
         model.train(was_training[0])

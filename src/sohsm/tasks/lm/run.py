@@ -5,11 +5,13 @@ Runs are loaded by :func:`sohsm.train.loading.load_run`, for every task.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
+from tqdm import tqdm
 
-from sohsm.models.generate import generate
+from sohsm.models.generate import MAX_LENGTH, generate
 from sohsm.tasks.lm.evaluation import evaluate_stream
 from sohsm.tasks.lm.task import check_vocabulary, load_lm_corpus
 from sohsm.train.evaluation import EvalResult
@@ -76,15 +78,18 @@ class Generation:
 
 def generate_text(run_dir: str | os.PathLike[str], prompt: str, length: int = 30, *, greedy: bool = False,
                   temperature: float = 1.0, seed: int | None = None, checkpoint: str = "best",
-                  device: str = "cpu") -> Generation:
+                  device: str = "cpu", progress: bool = False) -> Generation:
     """Continue ``prompt`` (whitespace-separated words) with a run's model.
 
     An empty prompt starts a new line (for corpora with ``<eos>``). Sampling with
-    the same ``seed`` gives the same text.
+    the same ``seed`` gives the same text. ``progress`` shows a bar of words on stderr
+    when the continuation is long (over a thousand words).
 
     Raises:
         ValueError: an empty prompt for running text, a bad length or temperature.
     """
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= MAX_LENGTH:
+        raise ValueError(f"length must be an integer in [0, {MAX_LENGTH}] (words added in one call), got {length!r}")
     run = load_run(run_dir, checkpoint, device, task="lm")
     vocab = run.vocab
     words = prompt.split()
@@ -100,5 +105,8 @@ def generate_text(run_dir: str | os.PathLike[str], prompt: str, length: int = 30
         generator.seed()
     else:
         generator.manual_seed(int(seed))
-    out = generate(run.model, run.head, ids, length, greedy=greedy, temperature=temperature, generator=generator)
+    with tqdm(total=length, unit="word", desc="generate", file=sys.stderr,
+              disable=not progress or length <= 1000) as bar:
+        out = generate(run.model, run.head, ids, length, greedy=greedy, temperature=temperature, generator=generator,
+                       on_word=bar.update)
     return Generation(prompt=vocab.decode(ids), unknown=unknown, words=vocab.decode(out), eos=vocab.eos)
