@@ -61,6 +61,38 @@ def test_no_network_is_one_line(tmp_path):
     assert not _leftovers(tmp_path / "data")
 
 
+def test_an_unreachable_archive_leaves_no_folder_and_no_progress_bar(tmp_path, monkeypatch, capfd):
+    """Offline: the message gives each location's reason in a few words, names every missing file,
+    and neither the data directory (nor the archive's scratch folder in it) nor a bar is left behind."""
+    spec = CorpusSpec(
+        "toy-offline", "toy",
+        tuple(FileSpec(f"toy/{name}", None, (Source(f"http://127.0.0.1:9/{name}.txt"),
+                                              Source("http://127.0.0.1:9/toy.zip", member=name)))
+              for name in ("train", "valid")),
+        train=Split("toy/train"), valid=Split("toy/valid"))
+    monkeypatch.setitem(CORPORA, "toy-offline", spec)
+    target = tmp_path / "new" / "data"
+    with pytest.raises(DataError) as info:
+        fetch("toy-offline", target, progress=True, timeout=5, cache_dir=tmp_path / "cache")
+    message = str(info.value)
+    assert message.count("connection refused") == 2 and "http://127.0.0.1:9/toy.zip" in message
+    assert str(target / "toy" / "train") in message and str(target / "toy" / "valid") in message
+    assert len(message) < 600 and "\n" not in message
+    assert not (tmp_path / "new").exists()
+    assert capfd.readouterr().err == ""
+
+
+def test_download_failure_finds_the_reason_inside_wrappers():
+    import socket
+
+    from sohsm.data.files import download_failure
+
+    wrapped = OSError("Max retries exceeded", socket.gaierror(-2, "Name or service not known"))
+    assert download_failure(wrapped).startswith("the host name could not be resolved")
+    assert download_failure(TimeoutError()) == "timed out"
+    assert download_failure(ValueError("x" * 500)).endswith("...")
+
+
 def _zip_bytes(members: dict[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:

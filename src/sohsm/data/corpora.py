@@ -62,6 +62,7 @@ from sohsm.data.files import (
     cached_sha256,
     data_dir_origin,
     download_errors,
+    download_failure,
     download_to,
     extract_member,
     record_sha256,
@@ -365,10 +366,6 @@ class _HashingWriter:
         self.handle.flush()
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
-
-
 def fetch(name: str, data_dir: str | os.PathLike[str] | None = None, *, base_url: str | None = None,
           force: bool = False, progress: bool = True, timeout: float = 60.0,
           cache_dir: str | os.PathLike[str] | None = None) -> list[Path]:
@@ -442,7 +439,7 @@ def fetch(name: str, data_dir: str | os.PathLike[str] | None = None, *, base_url
                     failures.append((True, str(error)))
                     continue
                 except download_errors() as error:
-                    failures.append((False, f"{source.url}: {_one_line(error)}"))
+                    failures.append((False, f"{source.url}: {download_failure(error)}"))
                     continue
                 record_sha256(target, cached_sha256(target, cache), cache)
                 break
@@ -453,6 +450,8 @@ def fetch(name: str, data_dir: str | os.PathLike[str] | None = None, *, base_url
                 tried = "; ".join(message for _, message in failures)
                 raise DataError(f"could not download {file.path} ({tried}); {by_hand}")
     except BaseException:
+        if scratch is not None:  # first, or the data directory it sits in is not empty
+            remove_tree(scratch)
         for folder in new_folders:  # deepest first; only the empty ones go
             with suppress(OSError):
                 folder.rmdir()

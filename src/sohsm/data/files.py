@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tarfile
 import tempfile
 import urllib.error
@@ -273,9 +274,48 @@ def download_to(url: str, handle: IO[bytes], *, desc: str, progress: bool, timeo
     import pooch
     from tqdm import tqdm
 
-    bar = tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False) if progress else False
+    # the bar shows once bytes flow (``delay``): a location that cannot be reached leaves no bar behind
+    bar = (tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False, delay=0.2, file=sys.stderr)
+           if progress else False)
     downloader = pooch.HTTPDownloader(progressbar=bar, timeout=timeout, headers={"User-Agent": "sohsm-data-fetch"})
-    downloader(url, handle, None)
+    try:
+        downloader(url, handle, None)
+    finally:
+        if bar is not False:
+            bar.close()
+
+
+def download_failure(error: BaseException) -> str:
+    """A short reason for a failed download: the network's words, not a library's chain of wrappers.
+
+    >>> download_failure(ConnectionRefusedError(111, "Connection refused"))
+    'connection refused'
+    """
+    import socket
+
+    seen: set[int] = set()
+    pending: list[BaseException] = [error]
+    while pending:  # the cause may sit in ``__cause__``, ``__context__`` or a wrapper's ``args``
+        err = pending.pop(0)
+        if id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, socket.gaierror):
+            return "the host name could not be resolved (no network, or no DNS)"
+        if isinstance(err, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(err, (TimeoutError, socket.timeout)) or type(err).__name__ in ("ConnectTimeout", "ReadTimeout"):
+            return "timed out"
+        response = getattr(err, "response", None)
+        if getattr(response, "status_code", None) is not None:
+            return f"HTTP {response.status_code} {getattr(response, 'reason', '') or ''}".strip()
+        if isinstance(err, urllib.error.HTTPError):
+            return f"HTTP {err.code} {err.reason}"
+        if "Name or service not known" in str(err) or "Failed to resolve" in str(err):
+            return "the host name could not be resolved (no network, or no DNS)"
+        pending += [e for e in (err.__cause__, err.__context__, *err.args) if isinstance(e, BaseException)]
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _copy_limited(src: IO[bytes], dst: IO[bytes], limit: int | None) -> None:
