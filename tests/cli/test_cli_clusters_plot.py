@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from sohsm.runs.plots import figure1
+from sohsm.runs.plots import curve, figure1
 
 TOKENS_PER_STEP = 16 * 10
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -97,3 +97,33 @@ def test_plot_refuses_a_run_without_records_and_writes_nothing(tmp_path, cli):
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "nothing to plot" in lines[0] and str(run_dir) in lines[0]
     assert not (run_dir / "figure1.png").exists() and out == ""
+
+
+@pytest.mark.parametrize("x", ["tokens", "epochs", "seconds", "steps"])
+def test_plot_against_each_x_axis(runs, cli, tmp_path, x):
+    out_png = tmp_path / f"{x}.png"
+    code, out, err = cli("plot", runs / "sohsm", runs / "full", "--x", x, "-o", out_png)
+    assert code == 0, err
+    _png_size(out_png.read_bytes())
+
+
+def test_curves_line_up_runs_by_tokens_epochs_and_seconds(runs):
+    """Every x axis is the record's own count: tokens = steps x tokens a step; epochs grow with tokens at
+    one rate per run (re-clusterings, which carry no epoch, included); seconds never go back."""
+    from sohsm.train.metrics import read_metrics
+
+    records = read_metrics(runs / "sohsm" / "metrics.jsonl")
+    for kind, key in (("eval", "ppl"), ("recluster", "change_rate")):  # its one training record is partial
+        steps, values = curve(records, kind, key, "steps")
+        tokens, same = curve(records, kind, key, "tokens")
+        assert steps and same == values and tokens == [s * TOKENS_PER_STEP for s in steps]
+        epochs, _ = curve(records, kind, key, "epochs")
+        rates = [e / t for e, t in zip(epochs, tokens)]
+        assert max(rates) == pytest.approx(min(rates), rel=1e-3)
+        seconds, _ = curve(records, kind, key, "seconds")
+        assert seconds == sorted(seconds) and seconds[-1] > 0
+    with pytest.raises(ValueError, match="x must be one of tokens, epochs, seconds, steps"):
+        curve(records, "eval", "ppl", "words")
+    old = [{k: v for k, v in r.items() if k != "tokens"} for r in records]
+    with pytest.raises(ValueError, match="no tokens .*plot it against steps"):
+        curve(old, "eval", "ppl", "tokens")
