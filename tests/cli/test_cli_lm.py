@@ -430,3 +430,17 @@ def test_fused_step_trains_as_the_default_step(tmp_path, ptb_slice, small, cli, 
     assert max(abs(x - y) for (_, x), (_, y) in zip(a, b)) <= 1e-3
     for key, value in plain["model"].items():
         torch.testing.assert_close(fused["model"][key], value, rtol=0, atol=1e-3)
+
+
+def test_by_default_dev_is_evaluated_four_times_an_epoch(tmp_path, ptb_slice, small, cli, one_thread):
+    """An epoch shorter than any fixed interval still draws a curve: every quarter epoch, and at its end."""
+    run_dir = tmp_path / "run"
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "two_level_frequency", "--run-dir", run_dir,
+                       *small, "--epochs", 1)
+    assert code == 0, err
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [r["step"] for r in records if r["kind"] == "eval"]
+    steps_per_epoch = max(r["step"] for r in records)
+    quarter = steps_per_epoch // 4
+    assert evals == [quarter, 2 * quarter, 3 * quarter, *([4 * quarter] if 4 * quarter < steps_per_epoch else []),
+                     steps_per_epoch]

@@ -31,6 +31,9 @@ from sohsm.train.rundir import rng_state
 from sohsm.train.step import TrainStep
 from sohsm.train.task import Task
 
+#: dev evaluations an epoch when a config leaves ``eval_every`` unset
+EVALS_PER_EPOCH = 4
+
 #: why a training session ended
 STOP_REASONS = ("done", "max_tokens", "time_budget", "interrupted")
 
@@ -193,6 +196,10 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
                      "every batch; this one (rank 0) writes")
     bar = progress_bar(lines, planned, p.tokens, p.elapsed_s, config.time_budget, device, progress)
 
+    # ``None``: a few dev points an epoch, whatever its length (a curve to plot from the first epoch on)
+    eval_every = (config.eval_every if config.eval_every is not None
+                  else max(1, task.steps_per_epoch // EVALS_PER_EPOCH))
+
     def epoch_float() -> float:
         return p.epoch + p.cursor / task.epoch_length
 
@@ -319,7 +326,7 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
                     if epoch_done:
                         p.epoch, p.cursor = p.epoch + 1, 0
                         task.end_epoch()
-                    if epoch_done or (config.eval_every and p.step % config.eval_every == 0):
+                    if epoch_done or (eval_every and p.step % eval_every == 0):
                         run_eval(log)
                     if config.checkpoint_every and p.step % config.checkpoint_every == 0:
                         save_last()

@@ -62,6 +62,12 @@ class Task(ABC):
     epoch_length: int
     tokens_per_epoch: int
 
+    @property
+    def steps_per_epoch(self) -> int:
+        """Training steps in an epoch (the default dev-evaluation interval follows from it): one cursor
+        position a step unless a task says otherwise."""
+        return self.epoch_length
+
     # -- setting up -------------------------------------------------------------------
     @classmethod
     @abstractmethod

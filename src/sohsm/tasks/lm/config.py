@@ -108,8 +108,9 @@ class LMConfig(RunConfig):
     max_tokens: int | None = None
     #: stop after this many seconds of training (all sessions, evaluation excluded); ``None``: no limit
     time_budget: float | None = field(default=None, metadata={"metavar": "SECONDS"})
-    #: evaluate on dev every this many steps (and at each epoch's end); 1000 = K gives a point per re-clustering
-    eval_every: int = 1000
+    #: evaluate on dev every this many steps (and at each epoch's end); ``None``: four times an epoch (a curve
+    #: from the first epoch on); 0: at epochs' ends only
+    eval_every: int | None = field(default=None, metadata={"metavar": "STEPS"})
     #: save ``last.pt`` every this many steps (and at the end); 0: only at the end
     checkpoint_every: int = 1000
     #: write a train record (mean loss, tokens/s) every this many steps; each is a device sync
@@ -137,7 +138,7 @@ class LMConfig(RunConfig):
             if value < 1:
                 raise FieldError.on(name, f"must be >= 1, got {value}")
         for name in ("eval_every", "checkpoint_every"):
-            if self.get(name) < 0:
+            if self.get(name) is not None and self.get(name) < 0:
                 raise FieldError.on(name, f"must be >= 0, got {self.get(name)}")
         if not 0.0 <= self.model.dropout < 1.0:
             raise FieldError.on("model.dropout", f"must be in [0, 1), got {self.model.dropout}")

@@ -126,6 +126,11 @@ class LMTask(Task):
         return build_model_and_head(config, vocab, device, clusters=saved_clusters(config, saved_head))
 
     # -- training ---------------------------------------------------------------------
+    @property
+    def steps_per_epoch(self) -> int:
+        """A step takes ``bptt`` rows of the ``epoch_length``."""
+        return -(-self.epoch_length // self.config.bptt)
+
     def batches(self, epoch: int, cursor: int) -> Iterator[tuple[tuple[Tensor, Tensor], int]]:
         for inputs, targets in bptt_batches(self.data, self.config.bptt, start=cursor):
             cursor += inputs.size(0)
