@@ -18,3 +18,4 @@ def test_readme_example_runs(source):
     exec(compile(source, str(README), "exec"), namespace)
     assert namespace["log_probs"].logsumexp(1).abs().max() < 1e-4
     assert (namespace["next_words"] == namespace["log_probs"].argmax(1)).all()
+

@@ -1,0 +1,22 @@
+"""The README's shell commands that need no data set do what the README says they do."""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_reverse_task_command_learns_the_task(tmp_path, cli, one_thread):
+    """The command a user copies shows the task learned: the README's own options, its accuracy line."""
+    text = README.read_text()
+    line = re.search(r"^sohsm s2s train --dataset reverse .*$", text.replace("\\\n", ""), flags=re.M)
+    assert line, "README.md lost its reverse-task command"
+    argv = shlex.split(line.group(0))[1:]
+    argv[argv.index("--run-dir") + 1] = str(tmp_path / "rev")
+    code, out, err = cli(*argv, "--quiet")
+    assert code == 0, err
+    accuracy = float(re.search(r"accuracy\s+([\d.]+)% of 200 held-out strings", out).group(1))
+    claimed = float(re.search(r"this command reverses ([\d.]+)% of its 200", text.replace("\n", " ")).group(1))
+    assert accuracy == claimed and accuracy >= 90
