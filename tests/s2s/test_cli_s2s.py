@@ -156,12 +156,28 @@ def test_missing_gigaword_or_duc_names_the_files_and_where_they_go(tmp_path, cli
     line = _one_line_error(*cli("s2s", "train", "--data-dir", tmp_path, *TINY, "--head", "full", "--run-dir",
                                 tmp_path / "run")[::2])
     assert f"Gigaword's training pairs not in your data directory {tmp_path} (given" in line
-    assert "put gigaword/train/train.article.txt, gigaword/train/train.title.txt" in line and "docs/s2s.md" in line
+    assert "put there: gigaword/train/train.article.txt, gigaword/train/train.title.txt" in line
+    assert "(get them from Rush et al.'s released `sumdata` archive" in line and "sumdata/train/" in line
     assert not (tmp_path / "run").exists()
     (tmp_path / "h.txt").write_text("a headline\n")
     line = _one_line_error(*cli("s2s", "score", tmp_path / "h.txt", "--references", "duc2004", "--duc",
                                 "--data-dir", tmp_path)[::2])
     assert "the duc2004 evaluation set not in your data directory" in line and "duc2004/task1_ref3.txt" in line
+    assert "NIST's DUC 2004 data" in line
+
+
+def test_data_list_shows_each_headline_piece_with_what_to_get_and_where(tmp_path, cli):
+    (tmp_path / "duc2003").mkdir()
+    (tmp_path / "duc2003" / "input.txt").write_text("an article\n")
+    code, out, err = cli("data", "list", "--data-dir", tmp_path)
+    assert code == 0, err
+    section = out[out.index("headline generation"):]
+    for name in ("gigaword-train", "gigaword-extra", "gigaword-test", "duc2004", "duc2003"):
+        assert name in section
+    assert "duc2003         partial" in section and "duc2004         missing" in section
+    assert f"put: {tmp_path / 'duc2003' / 'task1_ref0.txt'}" in section
+    assert f"{tmp_path / 'duc2003' / 'input.txt'}," not in section  # present: not asked for
+    assert "get: NIST's DUC 2004 data" in section and "sumdata/Giga/" in section
 
 
 def test_clusters_show_export_and_clusters_from_take_a_summariser_run(trained, tmp_path, cli):

@@ -8,6 +8,7 @@ from sohsm.cli.main import RAW as _RAW, CommandError
 from sohsm.data import corpora, loading
 from sohsm.data.errors import DataError
 from sohsm.data.files import data_dir_origin, resolve_cache_dir, resolve_data_dir
+from sohsm.data.headlines import headline_status
 
 _STATE_TEXT = {
     "ok": "ok",
@@ -107,6 +108,15 @@ def _list(args: argparse.Namespace) -> int:
     state_width = max(len(r[1]) for r in rows)
     for name, state, text in rows:
         print(f"{name:<{width}}  {state:<{state_width}}  {text}")
+    print("\nheadline generation (`sohsm s2s`): not downloadable, their terms ask for a copy of your own")
+    pieces = headline_status(args.data_dir)
+    width = max(len(piece.name) for piece, _ in pieces)
+    for piece, absent in pieces:
+        state = "ok" if not absent else "missing" if len(absent) == len(piece.files) else "partial"
+        print(f"{piece.name:<{width}}  {state:<7}  {piece.description}{' (optional)' if piece.optional else ''}")
+        if absent:
+            print(f"{'':<{width}}           get: {piece.source}")
+            print(f"{'':<{width}}           put: {', '.join(str(root / f) for f in absent)}")
     return 0
 
 

@@ -40,6 +40,60 @@ EVAL_SETS = {
 }
 
 
+#: Rush et al.'s released preparation of Gigaword (harvardnlp/sent-summary's ``summary.tar.gz``)
+_SUMDATA = ("Rush et al.'s released `sumdata` archive (harvardnlp/sent-summary on GitHub links it as "
+            "summary.tar.gz)")
+
+
+@dataclass(frozen=True)
+class HeadlineData:
+    """One piece of the headline-generation data: its files in the data directory and where a user gets them.
+
+    None of it is downloaded for the user: Gigaword is LDC's, DUC is NIST's, and both ask for a copy of
+    one's own. ``sohsm data list`` shows each piece with what is present; a missing one's message says
+    what to get and where it goes.
+
+    Attributes:
+        name: the piece's name (``gigaword-train``, ``duc2004``, ...).
+        description: what it is, in a few words.
+        files: its files, relative to the data directory.
+        source: where to get them.
+        optional: training works without it.
+    """
+
+    name: str
+    description: str
+    files: tuple[str, ...]
+    source: str
+    optional: bool = False
+
+
+HEADLINE_DATA = (
+    HeadlineData("gigaword-train", "Gigaword training and dev pairs (Rush et al.'s preparation)", (*_TRAIN, *_VALID),
+                 f"{_SUMDATA}: sumdata/train/ (the first 10,000 training and 1,000 dev lines are enough to "
+                 "start), or `sohsm s2s pairs` on your own LDC English Gigaword"),
+    HeadlineData("gigaword-extra", "two more subsets of the archive's validation split (25.6k pairs)",
+                 tuple(f for pair in _EXTRA for f in pair),
+                 f"subsets of the validation split of {_SUMDATA}; or train with --no-extra", optional=True),
+    HeadlineData("gigaword-test", "the Gigaword test set (1,951 pairs)", (EVAL_SETS["gigaword"][0], *EVAL_SETS["gigaword"][1]),
+                 f"{_SUMDATA}: sumdata/Giga/"),
+    HeadlineData("duc2004", "DUC-2004 task 1 (500 articles, 4 references each)",
+                 (EVAL_SETS["duc2004"][0], *EVAL_SETS["duc2004"][1]),
+                 "NIST's DUC 2004 data (free, after signing its agreement at duc.nist.gov), task 1, "
+                 "one sentence per line; Rush et al.'s archive holds it as sumdata/DUC2004/"),
+    HeadlineData("duc2003", "DUC-2003 task 1 (624 articles, 4 references each; a dev set)",
+                 (EVAL_SETS["duc2003"][0], *EVAL_SETS["duc2003"][1]),
+                 "NIST's DUC 2003 data (as DUC-2004), task 1; Rush et al.'s archive holds it as sumdata/DUC2003/",
+                 optional=True),
+)
+
+
+def headline_status(data_dir: str | os.PathLike[str] | None = None) -> list[tuple[HeadlineData, list[str]]]:
+    """Each :data:`HEADLINE_DATA` piece with its files absent from the data directory (empty: all there)."""
+    root = resolve_data_dir(data_dir)
+    return [(piece, [f for f in piece.files if not (root / f).is_file()]) for piece in HEADLINE_DATA]
+
+
 @dataclass
 class TrainingPairs:
     """The pairs a summariser trains and is evaluated on during training.
@@ -65,9 +119,12 @@ def require_files(what: str, relative: list[str], data_dir: str | os.PathLike[st
     root = resolve_data_dir(data_dir)
     absent = [r for r in relative if not (root / r).is_file()]
     if absent:
+        sources = [f"{', '.join(f for f in piece.files if f in absent)} (get them from {piece.source})"
+                   for piece in HEADLINE_DATA if any(f in absent for f in piece.files)]
+        sources += [f for f in absent if not any(f in piece.files for piece in HEADLINE_DATA)]
         raise DataError(f"{what} not in your data directory {root} ({data_dir_origin(data_dir)}; set it with "
-                        f"--data-dir or $SOHSM_DATA): put {', '.join(absent)} there (docs/s2s.md, section "
-                        "Data, says where they come from)")
+                        f"--data-dir or $SOHSM_DATA); put there: {'; '.join(sources)} "
+                        "(`sohsm data list` shows what is present)")
     return root
 
 
