@@ -1,0 +1,111 @@
+"""Top-k on the device (sohsm.heads.device_topk) against the dense float64 reference ``log_prob().topk``."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax
+from sohsm.heads.device_topk import device_topk, exact_topk
+
+N, D = 80, 8
+
+
+def _head(kind: str, projection: bool = False, sharp: bool = False) -> TwoLevelSoftmax:
+    torch.manual_seed(0)
+    counts = (1000.0 / torch.arange(1, N + 1, dtype=torch.float64)).round()
+    if kind == "two_level":
+        head = TwoLevelSoftmax(D, N, assignment="random", counts=counts, projection=projection).double()
+    else:
+        head = SelfOrganizedSoftmax(D, N, counts=counts, update_every=2, projection=projection).double()
+    if sharp:  # a trained head's cluster distribution: a few clusters hold most of a row's mass
+        with torch.no_grad():
+            head.cluster_weight.mul_(25.0)
+    return head.eval()
+
+
+def _hidden(rows: int, seed: int) -> torch.Tensor:
+    return torch.randn(rows, D, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("kind", ["two_level", "self_organized"])
+@pytest.mark.parametrize("projection", [False, True])
+@pytest.mark.parametrize("k", [1, 5, 17])
+def test_every_cluster_scored_is_the_exact_top_k(kind, projection, k):
+    head = _head(kind, projection)
+    hidden = _hidden(30, k)
+    result = device_topk(head, hidden, k, clusters=head.n_clusters)
+    expected = head.log_prob(hidden).topk(k, dim=1)
+    assert bool(result.certified.all())
+    torch.testing.assert_close(result.values, expected.values, rtol=0, atol=1e-12)
+    log_probs = head.log_prob(hidden)
+    torch.testing.assert_close(log_probs.gather(1, result.indices), expected.values, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["two_level", "self_organized"])
+@pytest.mark.parametrize("clusters", [1, 2, 4])
+def test_a_certified_row_is_exact_and_an_uncertified_one_may_not_be(kind, clusters):
+    """The certificate is never wrong; over a flat (untrained) and a sharp cluster distribution it is
+    earned by some rows and not by others, so both branches are exercised."""
+    certified_rows = 0
+    uncertified_rows = 0
+    for sharp in (False, True):
+        head = _head(kind, sharp=sharp)
+        hidden = _hidden(200, clusters)
+        k = 5
+        result = device_topk(head, hidden, k, clusters=clusters)
+        expected = head.log_prob(hidden).topk(k, dim=1).values
+        ok = result.certified
+        torch.testing.assert_close(result.values[ok], expected[ok], rtol=0, atol=1e-12)
+        assert bool((result.values <= expected + 1e-12).all())  # a subset's best never beats the whole's
+        certified_rows += int(ok.sum())
+        uncertified_rows += int((~ok).sum())
+    assert certified_rows > 0 and uncertified_rows > 0
+
+
+@pytest.mark.parametrize("kind", ["two_level", "self_organized"])
+def test_exact_topk_equals_log_prob_topk_and_topk(kind):
+    for sharp in (False, True):
+        head = _head(kind, sharp=sharp)
+        hidden = _hidden(64, 3)
+        values, indices = exact_topk(head, hidden, 7, clusters=2)
+        expected = head.log_prob(hidden).topk(7, dim=1)
+        torch.testing.assert_close(values, expected.values, rtol=0, atol=1e-12)
+        search_values, search_indices = head.topk(hidden, 7)
+        assert torch.equal(indices, search_indices)  # equal scores in word-id order, as the search
+
+
+def test_more_words_asked_than_the_clusters_hold_are_minus_infinity_and_uncertified():
+    head = _head("two_level")
+    hidden = _hidden(4, 1)
+    largest = int(head.cluster_sizes().max())
+    result = device_topk(head, hidden, largest + 1, clusters=1)
+    assert bool((result.values[:, -1] == float("-inf")).all()) and not bool(result.certified.any())
+    assert bool((result.values[:, 0] > float("-inf")).all())
+
+
+def test_arguments_are_checked():
+    head = _head("two_level")
+    with pytest.raises(ValueError, match="clusters must be an integer in"):
+        device_topk(head, _hidden(2, 0), 3, clusters=0)
+    with pytest.raises(ValueError, match="k must be an integer"):
+        device_topk(head, _hidden(2, 0), 0)
+    with pytest.raises(ValueError, match="hidden must have shape"):
+        device_topk(head, torch.randn(2, D + 1, dtype=torch.float64), 3)
+
+
+def test_device_topk_compiles_with_fullgraph():
+    """Nothing is read back to the host: the whole call is one dynamo graph."""
+    torch._dynamo.reset()
+    head = _head("self_organized", sharp=True)
+    head._layout  # derive the layout eagerly (the compiled call reads it as it stands)
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(lambda h: device_topk(head, h, 5, clusters=3), fullgraph=True, backend=counter)
+    for seed in range(2):
+        hidden = _hidden(16, seed)
+        got = compiled(hidden)
+        expected = device_topk(head, hidden, 5, clusters=3)
+        torch.testing.assert_close(got.values, expected.values, rtol=0, atol=1e-12)
+        assert torch.equal(got.indices, expected.indices) and torch.equal(got.certified, expected.certified)
+    assert counter.frame_count == 1
