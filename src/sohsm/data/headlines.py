@@ -10,6 +10,9 @@ Layout under the data directory (``$SOHSM_DATA``)::
     duc2004/input.txt, task1_ref0.txt .. task1_ref3.txt           DUC-2004 task 1 (four references)
     duc2003/ (the same)                                           DUC-2003, a dev set for DUC
 
+:func:`load_pairs_folder` reads instead a folder of pairs made from your own
+English Gigaword (:mod:`sohsm.data.gigaword`).
+
 The extra pairs are from Rush's *validation* split: with ``extra=True`` they join
 the training pairs after every pair whose article also occurs in the test input
 or the dev pairs is removed.
@@ -90,6 +93,28 @@ def load_training_pairs(data_dir: str | os.PathLike[str] | None = None, extra: b
             more, n = drop_overlap(read_pairs(root / source, root / target), test, valid)
             train, dropped = train + more, dropped + n
     return TrainingPairs(train, valid, dropped)
+
+
+def load_pairs_folder(folder: str | os.PathLike[str]) -> TrainingPairs:
+    """The training and dev pairs of a folder :func:`sohsm.data.gigaword.make_pairs` wrote.
+
+    Raises:
+        DataError: the folder is missing, lacks one of its four files (naming them), or a file is
+            unreadable, has an empty line or is not aligned with its partner.
+    """
+    from sohsm.data.gigaword import PAIR_FILES
+
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise DataError(f"{root}: no such folder of headline pairs")
+    needed = [name for names in PAIR_FILES.values() for name in names]
+    absent = [name for name in needed if not (root / name).is_file()]
+    if absent:
+        raise DataError(f"{root}: not a folder of headline pairs ({', '.join(absent)} missing; it needs "
+                        f"{', '.join(needed)})")
+    train = read_pairs(root / PAIR_FILES["train"][0], root / PAIR_FILES["train"][1])
+    valid = read_pairs(root / PAIR_FILES["valid"][0], root / PAIR_FILES["valid"][1])
+    return TrainingPairs(train, valid)
 
 
 def resolve_eval_set(name_or_input: str, data_dir: str | os.PathLike[str] | None = None,

@@ -68,6 +68,9 @@ def _split_word(word: str) -> list[str]:
         if word.startswith("``"):
             head.append("``")
             word = word[2:]
+        elif word[0] == "`":
+            head.append("`")
+            word = word[1:]
         elif word[0] in _BRACKETS:
             head.append(_BRACKETS[word[0]])
             word = word[1:]
@@ -97,7 +100,7 @@ def _split_word(word: str) -> list[str]:
         elif word.endswith("--"):
             tail.insert(0, "--")
             word = word[:-2]
-        elif word[-1] in ",;:?!%" or (word[-1] == "'" and len(word) > 1 and not word.endswith("n'")):
+        elif word[-1] in ",;:?!%" or (word[-1] == "'" and len(word) > 1):
             tail.insert(0, word[-1])
             word = word[:-1]
         elif word[-1] == "." and len(word) > 1 and (word[-2] in _BRACKETS or word[-2] in "\"'%"):
@@ -121,11 +124,10 @@ def _split_word(word: str) -> list[str]:
                 continue
             clitic = _CLITIC.match(part)
             if clitic and clitic.group(1) not in ("'", ""):
-                middle += [clitic.group(1), clitic.group(2)]
+                middle += _split_word(clitic.group(1)) + [clitic.group(2)]  # `(FCC)'s` -> FCC -RRB- 's
             else:
                 middle.append(part)
-    out = head + middle + tail
-    return [t.replace("/", "\\/") for t in out if t]
+    return [t for t in head + middle + tail if t]
 
 
 def _is_abbreviation(token: str) -> bool:
@@ -153,7 +155,7 @@ def tokenize(text: str) -> list[str]:
     text = text.replace('"', " '' ")
     protected = _INNER.sub(lambda m: {",": "\x00", ".": "\x01", ":": "\x02"}[m.group(0)], text)
     pieces = [p for w in protected.split() for p in _split_word(w)]
-    pieces = [p.replace("\x00", ",").replace("\x01", ".").replace("\x02", ":") for p in pieces]
+    pieces = [p.replace("\x00", ",").replace("\x01", ".").replace("\x02", ":").replace("/", "\\/") for p in pieces]
     tokens: list[str] = []
     for i, token in enumerate(pieces):
         if len(token) > 1 and token.endswith(".") and token != "...":
