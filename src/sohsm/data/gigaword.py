@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sohsm.data.errors import DataError
-from sohsm.data.files import atomic_output, resolve_data_dir
+from sohsm.data.files import WriteError, atomic_output, resolve_data_dir
 from sohsm.data.gigaword_sgml import Document, gigaword_files, read_documents
 from sohsm.data.ptb_tokens import first_sentence, tokenize
 
@@ -206,6 +206,7 @@ class TestArticles:
     """
 
     WILDCARDS = frozenset({"UNK", "<unk>"})
+    __test__ = False  # not a test class, whatever its name
 
     def __init__(self, sets: dict[str, Sequence[Sequence[str]]]) -> None:
         self.names = tuple(sets)
@@ -290,8 +291,8 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
 
     Streams the documents (nothing is held but the test articles); writes ``train.article.txt``,
     ``train.title.txt``, ``valid.article.txt``, ``valid.title.txt`` (one sentence a line, aligned) and
-    ``pairs.json`` (this report) atomically: on any error no file of ``out`` is replaced, and a folder
-    this call created is removed again.
+    ``pairs.json`` (this report) atomically: on any error no file of ``out`` is replaced, and the
+    folders this call created are removed again.
 
     Args:
         inputs: ``.gz`` files of English Gigaword, or folders holding them.
@@ -305,7 +306,8 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
 
     Raises:
         ValueError: ``valid_share`` outside (0, 1).
-        DataError: an input is missing, not gzip or not Gigaword SGML; or no training or no dev pair is left.
+        DataError: an input is missing, not gzip or not Gigaword SGML; ``out`` is a file; or no training or
+            no dev pair is left.
         sohsm.data.files.WriteError: ``out`` cannot be written (naming the file and the reason).
     """
     if not 0 < valid_share < 1:
@@ -313,13 +315,15 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
     files = gigaword_files(list(inputs))
     tests = tests if tests is not None else TestArticles({})
     out = Path(out)
-    created = not out.exists()
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out}: a file, not a folder to write the pairs into")
+    created = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
     report = PairsReport([str(f) for f in files], test_sets=dict(tests.sizes), valid_share=valid_share, out=str(out))
     try:
         with ExitStack() as stack:
             # entered first, so replaced last: a pairs.json always describes the files beside it
             report_handle = stack.enter_context(atomic_output(out / REPORT_FILE, "w"))
-            handles = {split: [stack.enter_context(atomic_output(out / name, "w")) for name in names]
+            handles = {split: [(name, stack.enter_context(atomic_output(out / name, "w"))) for name in names]
                        for split, names in PAIR_FILES.items()}
             for path in files:
                 for document in read_documents(path, on_bytes):
@@ -336,8 +340,11 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
                         report.dropped[reason] += 1
                         continue
                     split = "valid" if in_valid(document.id, valid_share) else "train"
-                    handles[split][0].write(" ".join(article) + "\n")
-                    handles[split][1].write(" ".join(title) + "\n")
+                    for (name, handle), words in zip(handles[split], (article, title)):
+                        try:
+                            handle.write(" ".join(words) + "\n")
+                        except OSError as error:  # named here: every open file's context sees it
+                            raise WriteError(error.errno, error.strerror, str(out / name)) from None
                     report.written[split] += 1
             for split, what in (("train", "training"), ("valid", "dev")):
                 if not report.written[split]:
@@ -346,10 +353,10 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
                                     + ("; give more files or a larger --valid-share" if split == "valid" else ""))
             json.dump(report.__dict__, report_handle, indent=1)
     except BaseException:
-        if created:
+        for folder in created:
             try:
-                out.rmdir()  # only if empty: the temporary files are gone by now
+                folder.rmdir()  # only if empty: the temporary files are gone by now
             except OSError:
-                pass
+                break
         raise
     return report

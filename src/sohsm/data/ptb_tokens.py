@@ -119,12 +119,15 @@ def _split_word(word: str) -> list[str]:
             if part == "--":
                 middle.append(part)
                 continue
-            if part.lower() == "cannot":
-                middle += [part[:3], part[3:]]
+            # a final period stays on the last token (`won't.` -> wo n't.): tokenize() decides on it
+            period = "." if part.endswith(".") and len(part) > 1 else ""
+            core = part[: len(part) - len(period)]
+            if core.lower() == "cannot":
+                middle += [core[:3], core[3:] + period]
                 continue
-            clitic = _CLITIC.match(part)
+            clitic = _CLITIC.match(core)
             if clitic and clitic.group(1) not in ("'", ""):
-                middle += _split_word(clitic.group(1)) + [clitic.group(2)]  # `(FCC)'s` -> FCC -RRB- 's
+                middle += _split_word(clitic.group(1)) + [clitic.group(2) + period]  # `(FCC)'s` -> FCC -RRB- 's
             else:
                 middle.append(part)
     return [t for t in head + middle + tail if t]
