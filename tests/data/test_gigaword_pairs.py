@@ -14,10 +14,10 @@ from sohsm.data.errors import DataError
 from sohsm.data.files import WriteError
 from sohsm.data.gigaword import (
     FILTERS,
-    PAIR_FILES,
     REPORT_FILE,
     Pair,
     TestArticles,
+    blacklisted,
     finish,
     first_paragraph,
     in_valid,
@@ -28,7 +28,7 @@ from sohsm.data.gigaword import (
     strip_dateline,
 )
 from sohsm.data.gigaword_sgml import Document, gigaword_files, read_documents
-from sohsm.data.headlines import load_pairs_folder
+from sohsm.data.headlines import PAIR_FILES, load_pairs_folder
 
 LEAD = ("Mainland Chinese Foreign Minister Qian Qichen was highly skeptical of Tokyo's explanations of the "
         "newly published US-Japan guidelines on Monday.")
@@ -183,6 +183,13 @@ def test_namas_filters(headline, article, reason):
     assert namas_filter(story(headline, article)) == reason
 
 
+def test_blacklisted_names_the_first_entry_held():
+    assert blacklisted("JAPAN : TAIWAN".split()) == "ap"  # `ap` comes before ` : ` in NAMAS's list
+    assert blacklisted("CHEN : TAIWAN".split()) == " : "
+    assert blacklisted(": TAIWAN WINS".split()) is None  # ` : ` needs a space before it
+    assert blacklisted("TAIWAN WINS".split()) is None
+
+
 def test_every_filter_has_a_row():
     assert set(FILTERS) >= {"no sentence end", "blacklisted headline", "article length", "headline length",
                             "no shared word", "in a test set", "not a story"}
@@ -241,10 +248,11 @@ def test_make_pairs_writes_aligned_files_and_counts_every_drop(tmp_path):
                                                                 "in a test set": 1}
     pairs = load_pairs_folder(tmp_path / "out")
     assert len(pairs.train) == report.written["train"] and len(pairs.valid) == report.written["valid"]
-    assert pairs.train.targets[0][:2] == ["taiwan", "minister"] and pairs.train.sources[0][:3] == ["taiwan", "'s", "minister"]
+    assert pairs.train.targets[0][:2] == ["taiwan", "minister"]
+    assert pairs.train.sources[0][:3] == ["taiwan", "'s", "minister"]
     saved = json.loads((tmp_path / "out" / REPORT_FILE).read_text())
     assert saved["dropped"] == report.dropped and saved["written"] == report.written
-    assert "dropped: blacklisted headline" in report.table()
+    assert "dropped: blacklisted headline" in report.table() and saved["blacklisted"] == {"ap": 1}
 
 
 def test_make_pairs_refuses_no_dev_pair_and_writes_nothing(tmp_path):

@@ -69,7 +69,8 @@ def _register_pairs(sub: argparse._SubParsersAction) -> None:
                        epilog="examples:\n  sohsm s2s pairs /data/LDC2011T07/data --out runs/pairs\n"
                        "  sohsm s2s pairs cna_eng_199710.gz cna_eng_200403.gz --out runs/pairs-cna\n"
                        "  sohsm s2s train --pairs runs/pairs --head self_organized --run-dir runs/s2s")
-    p.add_argument("gigaword", nargs="+", metavar="GIGAWORD", help="English Gigaword .gz files, or folders holding them")
+    p.add_argument("gigaword", nargs="+", metavar="GIGAWORD",
+                   help="English Gigaword .gz files, or folders holding them")
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write the pairs into")
     p.add_argument("--valid-share", type=float, default=0.05, metavar="P",
                    help="share of the documents that go to the dev pairs, chosen by their id (default 0.05)")

@@ -64,6 +64,8 @@ from pathlib import Path
 from sohsm.data.errors import DataError
 from sohsm.data.files import WriteError, atomic_output, resolve_data_dir
 from sohsm.data.gigaword_sgml import Document, gigaword_files, read_documents
+from sohsm.data.headlines import EVAL_SETS, PAIR_FILES
+from sohsm.data.pairs import read_lines
 from sohsm.data.ptb_tokens import first_sentence, tokenize
 
 #: NAMAS's headline blacklist, matched as substrings of the lower-cased headline (see the module's notes)
@@ -79,8 +81,6 @@ TITLE_DROP = frozenset({'"', "'", "''", "!", "=", "-", "--", ",", "?", ".", "``"
 #: the rows of the table of dropped pairs, in the order the rules are applied
 FILTERS = ("not a story", "no headline or text", "no sentence end", "blacklisted headline", "article length",
            "headline length", "no shared word", "empty headline", "in a test set")
-#: the files :func:`make_pairs` writes into its folder (what ``s2s train --pairs DIR`` reads)
-PAIR_FILES = {"train": ("train.article.txt", "train.title.txt"), "valid": ("valid.article.txt", "valid.title.txt")}
 #: the report of the run that wrote the folder
 REPORT_FILE = "pairs.json"
 
@@ -165,12 +165,17 @@ def prepare(document: Document) -> Pair | str:
     return Pair(article, title)
 
 
+def blacklisted(title: Sequence[str]) -> str | None:
+    """The first entry of :data:`HEADLINE_BLACKLIST` in the headline ``title`` (its tokens), ``None`` if none is."""
+    joined = " ".join(title).lower()
+    return next((bad for bad in HEADLINE_BLACKLIST if bad in joined), None)
+
+
 def namas_filter(pair: Pair) -> str | None:
     """The first of NAMAS's filters ``pair`` fails (a row of :data:`FILTERS`), ``None`` if it passes them all."""
     if "." not in pair.article:
         return "no sentence end"
-    joined = " ".join(pair.title).lower()
-    if any(bad in joined for bad in HEADLINE_BLACKLIST):
+    if blacklisted(pair.title) is not None:
         return "blacklisted headline"
     if not 10 < len(pair.article) < 100:
         return "article length"
@@ -236,9 +241,6 @@ def load_test_articles(data_dir: str | os.PathLike[str] | None = None) -> TestAr
     """The inputs of the known test sets (Gigaword's test set, DUC-2004, DUC-2003) found in ``data_dir``
     (default ``$SOHSM_DATA``); a set whose input file is absent is left out (:attr:`TestArticles.names`
     says which were read)."""
-    from sohsm.data.headlines import EVAL_SETS
-    from sohsm.data.pairs import read_lines
-
     root = resolve_data_dir(data_dir)
     sets = {}
     for name, (source, _) in EVAL_SETS.items():
@@ -262,6 +264,7 @@ class PairsReport:
         documents: documents read.
         dropped: pairs dropped, by row of :data:`FILTERS` (every row present, zeros included).
         written: pairs written, ``{"train": n, "valid": n}``.
+        blacklisted: the blacklisted headlines by the first entry of :data:`HEADLINE_BLACKLIST` each holds.
         test_sets: the test sets whose articles were looked for, with their sizes.
         valid_share: the share of documents sent to the dev pairs.
         out: the folder written.
@@ -271,6 +274,7 @@ class PairsReport:
     documents: int = 0
     dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FILTERS, 0))
     written: dict[str, int] = field(default_factory=lambda: {"train": 0, "valid": 0})
+    blacklisted: dict[str, int] = field(default_factory=dict)
     test_sets: dict[str, int] = field(default_factory=dict)
     valid_share: float = 0.05
     out: str = ""
@@ -338,6 +342,9 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
                             reason = "in a test set"
                     if reason is not None:
                         report.dropped[reason] += 1
+                        if reason == "blacklisted headline":
+                            entry = blacklisted(pair.title)
+                            report.blacklisted[entry] = report.blacklisted.get(entry, 0) + 1
                         continue
                     split = "valid" if in_valid(document.id, valid_share) else "train"
                     for (name, handle), words in zip(handles[split], (article, title)):
@@ -351,6 +358,7 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
                     raise DataError(f"no {what} pair left of {report.documents:,} documents in {len(files)} file(s) "
                                     f"(dropped: {', '.join(f'{k} {v:,}' for k, v in report.dropped.items() if v)})"
                                     + ("; give more files or a larger --valid-share" if split == "valid" else ""))
+            report.blacklisted = dict(sorted(report.blacklisted.items(), key=lambda item: -item[1]))
             json.dump(report.__dict__, report_handle, indent=1)
     except BaseException:
         for folder in created:

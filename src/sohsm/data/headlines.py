@@ -35,6 +35,9 @@ _VALID = ("gigaword/train/valid.article.filter.txt", "gigaword/train/valid.title
 _EXTRA = (("gigaword/valid-subsets/valid.article.filter.10K.txt", "gigaword/valid-subsets/valid.title.filter.10K.txt"),
           ("gigaword/valid-subsets/valid.src.small.txt", "gigaword/valid-subsets/valid.trg.small.txt"))
 
+#: a folder of pairs made from your own Gigaword (:func:`sohsm.data.gigaword.make_pairs` writes it)
+PAIR_FILES = {"train": ("train.article.txt", "train.title.txt"), "valid": ("valid.article.txt", "valid.title.txt")}
+
 #: evaluation sets by name: input file and reference files, relative to the data directory
 EVAL_SETS = {
     "gigaword": ("gigaword/Giga/input.txt", ("gigaword/Giga/task1_ref0.txt",)),
@@ -102,8 +105,6 @@ def load_pairs_folder(folder: str | os.PathLike[str]) -> TrainingPairs:
         DataError: the folder is missing, lacks one of its four files (naming them), or a file is
             unreadable, has an empty line or is not aligned with its partner.
     """
-    from sohsm.data.gigaword import PAIR_FILES
-
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise DataError(f"{root}: no such folder of headline pairs")

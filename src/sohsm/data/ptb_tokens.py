@@ -31,7 +31,8 @@ and gets a ``.`` token after it, as CoreNLP does (``the U.S. .``). SGML entities
 Example::
 
     >>> tokenize('Taiwan\\'s exports to the U.S. rose 5.2% (US$1.3 billion) in May, officials said.')
-    ['Taiwan', "'s", 'exports', 'to', 'the', 'U.S.', 'rose', '5.2', '%', '-LRB-', 'US$', '1.3', 'billion', '-RRB-', 'in', 'May', ',', 'officials', 'said', '.']
+    ['Taiwan', "'s", 'exports', 'to', 'the', 'U.S.', 'rose', '5.2', '%', '-LRB-', 'US$', '1.3', 'billion',
+     '-RRB-', 'in', 'May', ',', 'officials', 'said', '.']
 """
 from __future__ import annotations
 
