@@ -111,3 +111,20 @@ def test_the_cna_numbers_in_the_docs(tmp_path, cli):
                                                                  *(blacklisted[k] for k in top), rest]
     if not all(name in stdout for name in ("gigaword (1,951", "duc2004 (500", "duc2003 (624")):
         pytest.fail(f"the test sets were not all read: {stdout}")
+
+
+def test_train_on_a_folder_that_is_no_pairs_folder(tmp_path, cli):
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "train.article.txt").write_text("a b .\n")
+    giga = _gigaword(tmp_path / "giga")
+    assert cli("s2s", "pairs", giga, "--out", tmp_path / "pairs", "--valid-share", "0.2", "--quiet")[0] == 0
+    for argv, message in (
+        (["--pairs", tmp_path / "missing"], "missing: no such folder of headline pairs"),
+        (["--pairs", tmp_path / "half"], "train.title.txt, valid.article.txt, valid.title.txt missing"),
+        (["--pairs", tmp_path / "pairs", "--dataset", "reverse"],
+         "--pairs is a folder of headline pairs: it needs --dataset gigaword, got 'reverse'"),
+    ):
+        line = _one_line_error(*cli("s2s", "train", *argv, *TINY, "--head", "full", "--run-dir",
+                                    tmp_path / "run")[::2])
+        assert message in line, line
+        assert not (tmp_path / "run").exists()

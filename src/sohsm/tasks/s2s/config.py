@@ -16,7 +16,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field
 
-from sohsm.fields import FieldError
+from sohsm.fields import FieldError, escape, suggest
 from sohsm.train.config import CLUSTERS_FORMATS, HeadConfig, OptimConfig, RunConfig, check_clusters_source
 
 #: fields that may differ between a summariser's run and its resumption
@@ -136,8 +136,8 @@ class S2SConfig(RunConfig):
                 raise FieldError.on(f"data.{name}", f"must be >= {2 if name == 'symbols' else 1}, got "
                                     f"{getattr(self.data, name)}")
         if self.data.pairs is not None and self.data.dataset != "gigaword":
-            raise FieldError.on("data.pairs", f"is a folder of headline pairs; it needs data.dataset 'gigaword', got "
-                                f"{self.data.dataset!r}")
+            raise FieldError("{} is a folder of headline pairs: it needs {}, got " + escape(repr(self.data.dataset)),
+                             "data.pairs", suggest("data.dataset", "gigaword"))
         if self.data.max_size is not None and self.data.max_size < 3:
             raise FieldError.on("data.max_size", f"must be >= 3 or None, got {self.data.max_size}")
         check_clusters_source(self.data)
