@@ -128,3 +128,18 @@ def test_train_on_a_folder_that_is_no_pairs_folder(tmp_path, cli):
                                     tmp_path / "run")[::2])
         assert message in line, line
         assert not (tmp_path / "run").exists()
+
+
+def test_a_test_set_article_is_left_out(tmp_path, cli):
+    """A story whose first sentence is an input of the Gigaword test set (``UNK`` for a word there) is dropped:
+    here the ten stories of ministers 0 to 9, whose digit is ``#`` in both."""
+    giga, data = _gigaword(tmp_path / "giga"), tmp_path / "data"
+    (data / "gigaword" / "Giga").mkdir(parents=True)
+    (data / "gigaword" / "Giga" / "input.txt").write_text(
+        "taiwan 's minister number # left for UNK on monday to promote trade ties , officials said .\n")
+    code, stdout, err = cli("s2s", "pairs", giga, "--out", tmp_path / "pairs", "--valid-share", "0.2",
+                            "--data-dir", data, "--quiet")
+    assert code == 0, err
+    assert re.search(r"dropped: in a test set\s+10\n", stdout) and "test sets   gigaword (1 articles)" in stdout
+    titles = (tmp_path / "pairs" / "train.title.txt").read_text() + (tmp_path / "pairs" / "valid.title.txt").read_text()
+    assert "taiwan minister # visits" not in titles and "taiwan minister ## visits" in titles
