@@ -164,7 +164,7 @@ def tokenize(text: str) -> list[str]:
     for i, token in enumerate(pieces):
         if len(token) > 1 and token.endswith(".") and token != "...":
             # the next word, past closing quotes and brackets (`go." Then`)
-            nxt = next((p for p in pieces[i + 1:] if p not in _CLOSERS), None)
+            nxt = next((pieces[j] for j in range(i + 1, len(pieces)) if pieces[j] not in _CLOSERS), None)
             if nxt is None:  # the paragraph's last word
                 tokens += [token, "."] if _is_abbreviation(token) else [token[:-1], "."]
                 continue
