@@ -14,7 +14,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def test_list_shows_present_and_verified(data_dir, capsys):
     assert main(["data", "list", "--data-dir", str(data_dir)]) == 0
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    corpora = out.split("\n\n")[0]  # the headline data follows, after a blank line
+    rows = {line.split()[0]: line for line in corpora.splitlines()[1:]}
     assert set(rows) == {"ptb", "wikitext-2", "wikitext-103", "text8", "text8-small"}
     assert rows["ptb"].split()[1] == "ok" and rows["text8-small"].split()[1] == "ok"
     assert rows["wikitext-103"].split()[1] == "missing"

@@ -15,6 +15,8 @@ decay 1e-6, no clipping, batch 128; training pairs: Gigaword's 10k plus the extr
 (less pairs whose article is in the test or dev set), about 35k.
 
 examples:
+  sohsm s2s pairs GIGAWORD_DIR --out runs/pairs       # the paper's training pairs from your own LDC Gigaword
+  sohsm s2s train --pairs runs/pairs --head full --run-dir runs/s2s-giga
   sohsm s2s titles --out runs/titles                    # the training titles, for a language model
   sohsm lm train --corpus runs/titles --head self_organized --run-dir runs/titles-lm --epochs 5
   sohsm s2s train --head self_organized --clusters-from runs/titles-lm --run-dir runs/s2s-sohsm
@@ -26,7 +28,7 @@ examples:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``s2s`` command and its ``titles``, ``train``, ``decode`` and ``score`` subcommands."""
+    """Add the ``s2s`` command and its ``pairs``, ``titles``, ``train``, ``decode`` and ``score`` subcommands."""
     parser = subparsers.add_parser(
         "s2s", help="headline generation: train, decode, score", formatter_class=_RAW,
         description=_wrap("Train an attention encoder-decoder that writes a headline for a news sentence, with "
@@ -36,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), 2)[1])
     sub = parser.add_subparsers(dest="s2s_command", metavar="SUBCOMMAND")
+    _register_pairs(sub)
     _register_titles(sub)
     _register_train(sub)
     _register_decode(sub)
@@ -48,6 +51,60 @@ def _data_options(p: argparse.ArgumentParser) -> None:
                    help="add the extra validation subsets to the training pairs (default: yes)")
 
 
+# -- pairs ------------------------------------------------------------------------------------------
+_PAIRS_DESCRIPTION = """\
+Make the headline-generation training set of Rush et al. (2015) from your own LDC English Gigaword
+(gzipped SGML, one file per agency and month; give files or folders of them): each story's headline
+and first sentence, lower-cased, in PTB-style tokens, digits as #, its byline and dateline removed,
+filtered as Rush et al.'s released pipeline (NAMAS) filters them, and without any pair whose article is
+an input of a test set in the data directory (Gigaword's test set, DUC-2003, DUC-2004). Streams the
+files; prints what each filter dropped. Writes into OUT (atomically: a failed run leaves OUT as it was)
+train.article.txt, train.title.txt, valid.article.txt, valid.title.txt and pairs.json, the folder
+`sohsm s2s train --pairs OUT` trains on. The rules, exactly: docs/s2s.md."""
+
+
+def _register_pairs(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pairs", help="make the paper's training pairs from your own English Gigaword",
+                       formatter_class=_RAW, description=_PAIRS_DESCRIPTION,
+                       epilog="examples:\n  sohsm s2s pairs /data/LDC2011T07/data --out runs/pairs\n"
+                       "  sohsm s2s pairs cna_eng_199710.gz cna_eng_200403.gz --out runs/pairs-cna\n"
+                       "  sohsm s2s train --pairs runs/pairs --head self_organized --run-dir runs/s2s")
+    p.add_argument("gigaword", nargs="+", metavar="GIGAWORD",
+                   help="English Gigaword .gz files, or folders holding them")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write the pairs into")
+    p.add_argument("--valid-share", type=float, default=0.05, metavar="P",
+                   help="share of the documents that go to the dev pairs, chosen by their id (default 0.05)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="data directory whose test sets are left out (default: $SOHSM_DATA, else ~/.cache/sohsm)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_pairs)
+
+
+def _pairs(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from sohsm.data.gigaword import REPORT_FILE, gigaword_files, load_test_articles, make_pairs
+
+    if not 0 < args.valid_share < 1:
+        raise CommandError(f"--valid-share must be between 0 and 1 (both excluded), got {args.valid_share}")
+    try:
+        files = gigaword_files(args.gigaword)
+        tests = load_test_articles(args.data_dir)
+        total = sum(f.stat().st_size for f in files)
+        with tqdm(total=total, unit="B", unit_scale=True, desc="gigaword", disable=args.quiet,
+                  file=sys.stderr) as bar:
+            report = make_pairs(files, args.out, valid_share=args.valid_share, tests=tests, on_bytes=bar.update)
+    except DataError as error:
+        raise CommandError(str(error)) from None
+    print(report.table())
+    checked = ", ".join(f"{name} ({n:,} articles)" for name, n in report.test_sets.items())
+    print(f"test sets   {checked or 'none found in the data directory: no pair was checked against a test set'}")
+    out = shlex.quote(str(args.out))
+    print(f"wrote       {out}/ ({len(files)} file(s) read; {out}/{REPORT_FILE} holds these counts)")
+    print(f"train       sohsm s2s train --pairs {out} --run-dir RUN_DIR")
+    return 0
+
+
 # -- titles -----------------------------------------------------------------------------------------
 def _register_titles(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("titles", help="write the training titles as a corpus for `sohsm lm train`",
@@ -57,6 +114,8 @@ def _register_titles(sub: argparse._SubParsersAction) -> None:
                                          "summariser's vocabulary, so its clusters fit `s2s train --clusters-from`."),
                        epilog="example:\n  sohsm s2s titles --out runs/titles")
     _data_options(p)
+    p.add_argument("--pairs", metavar="DIR", help="the titles of a folder `sohsm s2s pairs` wrote (default: the "
+                   "data directory's Gigaword pairs)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write train.txt and valid.txt into")
     p.set_defaults(func=_titles)
 
@@ -64,11 +123,14 @@ def _register_titles(sub: argparse._SubParsersAction) -> None:
 def _titles(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sohsm.data.headlines import load_training_pairs
+    from sohsm.data.headlines import load_pairs_folder, load_training_pairs
     from sohsm.data.pairs import write_lines
 
     try:
-        pairs = load_training_pairs(args.data_dir, True if args.extra is None else args.extra)
+        if args.pairs is not None:
+            pairs = load_pairs_folder(args.pairs)
+        else:
+            pairs = load_training_pairs(args.data_dir, True if args.extra is None else args.extra)
     except DataError as error:
         raise CommandError(str(error)) from None
     out = Path(args.out)

@@ -5,6 +5,8 @@
 * :mod:`sohsm.data.vocab`: :class:`Vocabulary`, frequency-sorted with counts.
 * :mod:`sohsm.data.batching`: :func:`batchify` and truncated-BPTT windows (language models).
 * :mod:`sohsm.data.headlines`, :mod:`sohsm.data.pairs`: Gigaword and DUC pairs, padded batches (headlines).
+* :mod:`sohsm.data.gigaword`: Rush et al.'s headline pairs made from your own English Gigaword
+  (:mod:`sohsm.data.gigaword_sgml` reads its SGML, :mod:`sohsm.data.ptb_tokens` makes PTB-style tokens).
 * :mod:`sohsm.data.reverse`: the synthetic reverse task.
 * :mod:`sohsm.data.files`: data directories, checksums, downloads and atomic writes.
 """

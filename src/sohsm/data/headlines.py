@@ -10,6 +10,9 @@ Layout under the data directory (``$SOHSM_DATA``)::
     duc2004/input.txt, task1_ref0.txt .. task1_ref3.txt           DUC-2004 task 1 (four references)
     duc2003/ (the same)                                           DUC-2003, a dev set for DUC
 
+:func:`load_pairs_folder` reads instead a folder of pairs made from your own
+English Gigaword (:mod:`sohsm.data.gigaword`).
+
 The extra pairs are from Rush's *validation* split: with ``extra=True`` they join
 the training pairs after every pair whose article also occurs in the test input
 or the dev pairs is removed.
@@ -31,6 +34,9 @@ _TRAIN = ("gigaword/train/train.article.txt", "gigaword/train/train.title.txt")
 _VALID = ("gigaword/train/valid.article.filter.txt", "gigaword/train/valid.title.filter.txt")
 _EXTRA = (("gigaword/valid-subsets/valid.article.filter.10K.txt", "gigaword/valid-subsets/valid.title.filter.10K.txt"),
           ("gigaword/valid-subsets/valid.src.small.txt", "gigaword/valid-subsets/valid.trg.small.txt"))
+
+#: a folder of pairs made from your own Gigaword (:func:`sohsm.data.gigaword.make_pairs` writes it)
+PAIR_FILES = {"train": ("train.article.txt", "train.title.txt"), "valid": ("valid.article.txt", "valid.title.txt")}
 
 #: evaluation sets by name: input file and reference files, relative to the data directory
 EVAL_SETS = {
@@ -71,7 +77,7 @@ class HeadlineData:
 HEADLINE_DATA = (
     HeadlineData("gigaword-train", "Gigaword training and dev pairs (Rush et al.'s preparation)", (*_TRAIN, *_VALID),
                  f"{_SUMDATA}: sumdata/train/ (the first 10,000 training and 1,000 dev lines are enough to "
-                 "start), or `sohsm s2s pairs` on your own LDC English Gigaword"),
+                 "start); or make pairs from your own LDC English Gigaword with `sohsm s2s pairs` and train with --pairs DIR"),
     HeadlineData("gigaword-extra", "two more subsets of the archive's validation split (25.6k pairs)",
                  tuple(f for pair in _EXTRA for f in pair),
                  f"subsets of the validation split of {_SUMDATA}; or train with --no-extra", optional=True),
@@ -147,6 +153,26 @@ def load_training_pairs(data_dir: str | os.PathLike[str] | None = None, extra: b
             more, n = drop_overlap(read_pairs(root / source, root / target), test, valid)
             train, dropped = train + more, dropped + n
     return TrainingPairs(train, valid, dropped)
+
+
+def load_pairs_folder(folder: str | os.PathLike[str]) -> TrainingPairs:
+    """The training and dev pairs of a folder :func:`sohsm.data.gigaword.make_pairs` wrote.
+
+    Raises:
+        DataError: the folder is missing, lacks one of its four files (naming them), or a file is
+            unreadable, has an empty line or is not aligned with its partner.
+    """
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise DataError(f"{root}: no such folder of headline pairs")
+    needed = [name for names in PAIR_FILES.values() for name in names]
+    absent = [name for name in needed if not (root / name).is_file()]
+    if absent:
+        raise DataError(f"{root}: not a folder of headline pairs ({', '.join(absent)} missing; it needs "
+                        f"{', '.join(needed)})")
+    train = read_pairs(root / PAIR_FILES["train"][0], root / PAIR_FILES["train"][1])
+    valid = read_pairs(root / PAIR_FILES["valid"][0], root / PAIR_FILES["valid"][1])
+    return TrainingPairs(train, valid)
 
 
 def resolve_eval_set(name_or_input: str, data_dir: str | os.PathLike[str] | None = None,

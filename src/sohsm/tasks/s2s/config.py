@@ -16,7 +16,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field
 
-from sohsm.fields import FieldError
+from sohsm.fields import FieldError, escape, suggest
 from sohsm.train.config import CLUSTERS_FORMATS, HeadConfig, OptimConfig, RunConfig, check_clusters_source
 
 #: fields that may differ between a summariser's run and its resumption
@@ -41,6 +41,10 @@ class S2SDataConfig:
     pairs_seed: int = 0
     #: where the data sets are; ``None``: ``$SOHSM_DATA``, else ``~/.cache/sohsm`` (a location, not an identity)
     data_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
+    #: a folder of headline pairs made from your own English Gigaword (``sohsm s2s pairs``: train.article.txt,
+    #: train.title.txt, valid.article.txt, valid.title.txt) to train on instead of the data directory's pairs
+    #: (``extra`` does not apply to it); ``None``: those
+    pairs: str | None = field(default=None, metadata={"metavar": "DIR"})
     #: add the two extra subsets of Rush's validation split (less pairs whose article is in the test or dev set):
     #: 10k pairs become about 35k, all the real pairs there are
     extra: bool = True
@@ -131,6 +135,9 @@ class S2SConfig(RunConfig):
             if getattr(self.data, name) < (2 if name == "symbols" else 1):
                 raise FieldError.on(f"data.{name}", f"must be >= {2 if name == 'symbols' else 1}, got "
                                     f"{getattr(self.data, name)}")
+        if self.data.pairs is not None and self.data.dataset != "gigaword":
+            raise FieldError("{} is a folder of headline pairs: it needs {}, got " + escape(repr(self.data.dataset)),
+                             "data.pairs", suggest("data.dataset", "gigaword"))
         if self.data.max_size is not None and self.data.max_size < 3:
             raise FieldError.on("data.max_size", f"must be >= 3 or None, got {self.data.max_size}")
         check_clusters_source(self.data)

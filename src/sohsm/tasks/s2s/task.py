@@ -10,7 +10,8 @@ in the loss nor in a self-organized head's cluster statistics.
 (``sohsm s2s titles``, then ``sohsm lm train``): the head takes that run's word
 clusters and keeps them fixed, as the paper does; or a hierarchy file
 (:mod:`sohsm.tasks.hierarchies`). ``data.dataset = "reverse"`` trains on the
-synthetic reverse task instead (:mod:`sohsm.data.reverse`).
+synthetic reverse task instead (:mod:`sohsm.data.reverse`); ``data.pairs`` on a folder
+of pairs made from your own Gigaword (:mod:`sohsm.data.gigaword`).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import torch
 from torch import Tensor
 
 from sohsm.data.files import cached_sha256
-from sohsm.data.headlines import TrainingPairs, load_training_pairs
+from sohsm.data.headlines import TrainingPairs, load_pairs_folder, load_training_pairs
 from sohsm.data.reverse import reverse_data, reverse_vocab
 from sohsm.data.pairs import PairBatch, build_title_vocab, encode, epoch_batches, input_size, make_batch, pad_id
 from sohsm.data.vocab import Vocabulary, vocabulary_difference
@@ -69,12 +70,14 @@ class S2STask(Task):
         d = config.data
         if d.dataset == "reverse":
             return cls(config, reverse_data(d.symbols, d.train_pairs, d.valid_pairs, d.pairs_seed), device)
+        if d.pairs is not None:
+            return cls(config, load_pairs_folder(d.pairs), device)
         return cls(config, load_training_pairs(d.data_dir, d.extra), device)
 
     @classmethod
     def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(overrides)
-        for key in ("data.data_dir", "data.clusters_from"):
+        for key in ("data.data_dir", "data.pairs", "data.clusters_from"):
             if isinstance(out.get(key), str):
                 out[key] = str(Path(out[key]).expanduser().resolve())
         return out
@@ -126,8 +129,10 @@ class S2STask(Task):
         m, c = self.config.model, self.config
         params = sum(p.numel() for p in {id(p): p for x in (model, head) for p in x.parameters()}.values())
         clusters = head.n_clusters if isinstance(head, ClusteredHead) else None
-        what = (f"{c.data.dataset}: {len(self.pairs.train):,} training pairs ({self.pairs.extra_dropped:,} extra "
-                f"pairs dropped for overlap), {len(self.vocab):,} words | encoder-decoder LSTM "
+        source = (f"from {c.data.pairs}" if c.data.pairs is not None
+                  else f"({self.pairs.extra_dropped:,} extra pairs dropped for overlap)")
+        what = (f"{c.data.dataset}: {len(self.pairs.train):,} training pairs {source}, {len(self.vocab):,} words | "
+                f"encoder-decoder LSTM "
                 f"{m.emb_size}/{m.hidden_size} with attention | head {c.head.name}"
                 + (f", {clusters} clusters" + (" (fixed, from a language model)" if self.clusters is not None else "")
                    if clusters else "")

@@ -1,0 +1,51 @@
+"""PTB-style tokens of raw news text, as the released Gigaword headline data writes them."""
+import pytest
+
+from sohsm.data.ptb_tokens import first_sentence, tokenize
+
+CASES = [
+    # brackets, currency, percent, inner number punctuation, the final period
+    ("Taiwan's exports to the U.S. rose 5.2% (US$1.3 billion) in May, officials said.",
+     "Taiwan 's exports to the U.S. rose 5.2 % -LRB- US$ 1.3 billion -RRB- in May , officials said ."),
+    ("Prices rose NT$15,840 at 10:30 a.m. Friday.", "Prices rose NT$ 15,840 at 10:30 a.m. Friday ."),
+    ("It cost $5.", "It cost $ 5 ."),
+    # double quotes open and close; the period before a closing quote ends the sentence
+    ('He said: "We cannot go." Then he left.', "He said : `` We can not go . '' Then he left ."),
+    ('"Yes," he said.', "`` Yes , '' he said ."),
+    # single quotes, clitics, possessive plural
+    ("`Taiwan' said the parties' chiefs don't know.", "` Taiwan ' said the parties ' chiefs do n't know ."),
+    ("It won't.", "It wo n't ."),
+    ("the Commission (FCC)'s decision", "the Commission -LRB- FCC -RRB- 's decision"),
+    # slash escaped, dashes, ellipsis, semicolon
+    ("The 9/11 attacks -- and more... were; over", "The 9\\/11 attacks -- and more ... were ; over"),
+    ("word--word", "word -- word"),
+    # abbreviations keep their period; a sentence-final one gets a period token after it
+    ("Mr. Lee met Dr. Wang in Washington, D.C. on Monday.", "Mr. Lee met Dr. Wang in Washington , D.C. on Monday ."),
+    ("He lives in the U.S.", "He lives in the U.S. ."),
+    ("J. Smith of Acme Corp. said so.", "J. Smith of Acme Corp. said so ."),
+    # a lower-case word after a period is no sentence start; a capital after a normal word is
+    ("It rose approx. five percent. Then it fell.", "It rose approx. five percent . Then it fell ."),
+    # SGML entities stay
+    ("Lai &amp; Chen (Taipei).", "Lai &amp; Chen -LRB- Taipei -RRB- ."),
+    # hyphenated words and numbers stay whole
+    ("US-Japan ties, 1,000.5 tons", "US-Japan ties , 1,000.5 tons"),
+]
+
+
+@pytest.mark.parametrize("text, tokens", CASES)
+def test_tokenize(text, tokens):
+    assert tokenize(text) == tokens.split(" ")
+
+
+def test_line_breaks_are_spaces():
+    assert tokenize("Qian Qichen\nwas   skeptical\n.") == tokenize("Qian Qichen was skeptical .")
+
+
+@pytest.mark.parametrize("tokens, expected", [
+    ("a b . c d .", "a b ."),
+    ("a ? b ! c . d", "a ? b ! c ."),  # only `.` ends it, as in Rush et al.'s pipeline
+    ("no end here", "no end here"),
+    ("", ""),
+])
+def test_first_sentence(tokens, expected):
+    assert first_sentence(tokens.split()) == expected.split()
