@@ -1,4 +1,5 @@
 """PTB-style tokens of raw news text, as the released Gigaword headline data writes them."""
+import nltk
 import pytest
 
 from sohsm.data.ptb_tokens import first_sentence, tokenize
@@ -29,11 +30,31 @@ CASES = [
     ("Lai &amp; Chen (Taipei).", "Lai &amp; Chen -LRB- Taipei -RRB- ."),
     # hyphenated words and numbers stay whole
     ("US-Japan ties, 1,000.5 tons", "US-Japan ties , 1,000.5 tons"),
+    # a currency's letters stay with its `$` even without a number after it (`nt$` is a word of the released titles)
+    ("NT$ DROPS TO 10-YEAR LOW", "NT$ DROPS TO 10-YEAR LOW"),
+    # opening single quotes become ` (as the released titles write them); a closing one stays '
+    ("at the 'Democracy Square,'\" said", "at the ` Democracy Square , ' '' said"),
+    # NLTK's conventions, each a token of the released dictionaries (`'n`, `\*`, `...`), none of which holds a
+    # word joined to the next by `:`, `,` or `...`
+    ("Cookies 'N Cream bars", "Cookies 'N Cream bars"),
+    ("RELATIONS WITH DOMINICA:MOFA", "RELATIONS WITH DOMINICA : MOFA"),
+    ("the value,which rose", "the value , which rose"),
+    ("the crash...was over", "the crash ... was over"),
+    ("*Exchange rates", "\\* Exchange rates"),
+    # a sentence end inside the paragraph splits a clitic as the last one does
+    ("It won't. Then he left.", "It wo n't . Then he left ."),
 ]
 
 
 @pytest.mark.parametrize("text, tokens", CASES)
 def test_tokenize(text, tokens):
+    assert tokenize(text) == tokens.split(" ")
+
+
+def test_no_downloaded_nltk_data_is_needed(monkeypatch):
+    """NLTK's word tokenizer is rules only: with no NLTK data folder to look in, tokens are the same."""
+    monkeypatch.setattr(nltk.data, "path", [])
+    text, tokens = CASES[0]
     assert tokenize(text) == tokens.split(" ")
 
 
