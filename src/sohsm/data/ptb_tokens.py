@@ -105,7 +105,8 @@ def tokenize(text: str) -> list[str]:
         if word == "." and after[i] == len(words) and tokens and _is_abbreviation(tokens[-1] + "."):
             tokens[-1] += "."  # NLTK split the paragraph's last period off; an abbreviation keeps its own: `U.S. .`
         elif _ends_in_period(word) and (nxt is None or (not _is_abbreviation(word) and _starts_sentence(nxt))):
-            # a sentence end inside the paragraph (NLTK splits `won't` from `n't` only before a space)
+            # a sentence ends here, its period a token (an abbreviation ending the paragraph keeps its own too);
+            # the word is tokenized again, as NLTK splits a clitic (`won't.` -> `wo n't`) only before a space
             tokens += [word] if nxt is None and _is_abbreviation(word) else _WORDS.tokenize(word[:-1])
             tokens.append(".")
             continue
