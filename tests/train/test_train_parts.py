@@ -1,4 +1,4 @@
-"""Building blocks of the training loop: heads and optimizers from a config, checkpoints, metrics, clusters."""
+"""Building blocks of the training loop: optimizers from a config, checkpoints, metrics."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,6 @@ import pytest
 import torch
 
 from sohsm.data import Vocabulary
-from sohsm.runs.clusters import cluster_of_word, cluster_table
-from sohsm.tasks.heads import build_run_head
 from sohsm.tasks.lm import LMConfig as TrainConfig, build_model_and_head
 from sohsm.train import MetricsLog, apply_overrides, build_optimizer, read_metrics
 from sohsm.train.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint, write_atomic
@@ -40,24 +38,6 @@ def test_weight_decay_on_the_lstm_only_and_tied_weights_counted_once(vocab):
     assert len(all_ids) == len(set(all_ids))
     assert id(model.embedding.weight) in all_ids and head.weight is model.embedding.weight
     assert isinstance(optimizer, torch.optim.Adagrad) and rest["lr"] == 0.1
-
-
-def test_the_runs_seed_draws_the_random_clusters(vocab):
-    a = build_run_head(_config(**{"head.name": "two_level_random", "seed": 1}), vocab).assignment
-    b = build_run_head(_config(**{"head.name": "two_level_random", "seed": 1}), vocab).assignment
-    c = build_run_head(_config(**{"head.name": "two_level_random", "seed": 2}), vocab).assignment
-    assert torch.equal(a, b) and not torch.equal(a, c)
-    head = build_run_head(_config(**{"head.name": "self_organized", "head.update_every": 7}), vocab)
-    assert head.update_every == 7 and int(head.counts[0]) == int(vocab.counts[0])
-
-
-def test_options_a_head_does_not_take(vocab):
-    with pytest.raises(ValueError, match="head 'full' has no option 'update_every'; its options: bias"):
-        build_run_head(_config(**{"head.update_every": 7}), vocab)
-    with pytest.raises(ValueError, match="gamma"):
-        build_run_head(_config(**{"head.options": {"gamma": 2.0}}), vocab)
-    head = build_run_head(_config(**{"head.name": "self_organized", "head.options": {"gamma": 2.0}}), vocab)
-    assert head.gamma == 2.0
 
 
 def test_checkpoints_are_written_atomically(tmp_path):
@@ -103,23 +83,6 @@ def test_metrics_log_drops_records_past_the_resumed_step(tmp_path):
     assert records[0]["ppl"] is None  # JSON has no infinity
     for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
         json.loads(line)
-
-
-def test_cluster_table(vocab):
-    head = build_run_head(_config(**{"head.name": "two_level_frequency"}), vocab)
-    table = cluster_table(head, vocab, words=3)
-    assert len(table) == head.n_clusters and sum(s.size for s in table) == len(vocab)
-    assert abs(sum(s.tf_mass for s in table) - 1.0) < 1e-9
-    assert [s.tf_mass for s in table] == sorted((s.tf_mass for s in table), reverse=True)
-    for s in table:
-        assert len(s.words) == min(3, s.size) and s.counts == sorted(s.counts, reverse=True)
-    assert table[0].words[0] == "<unk>"  # the most frequent word, in the heaviest bin
-    cluster = cluster_of_word(head, vocab, "w10", words=None)
-    assert "w10" in cluster.words and cluster.cluster == int(head.assignment[vocab["w10"]])
-    with pytest.raises(ValueError, match="not in the vocabulary"):
-        cluster_of_word(head, vocab, "nope")
-    with pytest.raises(ValueError, match="no word clusters"):
-        cluster_table(build_run_head(_config(), vocab), vocab)
 
 
 def test_metrics_are_mirrored_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
