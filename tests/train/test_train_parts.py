@@ -106,3 +106,20 @@ def test_metrics_are_mirrored_to_tensorboard_when_it_is_installed(tmp_path, monk
         log.write({"kind": "eval", "step": 7, "ppl": 12.5, "ppl_cluster": None, "split": "valid"})
     assert ("eval/ppl", 12.5, 7) in scalars and scalars[-1] == "closed"
     assert not any(tag == "eval/ppl_cluster" for tag, *_ in scalars[:-1])
+
+
+def test_the_loop_reads_declared_attributes_of_heads_and_configs():
+    """Sparse gradients and the step's precision are declared (Head.sparse, RunConfig.amp/compile), not probed."""
+    from sohsm.heads import build_head
+    from sohsm.tasks.s2s import S2SConfig
+    from sohsm.tasks.w2v import W2VConfig
+    from sohsm.train.builders import can_fuse
+
+    dense, sparse = build_head("full", 8, 20), build_head("nce", 8, 20, sparse=True)
+    assert dense.sparse is False and sparse.sparse is True
+    assert can_fuse(list(dense.parameters()), dense) and not can_fuse(list(sparse.parameters()), sparse)
+    for config in (S2SConfig(), W2VConfig()):  # tasks without the fields train in float32, eagerly
+        assert config.amp is None and config.compile is False
+        assert "amp" not in config.to_dict() and "compile" not in config.to_dict()
+    lm = apply_overrides(TrainConfig(), {"amp": "bf16", "compile": True})
+    assert (lm.amp, lm.compile) == ("bf16", True) and lm.to_dict()["amp"] == "bf16"
