@@ -123,3 +123,15 @@ def test_the_loop_reads_declared_attributes_of_heads_and_configs():
         assert "amp" not in config.to_dict() and "compile" not in config.to_dict()
     lm = apply_overrides(TrainConfig(), {"amp": "bf16", "compile": True})
     assert (lm.amp, lm.compile) == ("bf16", True) and lm.to_dict()["amp"] == "bf16"
+
+
+def test_a_checkpoint_of_other_data_is_refused_naming_what_differs():
+    from sohsm.train.checkpoint import check_same_data
+
+    a, b = Vocabulary(["<unk>", "the", "cat"], [0, 5, 2]), Vocabulary(["<unk>", "the", "dog"], [0, 5, 2])
+    check_same_data("run/last.pt", a, "ptb 1234", a, "ptb 1234", "corpus 'ptb'")  # the same data passes
+    with pytest.raises(ValueError, match=r"vocabulary of run/last.pt differs from that of corpus 'ptb' as read now "
+                                         r"\(.*word 2 is 'cat' in the checkpoint and 'dog' now\)"):
+        check_same_data("run/last.pt", a, "ptb 1234", b, "ptb 1234", "corpus 'ptb'")
+    with pytest.raises(ValueError, match=r"trained on \[ptb 1234\] but the data is now \[ptb 5678\]"):
+        check_same_data("run/last.pt", a, "ptb 1234", a, "ptb 5678")

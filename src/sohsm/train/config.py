@@ -152,6 +152,13 @@ class RunConfig:
                     data["head"] = {**head, "options": {**options, "shortlist": 0}}
         return cls.from_dict(data)
 
+    def _check_at_least(self, low: int, *paths: str) -> None:
+        """Check ``value >= low`` for the fields at dotted ``paths``, in order; a FieldError names the first below."""
+        for path in paths:
+            value = self.get(path)
+            if value < low:
+                raise FieldError.on(path, f"must be >= {low}, got {value}")
+
     def get(self, path: str) -> Any:
         """The value at a dotted path (``"optim.lr"``)."""
         obj: Any = self

@@ -28,7 +28,7 @@ from torch import Tensor
 from sohsm.data.batching import batchify, bptt_batches
 from sohsm.data.corpora import CORPORA
 from sohsm.data.loading import Corpus, load_corpus
-from sohsm.data.vocab import Vocabulary, vocabulary_difference
+from sohsm.data.vocab import Vocabulary
 from sohsm.fields import FieldError, escape, has
 from sohsm.heads import Head
 from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
@@ -39,7 +39,7 @@ from sohsm.tasks.lm.evaluation import stream_hidden_states
 from sohsm.tasks.lm.model import build_model_and_head
 from sohsm.tasks.lm.preflight import check_run_fits
 from sohsm.tasks.lm.progress import startup_lines
-from sohsm.train.checkpoint import checkpoint_format, reading_checkpoint
+from sohsm.train.checkpoint import check_same_data, checkpoint_format
 from sohsm.train.distributed import Ranks
 from sohsm.train.precision import autocast_fails
 from sohsm.train.task import Task, register_task
@@ -52,10 +52,12 @@ class LMTask(Task):
     name = "lm"
     config_class = LMConfig
     checkpoint_format = checkpoint_format("lm")
+    location_fields = ("data.data_dir", "data.cache_dir", "data.clusters_from")
 
     def __init__(self, config: LMConfig, corpus: Corpus, device: torch.device) -> None:
         self.config, self.corpus = config, corpus
         self.vocab, self.corpus_signature = corpus.vocab, corpus.signature
+        self.data_name = f"corpus {corpus.name!r}"
         self.data = batchify(corpus.train, config.batch_size, device)  # [T, B]
         self.epoch_length = self.data.size(0) - 1  # the last row is only a target
         if self.epoch_length < 1:
@@ -75,12 +77,9 @@ class LMTask(Task):
 
     @classmethod
     def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        out = dict(overrides)
+        out = super().absolute_locations(overrides)
         if out.get("data.corpus") is not None:
             out["data.corpus"] = normalise_corpus(out["data.corpus"])
-        for key in ("data.data_dir", "data.cache_dir", "data.clusters_from"):
-            if isinstance(out.get(key), str):
-                out[key] = str(Path(out[key]).expanduser().resolve())
         return out
 
     def check_fits(self, device: torch.device) -> None:
@@ -109,12 +108,6 @@ class LMTask(Task):
     def _columns(self) -> slice:
         """This rank's training columns."""
         return self.ranks.share(self.config.batch_size)
-
-    def check_checkpoint(self, checkpoint: Mapping[str, Any], path) -> None:
-        with reading_checkpoint(path, values=True):
-            trained_on = checkpoint["signature"]["corpus"]
-            trained_vocab = Vocabulary.from_dict(checkpoint["vocab"])
-        check_vocabulary(self.corpus, trained_vocab, trained_on, path)
 
     def build(self, device: torch.device) -> tuple[LSTMLanguageModel, Head]:
         clusters, tree = (None, None) if self.hierarchy is None else hierarchy_parts(
@@ -190,11 +183,4 @@ def check_vocabulary(corpus: Corpus, vocab: Vocabulary, trained_on: str, where: 
     Raises:
         ValueError: naming what differs.
     """
-    if vocab != corpus.vocab:
-        raise ValueError(
-            f"the vocabulary of {where} differs from that of corpus {corpus.name!r} as loaded now "
-            f"({vocabulary_difference(vocab, corpus.vocab)}); the data or its vocabulary options changed "
-            "since the run started"
-        )
-    if trained_on != corpus.signature:
-        raise ValueError(f"{where} was trained on [{trained_on}] but the corpus is now [{corpus.signature}]")
+    check_same_data(where, vocab, trained_on, corpus.vocab, corpus.signature, f"corpus {corpus.name!r}")
