@@ -135,3 +135,22 @@ def test_a_checkpoint_of_other_data_is_refused_naming_what_differs():
         check_same_data("run/last.pt", a, "ptb 1234", b, "ptb 1234", "corpus 'ptb'")
     with pytest.raises(ValueError, match=r"trained on \[ptb 1234\] but the data is now \[ptb 5678\]"):
         check_same_data("run/last.pt", a, "ptb 1234", a, "ptb 5678")
+
+
+def test_each_task_makes_its_declared_locations_absolute(tmp_path, monkeypatch):
+    from sohsm.tasks.lm import LMTask
+    from sohsm.tasks.s2s import S2STask
+    from sohsm.tasks.w2v import W2VTask
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mytext").mkdir()
+    given = {"data.corpus": "mytext", "data.data_dir": "d", "data.clusters_from": "c.json", "epochs": 2}
+    lm = LMTask.absolute_locations(given)
+    assert lm == {"data.corpus": str(tmp_path / "mytext"), "data.data_dir": str(tmp_path / "d"),
+                  "data.clusters_from": str(tmp_path / "c.json"), "epochs": 2}
+    assert LMTask.absolute_locations({"data.corpus": "ptb"}) == {"data.corpus": "ptb"}  # a known name stays
+    w2v = W2VTask.absolute_locations(given)
+    assert w2v["data.corpus"] == lm["data.corpus"] and w2v["data.clusters_from"] == "c.json"  # not a w2v location
+    s2s = S2STask.absolute_locations(given)
+    assert s2s["data.corpus"] == "mytext" and s2s["data.data_dir"] == str(tmp_path / "d")
+    assert given["data.data_dir"] == "d"  # the overrides given are not changed

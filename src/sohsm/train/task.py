@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from sohsm.data.corpora import CORPORA
 from sohsm.data.vocab import Vocabulary
 from sohsm.heads import Head
 from sohsm.train.builders import build_optimizer
@@ -60,6 +61,8 @@ class Task(ABC):
     checkpoint_format: ClassVar[str]
     #: dotted config fields that name files or folders (made absolute by :meth:`absolute_locations`)
     location_fields: ClassVar[tuple[str, ...]] = ()
+    #: dotted config fields that name a corpus: a known name, or a path to your own text (made absolute)
+    corpus_fields: ClassVar[tuple[str, ...]] = ()
     #: what the run's data is called in messages (``"corpus 'ptb'"``)
     data_name: str = "the data"
 
@@ -79,12 +82,16 @@ class Task(ABC):
     def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """``overrides`` with relative data locations made absolute, so a run is found again from elsewhere.
 
-        The locations are the fields :attr:`location_fields` names.
+        The locations are the fields :attr:`location_fields` names, and the corpora those
+        :attr:`corpus_fields` names (:func:`normalise_corpus`).
         """
         out = dict(overrides)
         for key in cls.location_fields:
             if isinstance(out.get(key), str):
                 out[key] = str(Path(out[key]).expanduser().resolve())
+        for key in cls.corpus_fields:
+            if out.get(key) is not None:
+                out[key] = normalise_corpus(out[key])
         return out
 
     def check_fits(self, device: torch.device) -> None:
@@ -202,3 +209,11 @@ def task_of_dict(data: Mapping[str, Any]) -> type[Task]:
     """The task of a ``config.json``: its ``"task"`` field, else the language model (older runs have none)."""
     name = data.get("task", "lm") if isinstance(data, Mapping) else "lm"
     return task_named(name if isinstance(name, str) else repr(name))
+
+
+def normalise_corpus(corpus: str) -> str:
+    """Known names stay names; a path to your own text becomes absolute so a resume from elsewhere finds it."""
+    if corpus in CORPORA:
+        return corpus
+    path = Path(corpus).expanduser()
+    return str(path.resolve()) if path.exists() else corpus

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from sohsm.data.batching import batchify, bptt_batches
-from sohsm.data.corpora import CORPORA
 from sohsm.data.loading import Corpus, load_corpus
 from sohsm.data.vocab import Vocabulary
 from sohsm.fields import FieldError, escape, has
@@ -53,6 +51,7 @@ class LMTask(Task):
     config_class = LMConfig
     checkpoint_format = checkpoint_format("lm")
     location_fields = ("data.data_dir", "data.cache_dir", "data.clusters_from")
+    corpus_fields = ("data.corpus",)
 
     def __init__(self, config: LMConfig, corpus: Corpus, device: torch.device) -> None:
         self.config, self.corpus = config, corpus
@@ -74,13 +73,6 @@ class LMTask(Task):
     @classmethod
     def load(cls, config: LMConfig, device: torch.device) -> LMTask:
         return cls(config, load_lm_corpus(config), device)
-
-    @classmethod
-    def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        out = super().absolute_locations(overrides)
-        if out.get("data.corpus") is not None:
-            out["data.corpus"] = normalise_corpus(out["data.corpus"])
-        return out
 
     def check_fits(self, device: torch.device) -> None:
         check_run_fits(self.config, self.corpus, device)
@@ -161,14 +153,6 @@ def load_lm_corpus(config: LMConfig, data_dir: str | None = None, cache_dir: str
     return load_corpus(d.corpus, d.data_dir if data_dir is None else data_dir, min_count=d.min_count,
                        max_size=d.max_size, cache_dir=d.cache_dir if cache_dir is None else cache_dir,
                        text_mode=d.text_mode)
-
-
-def normalise_corpus(corpus: str) -> str:
-    """Known names stay names; a path to your own text becomes absolute so a resume from elsewhere finds it."""
-    if corpus in CORPORA:
-        return corpus
-    path = Path(corpus).expanduser()
-    return str(path.resolve()) if path.exists() else corpus
 
 
 def check_vocabulary(corpus: Corpus, vocab: Vocabulary, trained_on: str, where: str | os.PathLike[str]) -> None:

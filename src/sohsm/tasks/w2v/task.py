@@ -21,7 +21,6 @@ from sohsm.data.loading import Corpus, load_corpus
 from sohsm.data.vocab import Vocabulary
 from sohsm.heads import ClusteredHead, Head, head_options
 from sohsm.tasks.heads import build_run_head
-from sohsm.tasks.lm.task import normalise_corpus
 from sohsm.tasks.w2v.config import W2VConfig
 from sohsm.tasks.w2v.data import EpochStream, W2VBatch, eval_examples, word2vec_vocabulary
 from sohsm.tasks.w2v.model import LinearDecaySGD, Word2Vec
@@ -80,6 +79,7 @@ class W2VTask(Task):
     config_class = W2VConfig
     checkpoint_format = W2V_CHECKPOINT_FORMAT
     location_fields = ("data.data_dir", "data.cache_dir")
+    corpus_fields = ("data.corpus",)
 
     def __init__(self, config: W2VConfig, corpus: Corpus, device: torch.device) -> None:
         self.config, self.corpus, self.device = config, corpus, device
@@ -99,13 +99,6 @@ class W2VTask(Task):
     @classmethod
     def load(cls, config: W2VConfig, device: torch.device) -> W2VTask:
         return cls(config, load_w2v_corpus(config), device)
-
-    @classmethod
-    def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        out = super().absolute_locations(overrides)
-        if out.get("data.corpus") is not None:
-            out["data.corpus"] = normalise_corpus(out["data.corpus"])
-        return out
 
     def check_fits(self, device: torch.device) -> None:
         if self.words_per_epoch < 2:
