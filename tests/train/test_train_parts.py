@@ -3,32 +3,23 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
+from small_run import small_config, small_vocab
 from sohsm.data import Vocabulary
 from sohsm.tasks.lm import LMConfig as TrainConfig, build_model_and_head
 from sohsm.train import MetricsLog, apply_overrides, build_optimizer, read_metrics
 from sohsm.train.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint, write_atomic
 
-WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(48)]
-
 
 @pytest.fixture
 def vocab():
-    counts = np.arange(len(WORDS), 0, -1) * 3
-    return Vocabulary(WORDS, counts)
-
-
-def _config(**overrides):
-    base = {"model.emb_size": 8, "model.hidden_size": 8, "head.name": "full"}
-    base.update(overrides)
-    return apply_overrides(TrainConfig(), base)
+    return small_vocab()
 
 
 def test_weight_decay_on_the_lstm_only_and_tied_weights_counted_once(vocab):
-    config = _config(**{"model.tie_weights": True})
+    config = small_config(**{"model.tie_weights": True})
     model, head = build_model_and_head(config, vocab)
     optimizer = build_optimizer(config, model, head)
     decay, rest = optimizer.param_groups
