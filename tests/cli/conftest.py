@@ -1,4 +1,4 @@
-"""Fixtures of the command-line tests: a small slice of real PTB text, a private cache, one thread.
+"""Fixtures of the command-line tests: small slices of real PTB text and Gigaword pairs, a private cache.
 
 The corpora are read from the data directory (``$SOHSM_DATA``, a relative value
 taken relative to the repository root, else ``~/.cache/sohsm``); the slice is
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from needs import GIGAWORD_HOW, need_corpus, need_files
 from needs import data_dir as _data_dir
-from needs import need_corpus
 from sohsm.cli.main import main
 
 #: a model small enough for a few hundred steps in seconds
@@ -36,6 +36,21 @@ def ptb_slice(tmp_path_factory) -> Path:
                                 ("test.txt", "ptb.test.txt", 300)):
         (folder / name).write_text(_head(ptb / source, lines), encoding="utf-8")
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    """A data directory: 200 training pairs, 40 dev pairs, 30 test and DUC-2004 inputs (first lines of each)."""
+    files = {"gigaword/train/train.article.txt": 200, "gigaword/train/train.title.txt": 200,
+             "gigaword/train/valid.article.filter.txt": 40, "gigaword/train/valid.title.filter.txt": 40,
+             "gigaword/Giga/input.txt": 30, "gigaword/Giga/task1_ref0.txt": 30,
+             "duc2004/input.txt": 30, **{f"duc2004/task1_ref{i}.txt": 30 for i in range(4)}}
+    source = need_files("Gigaword and DUC-2004", GIGAWORD_HOW, *files)
+    root = tmp_path_factory.mktemp("s2s-data")
+    for name, lines in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(_head(source / name, lines), encoding="utf-8")
+    return root
 
 
 @pytest.fixture(scope="session")

@@ -142,21 +142,6 @@ def test_bad_heads_and_options_are_one_line_before_anything_is_written(tmp_path,
     assert not (tmp_path / "heads").exists()
 
 
-def test_the_runs_of_a_comparison_may_differ_only_in_their_head(tmp_path):
-    from sohsm.runs.compare import PlannedRun, plan_comparison
-    from sohsm.tasks.lm import LMConfig as TrainConfig
-    from sohsm.train import apply_overrides
-
-    def run(name, **overrides):
-        return PlannedRun(name, apply_overrides(TrainConfig(), {"data.corpus": "ptb", **overrides}))
-
-    with pytest.raises(ValueError, match="run b differs from run a in seed"):
-        plan_comparison(tmp_path / "out", [run("a", **{"head.name": "full"}), run("b", seed=2)])
-    with pytest.raises(ValueError, match="appears twice"):
-        plan_comparison(tmp_path / "out", [run("a"), run("a")])
-    assert not (tmp_path / "out").exists()
-
-
 # -- several seeds in one command -------------------------------------------------------------------------
 def test_compare_over_seeds_reports_means_and_differences_against_the_reference(tmp_path, ptb_slice, small, cli):
     out = tmp_path / "seeds"

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from sohsm.data import DataError, VocabConfig, Vocabulary
+from sohsm.data.vocab import vocabulary_difference as _vocabulary_difference
 
 TOKENS = "b a c a b a d <eos> e a b <eos>".split()  # a:4 b:3 <eos>:2 c:1 d:1 e:1
 
@@ -82,3 +83,12 @@ def test_bad_options_name_the_value(kwargs, message):
         VocabConfig(**kwargs)
     with pytest.raises(ValueError, match=message):
         Vocabulary.build(TOKENS, **kwargs)
+
+
+def test_vocabularies_of_one_size_are_told_apart_by_a_word_or_a_count():
+    a = Vocabulary(["<unk>", "the", "cat"], [0, 5, 2])
+    assert "word 2 is 'cat' in the checkpoint and 'dog' now" in _vocabulary_difference(
+        a, Vocabulary(["<unk>", "the", "dog"], [0, 5, 2]))
+    assert "'the' was seen 5 times then and 6 times now" in _vocabulary_difference(
+        a, Vocabulary(["<unk>", "the", "cat"], [0, 6, 2]))
+    assert "3 words in the checkpoint, 2 now" in _vocabulary_difference(a, Vocabulary(["<unk>", "the"], [0, 5]))

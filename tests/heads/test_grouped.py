@@ -15,19 +15,19 @@ import torch._dynamo
 import torch._dynamo.testing
 
 from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax, device_statistics, grouped
-from sohsm.heads.two_level import _Layout
+from sohsm.heads.per_cluster_kernel import ClusterLayout
 
 from .reference import sequential_q_update
 
 
-def _layout(n_words: int, n_clusters: int, seed: int, empty: int = 0) -> _Layout:
+def _layout(n_words: int, n_clusters: int, seed: int, empty: int = 0) -> ClusterLayout:
     """A random assignment with uneven clusters, ``empty`` of them without words."""
     g = torch.Generator().manual_seed(seed)
     used = n_clusters - empty
     assignment = torch.randint(0, used, (n_words,), generator=g)
     assignment[:used] = torch.arange(used)  # every used cluster has a word
     assignment[: n_words // 3] = 0  # one large cluster
-    return _Layout(assignment[torch.randperm(n_words, generator=g)], n_clusters)
+    return ClusterLayout(assignment[torch.randperm(n_words, generator=g)], n_clusters)
 
 
 def _dense_in_cluster(hidden, word_weight, assignment, target):

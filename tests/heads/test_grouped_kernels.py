@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton, or the dev extra)")
 
 from sohsm.heads import TwoLevelSoftmax, grouped, grouped_kernels  # noqa: E402
-from sohsm.heads.two_level import _Layout  # noqa: E402
+from sohsm.heads.per_cluster_kernel import ClusterLayout  # noqa: E402
 
 if grouped_kernels._interpreted():
     DEVICE = "cpu"
@@ -30,7 +30,7 @@ def _problem(batch: int, n_words: int, n_clusters: int, d: int, seed: int, empty
     assignment = torch.randint(0, used, (n_words,), generator=g)
     assignment[:used] = torch.arange(used)
     assignment[: n_words // 3] = 0  # one cluster wider than a block of words
-    layout = _Layout(assignment, n_clusters)
+    layout = ClusterLayout(assignment, n_clusters)
     weight = torch.randn(n_words, d, generator=g, dtype=torch.float64)  # slot order
     hidden = torch.randn(batch, d, generator=g, dtype=torch.float64)
     target = torch.randint(0, n_words, (batch,), generator=g)

@@ -1,4 +1,4 @@
-"""The parts that keep a run's work safe, one by one: lock, orphans, divergence checks, preflight, flags."""
+"""The parts that keep a run's work safe, one by one: lock, orphans, divergence checks, stop signals, clipping."""
 from __future__ import annotations
 
 import errno
@@ -8,17 +8,10 @@ import signal
 import pytest
 import torch
 
-from sohsm.cli.config_flags import Flag, render_error
-from sohsm.fields import FieldError, has, suggest
-from sohsm.data.vocab import Vocabulary
-from sohsm.tasks.lm import LMConfig as TrainConfig
-from sohsm.train import apply_overrides
 from sohsm.train.checkpoint import remove_orphans, save_checkpoint, write_atomic
 from sohsm.train import guard
 from sohsm.train.guard import DivergenceError, StopSignals, check_finite_parameters, check_step, gradient_norm
 from sohsm.train.lock import RunLock
-from sohsm.data.vocab import vocabulary_difference as _vocabulary_difference
-from sohsm.tasks.lm.preflight import check_memory, estimate_bytes, format_bytes
 
 
 # -- lock --------------------------------------------------------------------------------------------
@@ -85,62 +78,6 @@ def test_stop_signals_ask_for_a_stop_and_a_second_one_aborts(signum, monkeypatch
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signum)
     assert signal.getsignal(signum) is not stop._handle  # the previous handlers are back
-
-
-# -- preflight ---------------------------------------------------------------------------------------------
-def test_memory_estimate_counts_parameters_gradients_and_optimizer_state():
-    config = apply_overrides(TrainConfig(), {"head.name": "two_level_random", "model.emb_size": 10,
-                                             "model.hidden_size": 20, "optim.optimizer": "adam"})
-    n = 100
-    params = n * 10 + (4 * 20 * (10 + 20) + 8 * 20) + n * 20 + 10 * 20
-    assert estimate_bytes(config, n) == (params * 4 * 4, "parameters, gradients and optimizer state")
-
-
-def test_an_impossible_model_is_refused_before_anything_is_allocated():
-    config = apply_overrides(TrainConfig(), {"model.hidden_size": 1_000_000})
-    with pytest.raises(ValueError, match=r"does not fit: .* TB, more than .* model.hidden_size=1000000"):
-        check_memory(config, 10_000, torch.device("cpu"))
-    check_memory(TrainConfig(), 10_000, torch.device("cpu"))  # the paper's model fits
-    assert format_bytes(16.4e12) == "16.4 TB" and format_bytes(512) == "512 B"
-
-
-# -- messages -----------------------------------------------------------------------------------------------
-FIELDS = {"hidden_size": "model.hidden_size", "batch_size": "batch_size", "eval_batch_size": "eval_batch_size",
-          "text_mode": "data.text_mode", "update_every": "head.update_every", "head": "head.name"}
-_FLAGS = [Flag(path, dest, int, False, None, "", {}) for dest, path in FIELDS.items()]
-
-
-@pytest.mark.parametrize("error, typed, expected", [
-    (FieldError.on("model.hidden_size", "must be >= 1, got 0"), ["hidden_size"], "--hidden-size must be >= 1, got 0"),
-    (FieldError.on("model.hidden_size", "must be >= 1, got 0"), [], "model.hidden_size must be >= 1, got 0"),
-    (FieldError("too few for {} (at most 4 columns)", has("eval_batch_size", 900)), ["eval_batch_size"],
-     "too few for --eval-batch-size 900 (at most 4 columns)"),
-    (FieldError("too few for {}", has("batch_size", 900)), ["eval_batch_size", "batch_size"],
-     "too few for --batch-size 900"),
-    (FieldError("a.txt: 1 line(s) is too few; give more text or use {}", suggest("text_mode", "running")), [],
-     "a.txt: 1 line(s) is too few; give more text or use --text-mode running"),
-    (ValueError("head 'full' does not accept the options ['update_every']"), ["update_every"],
-     "head 'full' does not accept the options ['update_every']"),
-    (FieldError.on("head.name", "is 'full' in the run, 'x' requested"), ["head"],
-     "--head is 'full' in the run, 'x' requested"),
-])
-def test_errors_name_the_flags_the_user_typed(error, typed, expected):
-    assert render_error(error, _FLAGS, {FIELDS[dest] for dest in typed}) == expected
-
-
-def test_the_library_names_the_fields():
-    assert str(FieldError("too few for {}", has("batch_size", 900))) == "too few for batch_size=900"
-    assert str(FieldError("use {}", suggest("text_mode", "running"))) == "use text_mode='running'"
-    assert str(FieldError.on("optim.lr", "must be positive, got {0}")) == "optim.lr must be positive, got {0}"
-
-
-def test_vocabularies_of_one_size_are_told_apart_by_a_word_or_a_count():
-    a = Vocabulary(["<unk>", "the", "cat"], [0, 5, 2])
-    assert "word 2 is 'cat' in the checkpoint and 'dog' now" in _vocabulary_difference(
-        a, Vocabulary(["<unk>", "the", "dog"], [0, 5, 2]))
-    assert "'the' was seen 5 times then and 6 times now" in _vocabulary_difference(
-        a, Vocabulary(["<unk>", "the", "cat"], [0, 6, 2]))
-    assert "3 words in the checkpoint, 2 now" in _vocabulary_difference(a, Vocabulary(["<unk>", "the"], [0, 5]))
 
 
 def test_clip_gradients_scales_row_sparse_gradients_as_their_dense_form():

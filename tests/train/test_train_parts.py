@@ -1,36 +1,25 @@
-"""Building blocks of the training loop: heads and optimizers from a config, checkpoints, metrics, clusters."""
+"""Building blocks of the training loop: optimizers from a config, checkpoints, metrics."""
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
+from small_run import small_config, small_vocab
 from sohsm.data import Vocabulary
-from sohsm.runs.clusters import cluster_of_word, cluster_table
-from sohsm.tasks.heads import build_run_head
 from sohsm.tasks.lm import LMConfig as TrainConfig, build_model_and_head
 from sohsm.train import MetricsLog, apply_overrides, build_optimizer, read_metrics
 from sohsm.train.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint, write_atomic
 
-WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(48)]
-
 
 @pytest.fixture
 def vocab():
-    counts = np.arange(len(WORDS), 0, -1) * 3
-    return Vocabulary(WORDS, counts)
-
-
-def _config(**overrides):
-    base = {"model.emb_size": 8, "model.hidden_size": 8, "head.name": "full"}
-    base.update(overrides)
-    return apply_overrides(TrainConfig(), base)
+    return small_vocab()
 
 
 def test_weight_decay_on_the_lstm_only_and_tied_weights_counted_once(vocab):
-    config = _config(**{"model.tie_weights": True})
+    config = small_config(**{"model.tie_weights": True})
     model, head = build_model_and_head(config, vocab)
     optimizer = build_optimizer(config, model, head)
     decay, rest = optimizer.param_groups
@@ -40,24 +29,6 @@ def test_weight_decay_on_the_lstm_only_and_tied_weights_counted_once(vocab):
     assert len(all_ids) == len(set(all_ids))
     assert id(model.embedding.weight) in all_ids and head.weight is model.embedding.weight
     assert isinstance(optimizer, torch.optim.Adagrad) and rest["lr"] == 0.1
-
-
-def test_the_runs_seed_draws_the_random_clusters(vocab):
-    a = build_run_head(_config(**{"head.name": "two_level_random", "seed": 1}), vocab).assignment
-    b = build_run_head(_config(**{"head.name": "two_level_random", "seed": 1}), vocab).assignment
-    c = build_run_head(_config(**{"head.name": "two_level_random", "seed": 2}), vocab).assignment
-    assert torch.equal(a, b) and not torch.equal(a, c)
-    head = build_run_head(_config(**{"head.name": "self_organized", "head.update_every": 7}), vocab)
-    assert head.update_every == 7 and int(head.counts[0]) == int(vocab.counts[0])
-
-
-def test_options_a_head_does_not_take(vocab):
-    with pytest.raises(ValueError, match="head 'full' has no option 'update_every'; its options: bias"):
-        build_run_head(_config(**{"head.update_every": 7}), vocab)
-    with pytest.raises(ValueError, match="gamma"):
-        build_run_head(_config(**{"head.options": {"gamma": 2.0}}), vocab)
-    head = build_run_head(_config(**{"head.name": "self_organized", "head.options": {"gamma": 2.0}}), vocab)
-    assert head.gamma == 2.0
 
 
 def test_checkpoints_are_written_atomically(tmp_path):
@@ -105,23 +76,6 @@ def test_metrics_log_drops_records_past_the_resumed_step(tmp_path):
         json.loads(line)
 
 
-def test_cluster_table(vocab):
-    head = build_run_head(_config(**{"head.name": "two_level_frequency"}), vocab)
-    table = cluster_table(head, vocab, words=3)
-    assert len(table) == head.n_clusters and sum(s.size for s in table) == len(vocab)
-    assert abs(sum(s.tf_mass for s in table) - 1.0) < 1e-9
-    assert [s.tf_mass for s in table] == sorted((s.tf_mass for s in table), reverse=True)
-    for s in table:
-        assert len(s.words) == min(3, s.size) and s.counts == sorted(s.counts, reverse=True)
-    assert table[0].words[0] == "<unk>"  # the most frequent word, in the heaviest bin
-    cluster = cluster_of_word(head, vocab, "w10", words=None)
-    assert "w10" in cluster.words and cluster.cluster == int(head.assignment[vocab["w10"]])
-    with pytest.raises(ValueError, match="not in the vocabulary"):
-        cluster_of_word(head, vocab, "nope")
-    with pytest.raises(ValueError, match="no word clusters"):
-        cluster_table(build_run_head(_config(), vocab), vocab)
-
-
 def test_metrics_are_mirrored_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
     import sys
     import types
@@ -143,3 +97,51 @@ def test_metrics_are_mirrored_to_tensorboard_when_it_is_installed(tmp_path, monk
         log.write({"kind": "eval", "step": 7, "ppl": 12.5, "ppl_cluster": None, "split": "valid"})
     assert ("eval/ppl", 12.5, 7) in scalars and scalars[-1] == "closed"
     assert not any(tag == "eval/ppl_cluster" for tag, *_ in scalars[:-1])
+
+
+def test_the_loop_reads_declared_attributes_of_heads_and_configs():
+    """Sparse gradients and the step's precision are declared (Head.sparse, RunConfig.amp/compile), not probed."""
+    from sohsm.heads import build_head
+    from sohsm.tasks.s2s import S2SConfig
+    from sohsm.tasks.w2v import W2VConfig
+    from sohsm.train.builders import can_fuse
+
+    dense, sparse = build_head("full", 8, 20), build_head("nce", 8, 20, sparse=True)
+    assert dense.sparse is False and sparse.sparse is True
+    assert can_fuse(list(dense.parameters()), dense) and not can_fuse(list(sparse.parameters()), sparse)
+    for config in (S2SConfig(), W2VConfig()):  # tasks without the fields train in float32, eagerly
+        assert config.amp is None and config.compile is False
+        assert "amp" not in config.to_dict() and "compile" not in config.to_dict()
+    lm = apply_overrides(TrainConfig(), {"amp": "bf16", "compile": True})
+    assert (lm.amp, lm.compile) == ("bf16", True) and lm.to_dict()["amp"] == "bf16"
+
+
+def test_a_checkpoint_of_other_data_is_refused_naming_what_differs():
+    from sohsm.train.checkpoint import check_same_data
+
+    a, b = Vocabulary(["<unk>", "the", "cat"], [0, 5, 2]), Vocabulary(["<unk>", "the", "dog"], [0, 5, 2])
+    check_same_data("run/last.pt", a, "ptb 1234", a, "ptb 1234", "corpus 'ptb'")  # the same data passes
+    with pytest.raises(ValueError, match=r"vocabulary of run/last.pt differs from that of corpus 'ptb' as read now "
+                                         r"\(.*word 2 is 'cat' in the checkpoint and 'dog' now\)"):
+        check_same_data("run/last.pt", a, "ptb 1234", b, "ptb 1234", "corpus 'ptb'")
+    with pytest.raises(ValueError, match=r"trained on \[ptb 1234\] but the data is now \[ptb 5678\]"):
+        check_same_data("run/last.pt", a, "ptb 1234", a, "ptb 5678")
+
+
+def test_each_task_makes_its_declared_locations_absolute(tmp_path, monkeypatch):
+    from sohsm.tasks.lm import LMTask
+    from sohsm.tasks.s2s import S2STask
+    from sohsm.tasks.w2v import W2VTask
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mytext").mkdir()
+    given = {"data.corpus": "mytext", "data.data_dir": "d", "data.clusters_from": "c.json", "epochs": 2}
+    lm = LMTask.absolute_locations(given)
+    assert lm == {"data.corpus": str(tmp_path / "mytext"), "data.data_dir": str(tmp_path / "d"),
+                  "data.clusters_from": str(tmp_path / "c.json"), "epochs": 2}
+    assert LMTask.absolute_locations({"data.corpus": "ptb"}) == {"data.corpus": "ptb"}  # a known name stays
+    w2v = W2VTask.absolute_locations(given)
+    assert w2v["data.corpus"] == lm["data.corpus"] and w2v["data.clusters_from"] == "c.json"  # not a w2v location
+    s2s = S2STask.absolute_locations(given)
+    assert s2s["data.corpus"] == "mytext" and s2s["data.data_dir"] == str(tmp_path / "d")
+    assert given["data.data_dir"] == "d"  # the overrides given are not changed

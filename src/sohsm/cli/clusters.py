@@ -4,20 +4,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
+from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as _wrap
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``clusters`` command and its ``show`` and ``export`` subcommands."""
-    parser = subparsers.add_parser(
-        "clusters", help="inspect the word clusters of a trained run", formatter_class=_RAW,
-        description=_wrap(
-            "Inspect the word clusters of a run trained with a two-level head.",
-        ),
+    sub = add_command_group(
+        subparsers, "clusters", help="inspect the word clusters of a trained run",
+        description="Inspect the word clusters of a run trained with a two-level head.",
         epilog="examples:\n  sohsm clusters show runs/ptb-sohsm\n  sohsm clusters show runs/ptb-sohsm --word actor",
     )
-    parser.set_defaults(func=lambda args: _usage(parser))
-    sub = parser.add_subparsers(dest="clusters_command", metavar="SUBCOMMAND")
     p = sub.add_parser(
         "show", help="the heaviest clusters and their most frequent words", formatter_class=_RAW,
         description=_wrap(
@@ -51,11 +47,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", required=True, choices=("json", "brown", "tsv"), help="the file format")
     p.add_argument("--out", metavar="FILE", help="where to write (atomically; default: standard output)")
     p.set_defaults(func=_export)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
 
 
 def _show(args: argparse.Namespace) -> int:

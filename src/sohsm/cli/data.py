@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from sohsm.cli.main import RAW as _RAW, CommandError
+from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group
 from sohsm.data import corpora, loading
 from sohsm.data.errors import DataError
 from sohsm.data.files import data_dir_origin, resolve_cache_dir, resolve_data_dir
@@ -22,14 +21,12 @@ _STATE_TEXT = {
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``data`` command and its ``fetch``, ``list`` and ``info`` subcommands."""
     names = ", ".join(corpora.corpus_names())
-    parser = subparsers.add_parser(
-        "data", help="fetch, list and inspect corpora", formatter_class=_RAW,
+    sub = add_command_group(
+        subparsers, "data", help="fetch, list and inspect corpora",
         description="Fetch, list and inspect the corpora in your data directory "
         "(--data-dir, else $SOHSM_DATA, else ~/.cache/sohsm).",
         epilog="examples:\n  sohsm data list\n  sohsm data fetch ptb\n  sohsm data info ptb",
     )
-    parser.set_defaults(func=lambda args: _usage(parser))
-    sub = parser.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
 
     p = sub.add_parser(
         "fetch", help="download a corpus and verify its checksums", formatter_class=_RAW,
@@ -76,11 +73,6 @@ def _add_dirs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", metavar="DIR", help="data directory (default: $SOHSM_DATA, else ~/.cache/sohsm)")
     parser.add_argument("--cache-dir", metavar="DIR",
                         help="cache directory (default: $SOHSM_CACHE, else ~/.cache/sohsm/cache)")
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
 
 
 def _fetch(args: argparse.Namespace) -> int:

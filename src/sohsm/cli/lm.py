@@ -6,8 +6,8 @@ import json
 import shlex
 import sys
 
-from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
-from sohsm.cli.train_options import add_training_options, head_options_help, train_command
+from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as _wrap
+from sohsm.cli.train_options import add_train_command
 from sohsm.cli.lm_compare import register_compare
 from sohsm.data.errors import DataError
 
@@ -35,51 +35,30 @@ examples:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``lm`` command and its ``train``, ``compare``, ``eval`` and ``generate`` subcommands."""
-    parser = subparsers.add_parser(
-        "lm", help="train, evaluate and sample from language models", formatter_class=_RAW,
-        description=_wrap(
-            "Train an LSTM language model with any output head, evaluate it, continue a text with it.",
-        ),
+    sub = add_command_group(
+        subparsers, "lm", help="train, evaluate and sample from language models",
+        description="Train an LSTM language model with any output head, evaluate it, continue a text with it.",
         epilog="examples:\n  sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb\n"
         "  sohsm lm compare --corpus ptb --out runs/ptb-heads --epochs 2\n"
         "  sohsm lm eval runs/ptb --split test\n  sohsm lm generate runs/ptb --prompt \"the company said\"",
     )
-    parser.set_defaults(func=lambda args: _usage(parser))
-    sub = parser.add_subparsers(dest="lm_command", metavar="SUBCOMMAND")
     _register_train(sub)
     register_compare(sub)
     _register_eval(sub)
     _register_generate(sub)
 
 
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
-
-
 def _register_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "train", help="train a language model (or resume a run)", formatter_class=_RAW,
-        description=_wrap(
-            "Train an LSTM language model with the chosen head in RUN_DIR: config.json, vocab.json, "
-            "metrics.jsonl, last.pt and best.pt (best dev perplexity). Stops when the epochs, --max-tokens or "
-            "--time-budget run out, or on Ctrl-C, kill (SIGTERM) or a closed terminal (SIGHUP), after saving a "
-            "checkpoint; a run whose loss or gradient becomes NaN or infinite stops and keeps its last good one.",
-        ),
-        epilog=_TRAIN_EPILOG + "\n" + head_options_help(),
+    from sohsm.tasks.lm import LMConfig
+
+    add_train_command(
+        sub, LMConfig, _print_summary, help="train a language model (or resume a run)",
+        description="Train an LSTM language model with the chosen head in RUN_DIR: config.json, vocab.json, "
+        "metrics.jsonl, last.pt and best.pt (best dev perplexity). Stops when the epochs, --max-tokens or "
+        "--time-budget run out, or on Ctrl-C, kill (SIGTERM) or a closed terminal (SIGHUP), after saving a "
+        "checkpoint; a run whose loss or gradient becomes NaN or infinite stops and keeps its last good one.",
+        epilog=_TRAIN_EPILOG,
     )
-    from sohsm.tasks.lm import LMConfig
-
-    p.set_defaults(func=_train, config_flags=add_training_options(p, LMConfig))
-
-
-def _train(args: argparse.Namespace) -> int:
-    from sohsm.tasks.lm import LMConfig
-
-    result = train_command(args, LMConfig, args.config_flags)
-    if result.writer:  # under torchrun, rank 0 speaks for all
-        _print_summary(result)
-    return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0  # 130 for Ctrl-C
 
 
 def _fmt(value: float | None) -> str:

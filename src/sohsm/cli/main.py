@@ -31,6 +31,24 @@ class CommandError(Exception):
     """A user error a subcommand reports as one line and a non-zero exit."""
 
 
+def add_command_group(subparsers: argparse._SubParsersAction, name: str, *, help: str, description: str,
+                      epilog: str) -> argparse._SubParsersAction:
+    """Add command ``name`` with subcommands (``sohsm lm train``, ...); returns the action to add them to.
+
+    The command alone prints its help to standard error and exits with 2.
+    """
+    parser = subparsers.add_parser(name, help=help, formatter_class=RAW, description=wrap(description),
+                                   epilog=epilog)
+    parser.set_defaults(func=lambda args: usage(parser))
+    return parser.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")
+
+
+def usage(parser: argparse.ArgumentParser) -> int:
+    """Print ``parser``'s help to standard error; the exit status of a command given without its subcommand."""
+    parser.print_help(sys.stderr)
+    return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sohsm",

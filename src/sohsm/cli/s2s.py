@@ -5,8 +5,8 @@ import argparse
 import shlex
 import sys
 
-from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
-from sohsm.cli.train_options import add_training_options, head_options_help, train_command
+from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as _wrap
+from sohsm.cli.train_options import add_train_command
 from sohsm.data.errors import DataError
 
 _EPILOG = """\
@@ -29,15 +29,12 @@ examples:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``s2s`` command and its ``pairs``, ``titles``, ``train``, ``decode`` and ``score`` subcommands."""
-    parser = subparsers.add_parser(
-        "s2s", help="headline generation: train, decode, score", formatter_class=_RAW,
-        description=_wrap("Train an attention encoder-decoder that writes a headline for a news sentence, with "
-                          "any head as its output layer (the paper's second experiment); decode with beam search; "
-                          "score with ROUGE."),
+    sub = add_command_group(
+        subparsers, "s2s", help="headline generation: train, decode, score",
+        description="Train an attention encoder-decoder that writes a headline for a news sentence, with any head "
+        "as its output layer (the paper's second experiment); decode with beam search; score with ROUGE.",
         epilog=_EPILOG,
     )
-    parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), 2)[1])
-    sub = parser.add_subparsers(dest="s2s_command", metavar="SUBCOMMAND")
     _register_pairs(sub)
     _register_titles(sub)
     _register_train(sub)
@@ -146,20 +143,18 @@ def _titles(args: argparse.Namespace) -> int:
 
 # -- train --------------------------------------------------------------------------------------------
 def _register_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a summariser (or resume a run)", formatter_class=_RAW,
-                       description=_wrap("Train the attention encoder-decoder with the chosen head in RUN_DIR "
-                                         "(config.json, vocab.json, metrics.jsonl, last.pt, best.pt by dev "
-                                         "perplexity). Budgets, resume and stop signals work as in `sohsm lm train`."),
-                       epilog=_EPILOG + "\n" + head_options_help())
     from sohsm.tasks.s2s import S2SConfig
 
-    p.set_defaults(func=_train, config_flags=add_training_options(p, S2SConfig))
+    add_train_command(
+        sub, S2SConfig, _print_summary, help="train a summariser (or resume a run)",
+        description="Train the attention encoder-decoder with the chosen head in RUN_DIR (config.json, vocab.json, "
+        "metrics.jsonl, last.pt, best.pt by dev perplexity). Budgets, resume and stop signals work as in "
+        "`sohsm lm train`.",
+        epilog=_EPILOG,
+    )
 
 
-def _train(args: argparse.Namespace) -> int:
-    from sohsm.tasks.s2s import S2SConfig
-
-    result = train_command(args, S2SConfig, args.config_flags)
+def _print_summary(result) -> None:
     from sohsm.train import format_signature
 
     run = shlex.quote(str(result.run_dir))
@@ -174,7 +169,6 @@ def _train(args: argparse.Namespace) -> int:
         print(f"decode      sohsm s2s decode {run} --input gigaword --out {shlex.quote(str(result.run_dir / 'giga.txt'))}")
     if result.stopped != "done":
         print(f"resume      sohsm s2s train --run-dir {run} --resume")
-    return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0
 
 
 def _print_reverse_accuracy(run_dir) -> bool:

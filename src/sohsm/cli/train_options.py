@@ -11,10 +11,11 @@ import argparse
 import json
 import re
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from sohsm.cli.config_flags import Flag, add_config_flags, read_config_file, render_error, typed_fields
-from sohsm.cli.main import CommandError
+from sohsm.cli.main import RAW, CommandError, wrap
 from sohsm.data.errors import DataError
 from sohsm.heads import check_head_options, head_names, head_options
 
@@ -153,6 +154,26 @@ def head_overrides(head: str, options: dict[str, Any], update_every: int | None)
     if update_every is not None:
         overrides["head.update_every"] = update_every
     return overrides
+
+
+def add_train_command(sub: argparse._SubParsersAction, config_class: type, summary: Callable[[Any], None], *,
+                      help: str, description: str, epilog: str) -> argparse.ArgumentParser:
+    """Add a task's ``train`` subcommand: the flags of ``config_class``, then :func:`train_command` and
+    ``summary(result)`` (printed by the writing rank only, which under torchrun speaks for all).
+
+    Its exit status is 0, or ``128 + N`` when stop signal N interrupted the run (130 for Ctrl-C).
+    """
+    p = sub.add_parser("train", help=help, formatter_class=RAW, description=wrap(description),
+                       epilog=epilog + "\n" + head_options_help())
+
+    def run(args: argparse.Namespace) -> int:
+        result = train_command(args, config_class, args.config_flags)
+        if result.writer:
+            summary(result)
+        return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0
+
+    p.set_defaults(func=run, config_flags=add_training_options(p, config_class))
+    return p
 
 
 def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag]):

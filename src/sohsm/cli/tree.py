@@ -2,21 +2,18 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from sohsm.cli.main import RAW as _RAW, CommandError, wrap as _wrap
+from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as _wrap
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``tree`` command and its ``build`` subcommand."""
-    parser = subparsers.add_parser(
-        "tree", help="build word trees for the tree softmax", formatter_class=_RAW,
-        description=_wrap("Build binary word trees for the tree hierarchical softmax from trained runs."),
+    sub = add_command_group(
+        subparsers, "tree", help="build word trees for the tree softmax",
+        description="Build binary word trees for the tree hierarchical softmax from trained runs.",
         epilog="examples:\n  sohsm tree build runs/ptb-tree-random --output ptb-bootstrap.pt",
     )
-    parser.set_defaults(func=lambda args: _usage(parser))
-    sub = parser.add_subparsers(dest="tree_command", metavar="SUBCOMMAND")
     p = sub.add_parser(
         "build", help="a bootstrapped tree from a run's context vectors", formatter_class=_RAW,
         description=_wrap(
@@ -38,11 +35,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", metavar="DIR", help="where the run's corpus is, if not where it was found")
     p.add_argument("--device", default="cpu", help="where to run the model (default cpu)")
     p.set_defaults(func=_build)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
 
 
 def _build(args: argparse.Namespace) -> int:

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 
-from sohsm.cli.main import RAW, CommandError, wrap
-from sohsm.cli.train_options import add_training_options, head_options_help, train_command
+from sohsm.cli.main import RAW, CommandError, add_command_group, wrap
+from sohsm.cli.train_options import add_train_command
 from sohsm.data.errors import DataError
 
 _TRAIN_EPILOG = """\
@@ -26,25 +25,22 @@ examples:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``w2v`` command and its ``train``, ``export``, ``neighbours`` and ``eval`` subcommands."""
-    parser = subparsers.add_parser(
-        "w2v", help="word embeddings with any head (word2vec's CBOW and skip-gram)", formatter_class=RAW,
-        description=wrap("Train word vectors as word2vec does, with any output head; export them in word2vec's "
-                         "formats, list a word's neighbours, score analogies and word similarity."),
+    sub = add_command_group(
+        subparsers, "w2v", help="word embeddings with any head (word2vec's CBOW and skip-gram)",
+        description="Train word vectors as word2vec does, with any output head; export them in word2vec's "
+        "formats, list a word's neighbours, score analogies and word similarity.",
         epilog="examples:\n  sohsm w2v train --corpus text8-small --head tree_huffman --run-dir runs/w2v\n"
         "  sohsm w2v export runs/w2v --format binary --out vectors.bin\n  sohsm w2v neighbours runs/w2v france\n"
         "  sohsm w2v eval runs/w2v --analogies questions-words.txt --similarity wordsim353.tsv",
     )
-    parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), 2)[1])
-    sub = parser.add_subparsers(dest="w2v_command", metavar="SUBCOMMAND")
-
-    p = sub.add_parser("train", help="train word vectors (or resume a run)", formatter_class=RAW,
-                       description=wrap("Train word vectors in RUN_DIR (config.json, vocab.json, metrics.jsonl, "
-                                        "last.pt, best.pt), with a progress bar; Ctrl-C stops after a checkpoint "
-                                        "and --resume continues exactly."),
-                       epilog=_TRAIN_EPILOG + "\n" + head_options_help())
     from sohsm.tasks.w2v.config import W2VConfig
 
-    p.set_defaults(func=_train, config_flags=add_training_options(p, W2VConfig))
+    add_train_command(
+        sub, W2VConfig, _print_summary, help="train word vectors (or resume a run)",
+        description="Train word vectors in RUN_DIR (config.json, vocab.json, metrics.jsonl, last.pt, best.pt), with "
+        "a progress bar; Ctrl-C stops after a checkpoint and --resume continues exactly.",
+        epilog=_TRAIN_EPILOG,
+    )
 
     p = sub.add_parser("export", help="write a run's vectors in word2vec's text or binary format",
                        formatter_class=RAW, epilog="examples:\n  sohsm w2v export runs/w2v --format text\n"
@@ -85,14 +81,6 @@ def _run_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", metavar="RUN", help="a run directory (from `sohsm w2v train`)")
     p.add_argument("--checkpoint", choices=("last", "best"), default="last",
                    help="last.pt (the final vectors, the default) or best.pt (best dev perplexity)")
-
-
-def _train(args: argparse.Namespace) -> int:
-    from sohsm.tasks.w2v.config import W2VConfig
-
-    result = train_command(args, W2VConfig, args.config_flags)
-    _print_summary(result)
-    return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0
 
 
 def _print_summary(result) -> None:

@@ -133,6 +133,11 @@ class Head(nn.Module):
     #: target then fails inside an indexing kernel, or on a GPU may be read out of bounds.
     check_targets: bool = True
 
+    #: The head hands its weight a row-sparse gradient (the ``sparse=True`` option of the tree and
+    #: sampled heads): it needs an optimizer that takes one (``SGD``, ``Adagrad``, ``SparseAdam``),
+    #: and no fused optimizer step.
+    sparse: bool = False
+
     def __init__(self, in_features: int, n_classes: int) -> None:
         super().__init__()
         self.in_features = check_size("in_features", in_features, 1)

@@ -1,6 +1,6 @@
 """The in-cluster softmax of the two-level heads without host synchronisation (the sync-free path).
 
-The default kernel (:mod:`sohsm.heads.two_level`) groups a batch's rows by cluster
+The default kernel (:mod:`sohsm.heads.per_cluster_kernel`) groups a batch's rows by cluster
 on the host: it reads the cluster counts back (``.tolist()``) and runs one matrix
 product per present cluster. On a GPU that is a synchronisation and hundreds of
 small launches a step. This path keeps every shape static, so a step runs without

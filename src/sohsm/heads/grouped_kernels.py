@@ -61,6 +61,23 @@ def _operand(x, COMPUTE: tl.constexpr, EMULATE: tl.constexpr):
 
 
 @triton.jit
+def _tile_rows(tile_rows_ptr, t, BLOCK_M: tl.constexpr):
+    """Tile ``t``'s rows in the batch and which of them are real: ``(rows, row_ok)``; padding reads row 0."""
+    rows = tl.load(tile_rows_ptr + t * BLOCK_M + tl.arange(0, BLOCK_M))
+    row_ok = rows >= 0
+    return tl.where(row_ok, rows, 0), row_ok
+
+
+@triton.jit
+def _tile_block(tile_cluster_ptr, offsets_ptr, sizes_ptr, t, N_CLUSTERS):
+    """Tile ``t``'s cluster's block of word rows: ``(start, n)``; an unused tile has ``n = 0``."""
+    c = tl.load(tile_cluster_ptr + t)
+    c_ok = c < N_CLUSTERS
+    c = tl.where(c_ok, c, 0)
+    return tl.load(offsets_ptr + c), tl.where(c_ok, tl.load(sizes_ptr + c), 0)
+
+
+@triton.jit
 def _forward_kernel(
     h_ptr, w_ptr, tile_rows_ptr, tile_cluster_ptr, offsets_ptr, sizes_ptr, target_ptr,
     out_ptr, lse_ptr, logits_ptr,
@@ -69,14 +86,8 @@ def _forward_kernel(
     COMPUTE: tl.constexpr, EMULATE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     t = tl.program_id(0)
-    rows = tl.load(tile_rows_ptr + t * BLOCK_M + tl.arange(0, BLOCK_M))
-    row_ok = rows >= 0
-    rows = tl.where(row_ok, rows, 0)
-    c = tl.load(tile_cluster_ptr + t)
-    c_ok = c < N_CLUSTERS
-    c = tl.where(c_ok, c, 0)
-    start = tl.load(offsets_ptr + c)
-    n = tl.where(c_ok, tl.load(sizes_ptr + c), 0)
+    rows, row_ok = _tile_rows(tile_rows_ptr, t, BLOCK_M)
+    start, n = _tile_block(tile_cluster_ptr, offsets_ptr, sizes_ptr, t, N_CLUSTERS)
     target = tl.load(target_ptr + rows, mask=row_ok, other=-1)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -116,14 +127,8 @@ def _grad_hidden_kernel(
     t = tl.program_id(0)
     ds = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     d_ok = ds < D
-    rows = tl.load(tile_rows_ptr + t * BLOCK_M + tl.arange(0, BLOCK_M))
-    row_ok = rows >= 0
-    rows = tl.where(row_ok, rows, 0)
-    c = tl.load(tile_cluster_ptr + t)
-    c_ok = c < N_CLUSTERS
-    c = tl.where(c_ok, c, 0)
-    start = tl.load(offsets_ptr + c)
-    n = tl.where(c_ok, tl.load(sizes_ptr + c), 0)
+    rows, row_ok = _tile_rows(tile_rows_ptr, t, BLOCK_M)
+    start, n = _tile_block(tile_cluster_ptr, offsets_ptr, sizes_ptr, t, N_CLUSTERS)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     for j0 in range(0, n, BLOCK_N):
         cols = j0 + tl.arange(0, BLOCK_N)
@@ -156,9 +161,7 @@ def _grad_weight_kernel(
     n_tiles = tl.where(tl.program_id(1) * BLOCK_N < n, tl.load(tiles_ptr + c), 0)
     acc = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     for i in range(0, n_tiles):
-        rows = tl.load(tile_rows_ptr + (first + i) * BLOCK_M + tl.arange(0, BLOCK_M))
-        row_ok = rows >= 0
-        rows = tl.where(row_ok, rows, 0)
+        rows, row_ok = _tile_rows(tile_rows_ptr, first + i, BLOCK_M)
         g = tl.load(g_ptr + rows[None, :] * stride_g + cols[:, None], mask=row_ok[None, :] & col_ok[:, None],
                     other=0.0)  # [BLOCK_N, BLOCK_M]: grad_logits transposed
         h = tl.load(h_ptr + rows[:, None] * stride_h + ds[None, :], mask=row_ok[:, None] & d_ok[None, :],

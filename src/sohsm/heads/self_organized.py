@@ -5,14 +5,23 @@ which the M-step is ordinary gradient descent with the clusters fixed, and the
 E-step (every ``update_every`` optimizer steps) re-assigns words to clusters
 with the greedy Algorithm 1 from running statistics of the model's own cluster
 predictions.
+
+This file holds the module: its options, its state, the E-step
+(:meth:`SelfOrganizedSoftmax.reassign`) and what a checkpoint keeps. Its parts
+live beside it, one idea a file, each mixed into the class:
+
+* :mod:`sohsm.heads.cluster_statistics`: the statistics ``q`` (Eq. 9-10), folded in
+  after every training batch (:mod:`sohsm.heads.device_statistics`: the same on the
+  sync-free path);
+* :mod:`sohsm.heads.recluster_schedule`: when it re-clusters (attached to an
+  optimizer, every ``K`` steps, growing) and when it stops;
+* :mod:`sohsm.heads.freezing`: freezing the clusters, and what it does to the weights;
+* :mod:`sohsm.heads.moved_words`: what a moved word's vector becomes;
+* :mod:`sohsm.heads.rank_sync`: several processes, one set of statistics and clusters.
 """
 from __future__ import annotations
 
-import inspect
 import math
-import os
-import sys
-import warnings
 
 import torch
 import torch.distributed as dist
@@ -25,37 +34,18 @@ from sohsm.clustering import (
     greedy_assignment,
     random_assignment,
 )
-from sohsm.heads import device_statistics
 from sohsm.heads.base import SelfOrganizingHead, check_counts
+from sohsm.heads.cluster_statistics import SMOOTHING, ClusterStatistics
+from sohsm.heads.freezing import Freezing
+from sohsm.heads.moved_words import MOVED_VECTORS, give_cluster_means
+from sohsm.heads.rank_sync import RankSync
+from sohsm.heads.recluster_schedule import ReclusterSchedule
 from sohsm.heads.registry import register_head
 from sohsm.heads.two_level import TwoLevelSoftmax
 
-_LN2 = math.log(2.0)
 
-#: smoothing rules of the cluster statistics q (Eq. 10)
-SMOOTHING = ("epoch", "paper_literal")
-
-
-def _user_stacklevel() -> int:
-    """``stacklevel`` that makes a warning point at the first frame outside torch and these heads."""
-    inside = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
-    frame, level = inspect.currentframe().f_back, 1  # level 1: the function that warns (the public frame API)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(inside):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-def _is_zero_redundancy(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether ``optimizer`` is torch's ZeroRedundancyOptimizer (which shards its state across ranks).
-
-    An instance of it means its module was imported, so the check imports nothing (importing
-    ``torch.distributed.optim`` would compile its TorchScript optimizers on every attach).
-    """
-    module = sys.modules.get("torch.distributed.optim.zero_redundancy_optimizer")
-    return module is not None and isinstance(optimizer, module.ZeroRedundancyOptimizer)
-
-
-class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
+class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankSync, TwoLevelSoftmax,
+                           SelfOrganizingHead):
     """Two-level softmax whose word clusters are learned from the model's predictions.
 
     For every word ``w`` a row ``q[w]`` estimates ``E[log2 P(c | context) | next word = w]``
@@ -231,7 +221,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         self.update_growth = float(update_growth)
         self.freeze_after_tokens = None if freeze_after_tokens is None else int(freeze_after_tokens)
         self.reset_on_freeze = reset_on_freeze
-        if moved_vectors not in ("keep", "cluster_mean"):
+        if moved_vectors not in MOVED_VECTORS:
             raise ValueError(f"moved_vectors must be 'keep' or 'cluster_mean', got {moved_vectors!r}")
         self.moved_vectors = moved_vectors
         self.tokens_seen = 0
@@ -258,182 +248,6 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         self._device_tokens: list[int] = []  # tokens of the batches the sync-free path folded since the last step
         self._width = max(self.max_cluster_size, self._layout_cache.max_size)  # see _sync_free_width
 
-    # -- cluster statistics (Eq. 9-10) ---------------------------------------------
-    def _smoothing_factor(self, counts: Tensor) -> Tensor:
-        """``lambda(w)`` for the given counts (float64)."""
-        f = counts.to(torch.float64).clamp(min=1.0)
-        return 1.0 / f if self.smoothing == "paper_literal" else 1.0 - 1.0 / f
-
-    def _resolve_update_every(self, batch_tokens: int) -> None:
-        """``K`` for ``update_every=None``: about ``reclusters_per_epoch`` re-clusterings per epoch.
-
-        An epoch is ``sum(counts)`` tokens; a step is taken to read as many tokens as
-        the first training batch. Without corpus counts the paper's K = 1000 is used.
-        """
-        if not self.counts_given or batch_tokens <= 0:
-            self.update_every = 1000
-            return
-        steps_per_epoch = float(self.counts.sum()) / batch_tokens
-        self.update_every = max(1, round(steps_per_epoch / self.reclusters_per_epoch))
-
-    def describe_schedule(self, tokens_per_step: int | None = None) -> str:
-        """K as the head will use it, for a run's start-up lines: ``"K 43 (auto, ≈8 per epoch)"``.
-
-        Without a given K the head chooses it at its first batch from the epoch length
-        (``sum(counts) / tokens_per_step`` steps) and :attr:`reclusters_per_epoch`;
-        this computes the same number in advance.
-        """
-        k = self.update_every
-        if k == 0:
-            return "K 0 (never re-clusters)"
-        if k is not None:
-            return f"K {k}"
-        if not self.counts_given or not tokens_per_step:
-            return "K auto"
-        steps_per_epoch = float(self.counts.sum()) / tokens_per_step
-        return f"K {max(1, round(steps_per_epoch / self.reclusters_per_epoch))} (auto, ≈{self.reclusters_per_epoch:g} per epoch)"
-
-    # -- q and tensors that are not buffers -------------------------------------------------
-    def _apply(self, fn, recurse=True):
-        result = super()._apply(fn, recurse)
-        self.q = fn(self.q)
-        return result
-
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        destination[prefix + "q"] = self.q
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
-        key = prefix + "q"
-        if key in unexpected_keys:
-            unexpected_keys.remove(key)
-        if key not in state_dict:
-            missing_keys.append(key)
-        elif state_dict[key].shape != self.q.shape:
-            error_msgs.append(f"size mismatch for {key}: copying a param with shape {tuple(state_dict[key].shape)} "
-                              f"from checkpoint, the shape in current model is {tuple(self.q.shape)}.")
-        else:
-            with torch.no_grad():
-                self.q.copy_(state_dict[key])
-
-    # -- several processes ----------------------------------------------------------------------
-    def set_process_group(self, group="auto") -> None:
-        """Which processes' tokens feed the statistics and share one assignment.
-
-        ``"auto"`` (default): the process group of the
-        :class:`~torch.nn.parallel.DistributedDataParallel` module the head runs
-        inside, found at the first training forward; one process when there is
-        none. ``None``: this process alone (every rank keeps its own clusters).
-        A process group: those ranks, e.g. when gradients are all-reduced by hand.
-
-        With several ranks, a training forward keeps its targets and cluster
-        log-probabilities; after each optimizer step :meth:`merge_statistics` folds
-        all ranks' batches into ``q`` as one process would fold them concatenated
-        in rank order, and a re-assignment runs Algorithm 1 on rank 0 and
-        broadcasts the result (:meth:`broadcast_assignment`): every rank then moves
-        its words, weights and optimizer state the same way.
-        """
-        self._group_option = group
-        self._group = None if group == "auto" else group
-
-    def _find_group(self):
-        """The process group of the statistics (``None``: one process), found at the first training forward."""
-        if self._group is not None or self._group_option != "auto":
-            return self._group
-        if not (dist.is_available() and dist.is_initialized()):
-            return None
-        ddp = torch.nn.parallel.DistributedDataParallel._get_active_ddp_module()
-        if ddp is not None and any(m is self for m in ddp.module.modules()) and (
-                dist.get_world_size(ddp.process_group) > 1):
-            self._group = ddp.process_group
-        return self._group
-
-    @torch.no_grad()
-    def merge_statistics(self) -> None:
-        """Fold the batches every rank observed since the last merge into ``q`` (a collective).
-
-        Every rank of the process group must call it at the same point (the head
-        does so itself after each step of an attached optimizer). The union is
-        folded in rank order, each rank's batches in the order it saw them, so
-        every rank ends with the same ``q`` that one process gets from that batch.
-        Nothing to do in one process (each batch is folded at its forward).
-        """
-        group = self._group
-        if group is None:
-            return
-        pending, self._pending = self._pending, []
-        device = self.q.device
-        target = torch.cat([t for t, _ in pending]) if pending else torch.zeros(0, dtype=torch.long, device=device)
-        log_probs = (torch.cat([lp for _, lp in pending]) if pending
-                     else torch.zeros(0, self.n_clusters, dtype=torch.float32, device=device))
-        world = dist.get_world_size(group)
-        size = torch.tensor([target.numel()], device=device)
-        sizes = [torch.zeros_like(size) for _ in range(world)]
-        dist.all_gather(sizes, size, group=group)
-        sizes = [int(n) for n in sizes]
-        width = max(sizes)
-        if width == 0:
-            return
-        pad = width - target.numel()
-        target = torch.cat([target, target.new_zeros(pad)])
-        log_probs = torch.cat([log_probs, log_probs.new_zeros(pad, self.n_clusters)])
-        targets = [torch.empty_like(target) for _ in range(world)]
-        all_log_probs = [torch.empty_like(log_probs) for _ in range(world)]
-        dist.all_gather(targets, target, group=group)
-        dist.all_gather(all_log_probs, log_probs, group=group)
-        target = torch.cat([t[:n] for t, n in zip(targets, sizes)])
-        log_probs = torch.cat([lp[:n] for lp, n in zip(all_log_probs, sizes)])
-        self.tokens_seen += target.numel()
-        self.update_statistics(target, log_probs)
-
-    @torch.no_grad()
-    def broadcast_assignment(self, assignment: Tensor | None, fallback_words: int = 0) -> tuple[Tensor, int]:
-        """Rank 0's ``(assignment, fallback_words)`` on every rank of the process group (a collective).
-
-        Rank 0 passes its Algorithm 1 result; the others may pass ``None``. The
-        assignment is sent, not recomputed on each rank: on a GPU, ``index_add_``
-        is not bit-deterministic, so ranks' ``q`` may differ in the last bits.
-        """
-        group = self._group
-        if group is None:
-            return assignment, fallback_words
-        payload = torch.zeros(self.n_classes + 1, dtype=torch.long, device=self.assignment.device)
-        if dist.get_rank(group) == 0:
-            payload[:-1] = assignment
-            payload[-1] = fallback_words
-        dist.broadcast(payload, src=dist.get_global_rank(group, 0), group=group)
-        return payload[:-1], int(payload[-1])
-
-    # -- cluster statistics (Eq. 9-10) ---------------------------------------------------------
-    @torch.no_grad()
-    def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
-        # torch has no public way to ask whether this forward runs inside a backward pass (activation
-        # checkpointing recomputes it there); its graph task id is -1 outside one
-        if self.frozen or torch._C._current_graph_task_id() != -1:
-            return  # a forward recomputed during backward (activation checkpointing) was already seen
-        group = self._find_group()
-        world = 1 if group is None else dist.get_world_size(group)
-        if self.update_every is None:
-            self._resolve_update_every(target.numel() * world)  # ranks are taken to get equal shares
-        if self.update_every and not self._optimizers and not self._warned_unattached:
-            warnings.warn(
-                "SelfOrganizedSoftmax is training without an attached optimizer, so its clusters "
-                "are not re-learned; call head.attach(optimizer) once, or head.reassign() yourself",
-                stacklevel=_user_stacklevel(),
-            )
-            self._warned_unattached = True
-        if group is None:
-            self.tokens_seen += target.numel()
-            self.update_statistics(target, cluster_log_probs)
-        else:
-            self._pending.append((target.detach().clone(), cluster_log_probs.detach().float()))
-
-    def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None:
-        device_statistics.observe(self, target, cluster_log_probs)
-
     def _sync_free_width(self) -> int:
         """Static width of the sync-free path's logits: the largest cluster Algorithm 1 may make.
 
@@ -443,141 +257,6 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         if not torch.compiler.is_compiling():
             self._width = max(self.max_cluster_size, self._layout_cache.max_size)
         return self._width
-
-    @torch.no_grad()
-    def update_statistics(self, target: Tensor, cluster_log_probs: Tensor) -> None:
-        """Fold one batch into ``q`` (Eq. 9), exactly as one update per token in batch order would.
-
-        Token ``t`` (word ``w``) sees the smoothing ``lambda_t = lambda(f_t)``, where ``f_t`` is
-        ``counts[w]``, or, when the head counts targets itself, the count including ``t``. Then
-        ``q[w]`` keeps ``prod_t lambda_t`` of its old row and token ``t`` enters with weight
-        ``(1 - lambda_t) * prod_{s after t} lambda_s`` (products over the occurrences of ``w``).
-
-        Rows with a NaN or ``+inf`` log-probability (a non-finite hidden state) are
-        skipped: folded in, they would poison their word's row of ``q`` for good.
-
-        Args:
-            target: ``[B]`` word ids.
-            cluster_log_probs: ``[B, n_clusters]`` natural-log ``log P(c | h)`` of each row (the shortlist
-                words' columns are not kept).
-        """
-        target = target.reshape(-1)
-        cluster_log_probs = cluster_log_probs[:, self.shortlist:]  # the learned clusters' columns
-        bad = (cluster_log_probs.isnan() | (cluster_log_probs == math.inf)).any(dim=1)
-        if bool(bad.any()):
-            target, cluster_log_probs = target[~bad], cluster_log_probs[~bad]
-            if target.numel() == 0:
-                return
-        n = target.numel()
-        words, inverse, repeats = torch.unique(target, return_inverse=True, return_counts=True)
-        # order the tokens by word, keeping batch order within a word; rank = occurrence number
-        by_word = torch.sort(inverse, stable=True).indices
-        first = repeats.cumsum(0) - repeats
-        rank_sorted = torch.arange(n, device=target.device) - first[inverse[by_word]]
-        counts = self.counts.to(torch.float64)
-        if self.counts_given:
-            seen = counts[target[by_word]]
-        else:
-            seen = counts[target[by_word]] + rank_sorted + 1
-            self.counts.index_add_(0, target, torch.ones_like(target, dtype=self.counts.dtype))
-        lam = self._smoothing_factor(seen)  # [n], sorted by word
-        # log-products of lambda; lambda = 0 (a word's first occurrence ever) becomes exp(-1e4) = 0
-        log_lam = lam.log().clamp(min=-1e4).cumsum(0)
-        last = first + repeats - 1
-        before_group = torch.where(first > 0, log_lam[(first - 1).clamp(min=0)], torch.zeros_like(log_lam[first]))
-        decay = (log_lam[last] - before_group).exp()  # [U]
-        weight = (1.0 - lam) * (log_lam[last][inverse[by_word]] - log_lam).exp()  # [n]
-        # log P(c | h) of an empty cluster is -inf: floor it so that q stays finite
-        samples = (cluster_log_probs[by_word] / _LN2).clamp(min=-1e4)
-        self.q[words] *= decay.to(self.q.dtype)[:, None]
-        self.q.index_add_(0, target[by_word], samples.to(self.q.dtype) * weight.to(self.q.dtype)[:, None])
-
-    # -- re-assignment (Algorithm 1) ---------------------------------------------------
-    def attach(self, optimizer: torch.optim.Optimizer):
-        """Re-cluster automatically every ``update_every`` steps of ``optimizer``.
-
-        Registers a post-step hook on the optimizer; the optimizer's state for
-        :attr:`weight` then follows the words when they move. Call once after
-        building the optimizer (again after re-building it). Attaching the same
-        optimizer again changes nothing (its steps are counted once) and returns
-        the same handle. The head holds its optimizers weakly: one its owner drops
-        is not kept alive. Returns the hook handle.
-        """
-        self._check_optimizer(optimizer, needs_parameters=False)
-        if _is_zero_redundancy(optimizer):
-            raise ValueError(
-                "SelfOrganizedSoftmax cannot follow a ZeroRedundancyOptimizer: its state for the head's "
-                "weight lives on one rank only, so a re-assignment could not move it with the words. "
-                "Use a plain optimizer under DistributedDataParallel."
-            )
-        self._check_optimizer(optimizer)
-        handle = self._optimizers.get(optimizer)
-        if handle is None:
-            handle = optimizer.register_step_post_hook(self._after_optimizer_step)
-            self._optimizers[optimizer] = handle
-        return handle
-
-    def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if not self.training:
-            return
-        self.merge_statistics()
-        device_statistics.after_step(self)  # the sync-free path's host-side bookkeeping
-        step = device_statistics.count_step(self)  # self.steps += 1, counted on the host
-        if self.frozen:
-            return
-        if self.freeze_after_tokens is not None and self.tokens_seen >= self.freeze_after_tokens:
-            self.reassign(optimizer)
-            self.freeze(optimizer)
-            return
-        if self.update_every and self.is_reassign_step(step):
-            self.reassign(optimizer)
-
-    def is_reassign_step(self, step: int) -> bool:
-        """Whether Algorithm 1 runs after optimizer step ``step`` (``update_every`` and ``update_growth``).
-
-        A function of the step alone, so a resumed run re-clusters where the uninterrupted one would.
-        """
-        k = self.update_every
-        if not k or step <= 0:
-            return False
-        if self.update_growth == 1.0:
-            return step % k == 0
-        interval, due = float(k), k
-        while due < step:
-            interval *= self.update_growth
-            due += max(1, round(interval))
-        return due == step
-
-    @torch.no_grad()
-    def _reset_moved(self, moved: Tensor, optimizer) -> None:
-        """Give each moved word the mean vector (and optimizer state) of the words that stayed in its new cluster."""
-        layout = self._layout
-        stay_slots = layout.slot_of_word[~moved]
-        stay_clusters = self.assignment[~moved]
-        tensors = [self.weight.data, *self._optimizer_state(self.weight, optimizer, rows=True)]
-        n_stay = torch.bincount(stay_clusters, minlength=self.n_clusters).to(self.weight.dtype)
-        moved_words = moved.nonzero().squeeze(1)
-        target_clusters = self.assignment[moved_words]
-        has_mates = n_stay[target_clusters] > 0
-        moved_words, target_clusters = moved_words[has_mates], target_clusters[has_mates]
-        slots = layout.slot_of_word[moved_words]
-        for t in tensors:
-            sums = t.new_zeros(self.n_clusters, t.size(1)).index_add_(0, stay_clusters, t[stay_slots])
-            means = sums / n_stay.clamp(min=1)[:, None]
-            t[slots] = means[target_clusters]
-
-    @torch.no_grad()
-    def freeze(self, optimizer: torch.optim.Optimizer | None = None) -> None:
-        """Stop re-clustering; with ``reset_on_freeze`` re-initialise the head's weights on the final clusters."""
-        self.frozen = True
-        if self.reset_on_freeze == "none":
-            return
-        self.reset_parameters()
-        if self.reset_on_freeze == "head_keep_state":
-            return
-        for p in self.parameters():
-            for value in self._optimizer_state(p, optimizer):
-                value.zero_()
 
     @torch.no_grad()
     def reassign(self, optimizer: torch.optim.Optimizer | None = None) -> dict:
@@ -608,7 +287,7 @@ class SelfOrganizedSoftmax(TwoLevelSoftmax, SelfOrganizingHead):
         moved = self.set_assignment(assignment, optimizer)
         self._sync_free_width()  # the sync-free path's width follows the new clusters
         if self.moved_vectors == "cluster_mean" and bool(moved.any()):
-            self._reset_moved(moved, optimizer)
+            give_cluster_means(self, moved, optimizer)
         moved = moved.cpu()
         record = {
             "step": int(self.steps),

@@ -3,20 +3,22 @@
     [h_c; h_w] = ReLU([W_c h; W_w h])                         (optional projection, paper Eq. 1)
     log P(w | h) = log softmax_c(h_c . U^C)[C(w)] + log softmax_{w' in C(w)}(h_w . U^V_w')[w]
 
-The per-cluster kernel lives here, once; the self-organized head adds cluster
-statistics and re-assignment on top of it.
+This file holds the module: its parameters, the layout of its word vectors, the
+forward pass and exact evaluation, and :meth:`TwoLevelSoftmax.set_assignment`,
+which moves every word's row, its gradient and its optimizer state together when
+the clusters change. Its parts live beside it, one idea a file:
 
-Storage layout. The word vectors ``U^V`` are stored *grouped by cluster*: rows
-``offsets[c] : offsets[c] + sizes[c]`` of :attr:`TwoLevelSoftmax.weight` are the
-words of cluster ``c`` in increasing word id. Each present cluster then costs one
-matrix product on a contiguous block forward and two backward, and its gradient
-is one contiguous block. When the assignment changes, :meth:`set_assignment`
-moves every word's row, its gradient and its optimizer state together.
+* :mod:`sohsm.heads.per_cluster_kernel`: the in-cluster softmax, one product per
+  present cluster on the word vectors stored grouped by cluster;
+* :mod:`sohsm.heads.grouped`: the same scores with static shapes (the sync-free path);
+* :mod:`sohsm.heads.best_first`: exact top-k by best-first search over the clusters.
+
+The self-organized head (:mod:`sohsm.heads.self_organized`) adds cluster
+statistics and re-assignment on top of it.
 """
 from __future__ import annotations
 
 import weakref
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -25,132 +27,10 @@ from torch import Tensor, nn
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
 from sohsm.heads import grouped
 from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, upcast
+from sohsm.heads.best_first import TopKResult, best_first_topk
+from sohsm.heads.per_cluster_kernel import ClusterLayout, InClusterLogProb
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
-
-
-class TopKResult(NamedTuple):
-    """Exact top-k words of a two-level head.
-
-    Attributes:
-        values: ``[B, k]`` log-probabilities, best first.
-        indices: ``[B, k]`` word ids.
-        clusters_visited: ``[B]`` clusters whose words were scored for each row.
-    """
-
-    values: Tensor
-    indices: Tensor
-    clusters_visited: Tensor
-
-
-class _Layout:
-    """Derived, non-persistent view of an assignment: where each word's row sits."""
-
-    def __init__(self, assignment: Tensor, n_clusters: int) -> None:
-        #: version of the ``assignment`` tensor this layout was derived from (see ``TwoLevelSoftmax._layout``)
-        self.version = assignment._version
-        n_words = assignment.numel()
-        device = assignment.device
-        # words sorted by (cluster, word id): a stable sort keeps word-id order inside a cluster
-        self.word_of_slot = torch.sort(assignment, stable=True).indices
-        self.slot_of_word = torch.empty_like(self.word_of_slot)
-        self.slot_of_word[self.word_of_slot] = torch.arange(n_words, device=device)
-        sizes = torch.bincount(assignment, minlength=n_clusters)
-        offsets = torch.zeros(n_clusters + 1, dtype=torch.long, device=device)
-        offsets[1:] = sizes.cumsum(0)
-        self.sizes_t = sizes
-        self.offsets_t = offsets
-        self.sizes = sizes.tolist()
-        self.offsets = offsets.tolist()
-        self.max_size = max(self.sizes)
-        self.cluster_of_slot = assignment[self.word_of_slot]
-        #: [C] True for clusters without words (their P(c | h) must be 0), None if there are none
-        empty = sizes == 0
-        self.empty_clusters = empty if bool(empty.any()) else None
-        #: position of each word inside its cluster's block
-        self.position_of_word = self.slot_of_word - offsets[assignment]
-
-
-class _Groups(NamedTuple):
-    """Rows of a batch grouped by the cluster whose words they score."""
-
-    order: Tensor  # [B] row permutation that sorts rows by cluster
-    row_cluster: Tensor  # [B] cluster of each sorted row
-    clusters: list[int]  # present clusters, ascending
-    row_counts: list[int]  # rows of each present cluster, in the sorted batch
-
-
-def _group_rows(row_cluster: Tensor, n_clusters: int) -> _Groups:
-    row_cluster_sorted, order = torch.sort(row_cluster, stable=True)
-    counts = torch.bincount(row_cluster, minlength=n_clusters).tolist()
-    clusters = [c for c, n in enumerate(counts) if n]
-    return _Groups(order, row_cluster_sorted, clusters, [counts[c] for c in clusters])
-
-
-def _in_cluster_logits(hidden_sorted: Tensor, weight: Tensor, layout: _Layout, groups: _Groups) -> Tensor:
-    """``[B, S]`` logits of each sorted row against its cluster's words, ``-inf`` past the cluster's size."""
-    sizes = layout.sizes
-    width = max([1] + [sizes[c] for c in groups.clusters])
-    logits = hidden_sorted.new_empty(hidden_sorted.size(0), width)
-    row_counts = groups.row_counts
-    weight_blocks = weight.split(sizes)  # one call makes every cluster's view
-    for c, h, out in zip(groups.clusters, hidden_sorted.split(row_counts), logits.split(row_counts)):
-        if sizes[c] == 1:  # a word alone in its cluster has in-cluster log-probability 0 whatever it scores
-            out[:, 0] = 0.0
-        else:
-            torch.mm(h, weight_blocks[c].t(), out=out[:, : sizes[c]])
-    row_size = layout.sizes_t[groups.row_cluster]
-    logits.masked_fill_(torch.arange(width, device=logits.device) >= row_size[:, None], float("-inf"))
-    return logits
-
-
-class _InClusterLogProb(torch.autograd.Function):
-    """``log P(w_i | h_i, C(w_i))`` for each row, with a hand-written backward.
-
-    Forward: one matrix product per present cluster into a padded ``[B, S]``
-    buffer; the log-softmax and the target gather are done once for the batch.
-    Backward: the softmax gradient once for the batch, then two products per
-    present cluster; the weight gradient goes straight into ``weight.grad``
-    (see :class:`~sohsm.heads.reused_gradient.ReusedGradient`), so autograd never sees an ``N x d`` tensor.
-    """
-
-    @staticmethod
-    def forward(ctx, hidden, weight, row_cluster, row_position, head):
-        layout = head._layout
-        groups = _group_rows(row_cluster, head.n_clusters)
-        hidden_sorted = hidden[groups.order]  # [B, d]
-        log_probs = F.log_softmax(_in_cluster_logits(hidden_sorted, weight, layout, groups), dim=1)
-        position_sorted = row_position[groups.order]
-        out = torch.empty_like(log_probs[:, 0])
-        out[groups.order] = log_probs.gather(1, position_sorted[:, None]).squeeze(1)
-        ctx.save_for_backward(hidden_sorted, weight, log_probs, position_sorted)
-        ctx.groups, ctx.layout, ctx.head = groups, layout, head
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        hidden_sorted, weight, log_probs, position_sorted = ctx.saved_tensors
-        groups, layout, head = ctx.groups, ctx.layout, ctx.head
-        if layout is not head._layout:
-            raise RuntimeError("the head's clusters changed between forward and backward")
-        g = grad_out[groups.order]
-        grad_logits = log_probs.exp().mul_(-g[:, None])  # -g * softmax
-        grad_logits.scatter_add_(1, position_sorted[:, None], g[:, None])  # + g at the target
-        sizes, row_counts = layout.sizes, groups.row_counts
-        grad_hidden = None
-        if ctx.needs_input_grad[0]:
-            grad_sorted = torch.empty_like(hidden_sorted)
-            weight_blocks = weight.split(sizes)
-            for c, g_c, out in zip(groups.clusters, grad_logits.split(row_counts), grad_sorted.split(row_counts)):
-                if sizes[c] == 1:  # the softmax over one word has gradient 0
-                    out.zero_()
-                else:
-                    torch.mm(g_c[:, : sizes[c]], weight_blocks[c], out=out)
-            grad_hidden = torch.empty_like(grad_sorted)
-            grad_hidden[groups.order] = grad_sorted
-        if ctx.needs_input_grad[1]:
-            head._accumulate_weight_grad(grad_logits, hidden_sorted, groups)
-        return grad_hidden, None, None, None, None
 
 
 class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
@@ -256,7 +136,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         #: word vectors U^V, rows grouped by cluster (see the module docstring)
         self.weight = nn.Parameter(torch.empty(n_classes, self.word_dim))
         self.register_buffer("assignment", assignment.clone())
-        self._layout_cache = _Layout(self.assignment, self.n_clusters)
+        self._layout_cache = ClusterLayout(self.assignment, self.n_clusters)
         self._grad = ReusedGradient()
         #: optimizers given to :meth:`attach`, held weakly, each with its hook handle (or ``None``)
         self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -274,7 +154,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         nn.init.uniform_(self.weight, -(self.word_dim ** -0.5), self.word_dim ** -0.5)
 
     @property
-    def _layout(self) -> _Layout:
+    def _layout(self) -> ClusterLayout:
         """Where each word's row sits, derived again if someone wrote into :attr:`assignment`.
 
         DDP's buffer broadcast (at construction, and every forward with
@@ -287,17 +167,17 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
             if torch.equal(layout.cluster_of_slot[layout.slot_of_word], assignment):
                 layout.version = assignment._version
             else:
-                self._layout = _Layout(assignment, self.n_clusters)
+                self._layout = ClusterLayout(assignment, self.n_clusters)
                 self._grad.invalidate()
         return self._layout_cache
 
     @_layout.setter
-    def _layout(self, layout: _Layout) -> None:
+    def _layout(self, layout: ClusterLayout) -> None:
         self._layout_cache = layout
 
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the layout on the same device
         result = super()._apply(fn, recurse)
-        self._layout = _Layout(self.assignment, self.n_clusters)
+        self._layout = ClusterLayout(self.assignment, self.n_clusters)
         self._grad = ReusedGradient()
         return result
 
@@ -331,7 +211,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         if not bool(moved.any()):
             return moved
         old_layout = self._layout
-        new_layout = _Layout(new, self.n_clusters)
+        new_layout = ClusterLayout(new, self.n_clusters)
         # new slot s holds word new.word_of_slot[s], which sat at old.slot_of_word[...]
         permutation = old_layout.slot_of_word[new_layout.word_of_slot]
         with torch.no_grad():
@@ -418,7 +298,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
         # the in-cluster kernel scores in the weight's dtype (it is bound by reading the weight, not
         # by arithmetic, so half-precision products would not pay for a converted copy of it)
-        word_part = _InClusterLogProb.apply(
+        word_part = InClusterLogProb.apply(
             hidden_w.to(self.weight.dtype), self.weight, target_cluster, self._layout.position_of_word[target], self
         )
         if self.training:
@@ -439,34 +319,6 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         hidden, target = self._check_inputs(hidden, target)
         _, cluster_part, word_part = self._parts(hidden, target)
         return ClusterScores(cluster_part, word_part)
-
-    def _accumulate_weight_grad(self, grad_logits: Tensor, hidden_sorted: Tensor, groups: _Groups) -> None:
-        """Write (or add) the blocks of ``dL/dU^V`` of the present clusters into ``weight.grad``."""
-        layout, weight = self._layout, self.weight
-        grad = weight.grad
-        fresh = grad is None
-        # a word alone in its cluster gets no gradient (its in-cluster softmax is constant): skip its block
-        clusters = [c for c in groups.clusters if layout.sizes[c] > 1]
-        if fresh:
-            grad = self._grad.fresh(weight, keep=frozenset(self._regions(clusters)))
-        elif grad.is_sparse or grad.shape != weight.shape:
-            raise RuntimeError("TwoLevelSoftmax.weight.grad must be a dense tensor shaped like the weight")
-        beta = 0.0 if fresh else 1.0  # a fresh buffer's present blocks are overwritten, not added to
-        sizes, row_counts = layout.sizes, groups.row_counts
-        known = grad is self._grad.tensor and self._grad.known()
-        grad_blocks = grad.split(sizes)
-        for c, g_c, h_c in zip(groups.clusters, grad_logits.split(row_counts), hidden_sorted.split(row_counts)):
-            if sizes[c] > 1:
-                grad_blocks[c].addmm_(g_c[:, : sizes[c]].t(), h_c, beta=beta)
-        if fresh:
-            weight.grad = grad
-        if grad is self._grad.tensor:
-            self._grad.written(self._regions(clusters), known)
-
-    def _regions(self, clusters: list[int]) -> list[tuple[int, int]]:
-        """The ``(start, stop)`` row ranges of ``clusters``' blocks in :attr:`weight`."""
-        offsets = self._layout.offsets
-        return [(offsets[c], offsets[c + 1]) for c in clusters]
 
     # -- evaluation ---------------------------------------------------------------
     def log_prob(self, hidden: Tensor) -> Tensor:
@@ -489,7 +341,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
 
     @torch.no_grad()
     def search_topk(self, hidden: Tensor, k: int, chunk_pairs: int = 8192) -> TopKResult:
-        """Exact top-k by best-first search over clusters.
+        """Exact top-k by best-first search over clusters (:func:`~sohsm.heads.best_first.best_first_topk`).
 
         ``P(c | h)`` bounds the probability of every word of ``c``. Every row first
         scores the words of its most probable cluster; a cluster can then only
@@ -498,6 +350,15 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         in one grouped pass (``chunk_pairs`` (row, cluster) pairs at a time).
         A well-trained head visits a few clusters per row; an untrained one,
         whose cluster distribution is flat, may visit all of them.
+
+        Args:
+            hidden: ``[B, d]`` hidden states (``[*, d]`` is flattened).
+            k: words per row, ``1 <= k <= N``.
+            chunk_pairs: (row, cluster) pairs scored at a time.
+
+        Returns:
+            :class:`~sohsm.heads.best_first.TopKResult`: ``values`` and ``indices`` as
+            ``log_prob(hidden).topk(k)`` gives them, and ``clusters_visited`` per row.
         """
         k = self._check_k(k)
         hidden = self._flatten_hidden(hidden)
@@ -508,58 +369,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         hidden_c, hidden_w = self._split_hidden(hidden)
         hidden_w = hidden_w.to(self.weight.dtype)  # the kernel scores in the weight's dtype
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        best_values = cluster_log_probs.new_full((batch, k), float("-inf"))
-        best_words = torch.zeros(batch, k, dtype=torch.long, device=device)
-        rows = torch.arange(batch, device=device)
-        first = cluster_log_probs.argmax(dim=1)  # [B]
-        self._merge_cluster_scores(hidden_w, cluster_log_probs, rows, first, best_values, best_words)
-        # clusters that may still hold a word better than the row's k-th best (the first one is done)
-        open_clusters = cluster_log_probs > best_values[:, -1:]
-        open_clusters[rows, first] = False
-        visited = 1 + open_clusters.sum(dim=1)
-        pair_rows, pair_clusters = open_clusters.nonzero(as_tuple=True)  # row-major: grouped by row
-        for lo in range(0, pair_rows.numel(), chunk_pairs):
-            self._merge_cluster_scores(
-                hidden_w, cluster_log_probs, pair_rows[lo : lo + chunk_pairs],
-                pair_clusters[lo : lo + chunk_pairs], best_values, best_words,
-            )
-        return TopKResult(best_values, best_words, visited)
-
-    def _merge_cluster_scores(
-        self, hidden_w: Tensor, cluster_log_probs: Tensor, rows: Tensor, clusters: Tensor,
-        best_values: Tensor, best_words: Tensor,
-    ) -> None:
-        """Score the words of ``clusters[j]`` for row ``rows[j]`` (pairs sorted by row) and fold
-        each row's best into ``best_values`` / ``best_words`` (in place)."""
-        k, layout = best_values.size(1), self._layout
-        groups = _group_rows(clusters, self.n_clusters)
-        pair_order = groups.order  # pairs sorted by cluster
-        sorted_rows = rows[pair_order]
-        log_probs = F.log_softmax(_in_cluster_logits(hidden_w[sorted_rows], self.weight, layout, groups), dim=1)
-        log_probs += cluster_log_probs[sorted_rows, groups.row_cluster][:, None]
-        top = min(k, log_probs.size(1))
-        values, positions = log_probs.topk(top, dim=1)  # [P, top]
-        slots = (layout.offsets_t[groups.row_cluster][:, None] + positions).clamp_(max=self.n_classes - 1)
-        words = layout.word_of_slot[slots]
-        # lay each row's candidates side by side: [rows, pairs per row * top], then keep the best k
-        unique_rows, per_row = torch.unique_consecutive(rows, return_counts=True)
-        width = int(per_row.max()) * top
-        rank_in_row = torch.arange(rows.numel(), device=rows.device) - (per_row.cumsum(0) - per_row).repeat_interleave(per_row)
-        rank_sorted = rank_in_row[pair_order]
-        local_row = torch.searchsorted(unique_rows, sorted_rows)
-        column = rank_sorted[:, None] * top + torch.arange(top, device=rows.device)
-        cand_values = values.new_full((unique_rows.numel(), width), float("-inf"))
-        cand_words = torch.zeros(unique_rows.numel(), width, dtype=torch.long, device=rows.device)
-        cand_values[local_row[:, None], column] = values
-        cand_words[local_row[:, None], column] = words
-        merged_values = torch.cat([best_values[unique_rows], cand_values], dim=1)
-        merged_words = torch.cat([best_words[unique_rows], cand_words], dim=1)
-        # best k by score, equal scores by word id: the answer does not depend on cluster numbering
-        by_word = merged_words.argsort(dim=1, stable=True)
-        merged_values, merged_words = merged_values.gather(1, by_word), merged_words.gather(1, by_word)
-        pick = merged_values.argsort(dim=1, descending=True, stable=True)[:, :k]
-        best_values[unique_rows] = merged_values.gather(1, pick)
-        best_words[unique_rows] = merged_words.gather(1, pick)
+        return best_first_topk(cluster_log_probs, hidden_w, self.weight, self._layout, k, chunk_pairs)
 
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """Same as ``log_prob(hidden).topk(k)``, by best-first search over clusters (:meth:`search_topk`)."""
@@ -576,7 +386,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
 
 def _rebuild_layout_after_load(module: TwoLevelSoftmax, incompatible_keys) -> None:
     """A loaded ``assignment`` brings its own row layout of ``weight``: derive the layout again."""
-    module._layout = _Layout(module.assignment, module.n_clusters)
+    module._layout = ClusterLayout(module.assignment, module.n_clusters)
     module._grad.invalidate()
 
 

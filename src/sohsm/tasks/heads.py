@@ -38,9 +38,10 @@ def hierarchy_parts(head_name: str, tree: list, n_words: int) -> tuple[Tensor | 
 def saved_clusters(config: RunConfig, saved_head: Mapping[str, Any]) -> Tensor | None:
     """The fixed clusters a checkpoint's head state holds (a run with ``data.clusters_from``), else ``None``.
 
-    The head is built with that many clusters before its state is loaded.
+    The head is built with that many clusters before its state is loaded. ``config.data`` is a data
+    section with ``clusters_from`` (the language model's, the headline task's).
     """
-    if not getattr(config.data, "clusters_from", None) or takes_tree(config.head.name):
+    if not config.data.clusters_from or takes_tree(config.head.name):
         return None
     assignment = saved_head.get("assignment")
     return None if assignment is None else assignment.cpu()

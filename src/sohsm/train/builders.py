@@ -65,7 +65,7 @@ def build_optimizer(config: RunConfig, model: nn.Module, head: Head) -> torch.op
     rest = [p for p in unique_parameters(model, head) if id(p) not in decay_ids]
     groups = [{"params": decay, "weight_decay": config.optim.weight_decay},
               {"params": rest, "weight_decay": 0.0}]
-    fused = getattr(config.optim, "fused", False) and can_fuse([*decay, *rest], head)
+    fused = config.optim.fused and can_fuse([*decay, *rest], head)
     return OPTIMIZER_CLASSES[config.optim.optimizer](groups, lr=config.optim.learning_rate,
                                                      **({"fused": True} if fused else {}))
 
@@ -73,10 +73,10 @@ def build_optimizer(config: RunConfig, model: nn.Module, head: Head) -> torch.op
 def can_fuse(params: list[nn.Parameter], head: Head) -> bool:
     """Whether torch's fused optimizer step takes these parameters: dense floating tensors on the CPU or CUDA.
 
-    A head that hands out row-sparse gradients (``sparse=True`` of the tree and sampled heads) needs
-    the default step, which takes them.
+    A head that hands out row-sparse gradients (:attr:`Head.sparse <sohsm.heads.Head.sparse>`: the
+    ``sparse=True`` option of the tree and sampled heads) needs the default step, which takes them.
     """
-    if getattr(head, "sparse", False):
+    if head.sparse:
         return False
     return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
 

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from sohsm.data.files import ATOMIC_SUFFIX, write_atomic  # noqa: F401  (write_atomic: where run files are written)
+from sohsm.data.vocab import Vocabulary, vocabulary_difference
 
 #: the ``format`` of every sohsm checkpoint: ``sohsm.<task>-checkpoint/<version>``
 _FORMAT = re.compile(r"sohsm\.([A-Za-z0-9_]+)-checkpoint/[0-9]+")
@@ -120,6 +121,31 @@ def _load_failure(error: Exception) -> str:
     if len(text) > 200:
         text = text[:200] + " ..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def check_same_data(where: str | os.PathLike[str], trained_vocab: Vocabulary, trained_on: str, vocab: Vocabulary,
+                    signature: str, data: str = "the data") -> None:
+    """Refuse data whose vocabulary or files differ from those a checkpoint was trained on.
+
+    Args:
+        where: the checkpoint or run, for the message.
+        trained_vocab: the checkpoint's vocabulary.
+        trained_on: the checkpoint's corpus signature (``signature["corpus"]``).
+        vocab: the vocabulary of the data as read now.
+        signature: the corpus signature of the data as read now.
+        data: what the data is called in the message (``"corpus 'ptb'"``).
+
+    Raises:
+        ValueError: naming what differs.
+    """
+    if trained_vocab != vocab:
+        raise ValueError(
+            f"the vocabulary of {where} differs from that of {data} as read now "
+            f"({vocabulary_difference(trained_vocab, vocab)}); the data or its vocabulary options changed "
+            "since the run started"
+        )
+    if trained_on != signature:
+        raise ValueError(f"{where} was trained on [{trained_on}] but the data is now [{signature}]")
 
 
 @contextmanager

@@ -100,7 +100,9 @@ class RunConfig:
 
     A subclass is a dataclass of sections and settings with a ``validate()`` method;
     the training loop reads ``epochs``, ``max_tokens``, ``time_budget``, ``eval_every``,
-    ``checkpoint_every``, ``log_every``, ``seed``, ``device``, ``head`` and ``optim.clip``.
+    ``checkpoint_every``, ``log_every``, ``seed``, ``device``, ``head``, ``optim.clip`` and
+    ``optim.fused``, and ``amp`` and ``compile``, which a subclass may declare as fields (else
+    the defaults below hold).
     """
 
     #: fields that may differ between a run and its resumption
@@ -109,6 +111,13 @@ class RunConfig:
     defaulted_fields: typing.ClassVar[frozenset[str]] = frozenset()
     #: a flag's help for a field (dotted path) where this task's meaning differs from the field's ``#:`` comment
     field_help: typing.ClassVar[dict[str, str]] = {}
+
+    # The training step's precision and compilation. A task whose config declares them as fields
+    # (the language model's) lets its users choose; any other trains in float32, eagerly.
+    #: autocast the forward in ``"bf16"`` or ``"fp16"``; ``None``: float32
+    amp: str | None = None
+    #: run model and head through ``torch.compile``
+    compile: bool = False
 
     # -- dicts -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -143,6 +152,14 @@ class RunConfig:
                 if isinstance(options, Mapping) and "shortlist" not in options:
                     data["head"] = {**head, "options": {**options, "shortlist": 0}}
         return cls.from_dict(data)
+
+    def _check_at_least(self, low: int, *paths: str) -> None:
+        """Check ``value >= low`` for the fields at dotted ``paths``, in order (``None``, an unset optional
+        field, passes); a FieldError names the first below."""
+        for path in paths:
+            value = self.get(path)
+            if value is not None and value < low:
+                raise FieldError.on(path, f"must be >= {low}, got {value}")
 
     def get(self, path: str) -> Any:
         """The value at a dotted path (``"optim.lr"``)."""

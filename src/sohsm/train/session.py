@@ -174,8 +174,8 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
     model, head and optimizer state; ``scaler``: a checkpoint's fp16 loss-scaler state.
     """
     signature = run_signature(config, head, task.vocab, task.corpus_signature)
-    step = TrainStep(task, model, head, optimizer, ranks, config.optim.clip, amp=getattr(config, "amp", None),
-                     compile=getattr(config, "compile", False))
+    step = TrainStep(task, model, head, optimizer, ranks, config.optim.clip, amp=config.amp,
+                     compile=config.compile)
     step.precision.load_state_dict(scaler)
     progress = progress and ranks.is_writer
     history = head.history if isinstance(head, SelfOrganizingHead) else None  # re-assignment records

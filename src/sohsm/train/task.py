@@ -26,14 +26,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from sohsm.data.corpora import CORPORA
 from sohsm.data.vocab import Vocabulary
 from sohsm.heads import Head
 from sohsm.train.builders import build_optimizer
+from sohsm.train.checkpoint import check_same_data, reading_checkpoint
 from sohsm.train.config import RunConfig
 from sohsm.train.distributed import Ranks
 
@@ -48,6 +51,7 @@ class Task(ABC):
         config: the run's config.
         vocab: the words the head scores (saved as ``vocab.json`` and in every checkpoint).
         corpus_signature: names the data and its checksum, for the run signature.
+        data_name: what the data is called in messages.
         epoch_length: cursor positions in an epoch.
         tokens_per_epoch: target tokens in an epoch (for the plan and the progress bar).
     """
@@ -55,6 +59,12 @@ class Task(ABC):
     name: ClassVar[str]
     config_class: ClassVar[type[RunConfig]]
     checkpoint_format: ClassVar[str]
+    #: dotted config fields that name files or folders (made absolute by :meth:`absolute_locations`)
+    location_fields: ClassVar[tuple[str, ...]] = ()
+    #: dotted config fields that name a corpus: a known name, or a path to your own text (made absolute)
+    corpus_fields: ClassVar[tuple[str, ...]] = ()
+    #: what the run's data is called in messages (``"corpus 'ptb'"``)
+    data_name: str = "the data"
 
     config: RunConfig
     vocab: Vocabulary
@@ -76,8 +86,19 @@ class Task(ABC):
 
     @classmethod
     def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        """``overrides`` with relative data locations made absolute, so a run is found again from elsewhere."""
-        return dict(overrides)
+        """``overrides`` with relative data locations made absolute, so a run is found again from elsewhere.
+
+        The locations are the fields :attr:`location_fields` names, and the corpora those
+        :attr:`corpus_fields` names (:func:`normalise_corpus`).
+        """
+        out = dict(overrides)
+        for key in cls.location_fields:
+            if isinstance(out.get(key), str):
+                out[key] = str(Path(out[key]).expanduser().resolve())
+        for key in cls.corpus_fields:
+            if out.get(key) is not None:
+                out[key] = normalise_corpus(out[key])
+        return out
 
     def check_fits(self, device: torch.device) -> None:
         """Refuse settings that cannot train on this data and device, before anything is written."""
@@ -93,7 +114,15 @@ class Task(ABC):
             raise ValueError(f"the {self.name} task trains in one process only, not {ranks.world}")
 
     def check_checkpoint(self, checkpoint: Mapping[str, Any], path) -> None:
-        """Refuse to resume a checkpoint trained on other data (other words, other files)."""
+        """Refuse to resume a checkpoint trained on other data (other words, other files).
+
+        Compares the checkpoint's vocabulary and corpus signature with :attr:`vocab` and
+        :attr:`corpus_signature` (:func:`~sohsm.train.checkpoint.check_same_data`).
+        """
+        with reading_checkpoint(path, values=True):
+            trained_on = checkpoint["signature"]["corpus"]
+            trained_vocab = Vocabulary.from_dict(checkpoint["vocab"])
+        check_same_data(path, trained_vocab, trained_on, self.vocab, self.corpus_signature, self.data_name)
 
     @abstractmethod
     def build(self, device: torch.device) -> tuple[nn.Module, Head]:
@@ -186,3 +215,11 @@ def task_of_dict(data: Mapping[str, Any]) -> type[Task]:
     """The task of a ``config.json``: its ``"task"`` field, else the language model (older runs have none)."""
     name = data.get("task", "lm") if isinstance(data, Mapping) else "lm"
     return task_named(name if isinstance(name, str) else repr(name))
+
+
+def normalise_corpus(corpus: str) -> str:
+    """Known names stay names; a path to your own text becomes absolute so a resume from elsewhere finds it."""
+    if corpus in CORPORA:
+        return corpus
+    path = Path(corpus).expanduser()
+    return str(path.resolve()) if path.exists() else corpus

@@ -12,7 +12,8 @@ from sohsm.tasks.lm.config import RESUMABLE_FIELDS, DataConfig, LMConfig, ModelC
 from sohsm.tasks.lm.evaluation import evaluate_stream, stream_hidden_states
 from sohsm.tasks.lm.model import build_model_and_head
 from sohsm.tasks.lm.run import Generation, evaluate_run, generate_text
-from sohsm.tasks.lm.task import LMTask, check_vocabulary, load_lm_corpus, normalise_corpus
+from sohsm.tasks.lm.task import LMTask, check_vocabulary, load_lm_corpus
+from sohsm.train.task import normalise_corpus
 
 __all__ = [
     "DataConfig",

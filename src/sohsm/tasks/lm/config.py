@@ -19,7 +19,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field
 
-from sohsm.fields import FieldError, escape
+from sohsm.fields import FieldError
 from sohsm.train.config import AMP_CHOICES, CLUSTERS_FORMATS, HeadConfig, OptimConfig, RunConfig, check_clusters_source
 
 #: fields that may differ between a run and its resumption (budgets, logging, locations);
@@ -131,15 +131,9 @@ class LMConfig(RunConfig):
         self._validate_head_optim_budgets()
         if self.task != "lm":
             raise FieldError.on("task", f"must be 'lm' for a language-model config, got {self.task!r}")
-        positive = {"model.emb_size": self.model.emb_size, "model.hidden_size": self.model.hidden_size,
-                    "model.layers": self.model.layers, "bptt": self.bptt, "batch_size": self.batch_size,
-                    "eval_batch_size": self.eval_batch_size, "epochs": self.epochs, "log_every": self.log_every}
-        for name, value in positive.items():
-            if value < 1:
-                raise FieldError.on(name, f"must be >= 1, got {value}")
-        for name in ("eval_every", "checkpoint_every"):
-            if self.get(name) is not None and self.get(name) < 0:
-                raise FieldError.on(name, f"must be >= 0, got {self.get(name)}")
+        self._check_at_least(1, "model.emb_size", "model.hidden_size", "model.layers", "bptt", "batch_size",
+                             "eval_batch_size", "epochs", "log_every")
+        self._check_at_least(0, "eval_every", "checkpoint_every")
         if not 0.0 <= self.model.dropout < 1.0:
             raise FieldError.on("model.dropout", f"must be in [0, 1), got {self.model.dropout}")
         if "update_every" in self.head.options:

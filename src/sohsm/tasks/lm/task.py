@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from sohsm.data.batching import batchify, bptt_batches
-from sohsm.data.corpora import CORPORA
 from sohsm.data.loading import Corpus, load_corpus
-from sohsm.data.vocab import Vocabulary, vocabulary_difference
+from sohsm.data.vocab import Vocabulary
 from sohsm.fields import FieldError, escape, has
 from sohsm.heads import Head
 from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
@@ -39,7 +37,7 @@ from sohsm.tasks.lm.evaluation import stream_hidden_states
 from sohsm.tasks.lm.model import build_model_and_head
 from sohsm.tasks.lm.preflight import check_run_fits
 from sohsm.tasks.lm.progress import startup_lines
-from sohsm.train.checkpoint import checkpoint_format, reading_checkpoint
+from sohsm.train.checkpoint import check_same_data, checkpoint_format
 from sohsm.train.distributed import Ranks
 from sohsm.train.precision import autocast_fails
 from sohsm.train.task import Task, register_task
@@ -52,10 +50,13 @@ class LMTask(Task):
     name = "lm"
     config_class = LMConfig
     checkpoint_format = checkpoint_format("lm")
+    location_fields = ("data.data_dir", "data.cache_dir", "data.clusters_from")
+    corpus_fields = ("data.corpus",)
 
     def __init__(self, config: LMConfig, corpus: Corpus, device: torch.device) -> None:
         self.config, self.corpus = config, corpus
         self.vocab, self.corpus_signature = corpus.vocab, corpus.signature
+        self.data_name = f"corpus {corpus.name!r}"
         self.data = batchify(corpus.train, config.batch_size, device)  # [T, B]
         self.epoch_length = self.data.size(0) - 1  # the last row is only a target
         if self.epoch_length < 1:
@@ -72,16 +73,6 @@ class LMTask(Task):
     @classmethod
     def load(cls, config: LMConfig, device: torch.device) -> LMTask:
         return cls(config, load_lm_corpus(config), device)
-
-    @classmethod
-    def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        out = dict(overrides)
-        if out.get("data.corpus") is not None:
-            out["data.corpus"] = normalise_corpus(out["data.corpus"])
-        for key in ("data.data_dir", "data.cache_dir", "data.clusters_from"):
-            if isinstance(out.get(key), str):
-                out[key] = str(Path(out[key]).expanduser().resolve())
-        return out
 
     def check_fits(self, device: torch.device) -> None:
         check_run_fits(self.config, self.corpus, device)
@@ -109,12 +100,6 @@ class LMTask(Task):
     def _columns(self) -> slice:
         """This rank's training columns."""
         return self.ranks.share(self.config.batch_size)
-
-    def check_checkpoint(self, checkpoint: Mapping[str, Any], path) -> None:
-        with reading_checkpoint(path, values=True):
-            trained_on = checkpoint["signature"]["corpus"]
-            trained_vocab = Vocabulary.from_dict(checkpoint["vocab"])
-        check_vocabulary(self.corpus, trained_vocab, trained_on, path)
 
     def build(self, device: torch.device) -> tuple[LSTMLanguageModel, Head]:
         clusters, tree = (None, None) if self.hierarchy is None else hierarchy_parts(
@@ -175,14 +160,6 @@ def load_lm_corpus(config: LMConfig, data_dir: str | None = None, cache_dir: str
                        text_mode=d.text_mode)
 
 
-def normalise_corpus(corpus: str) -> str:
-    """Known names stay names; a path to your own text becomes absolute so a resume from elsewhere finds it."""
-    if corpus in CORPORA:
-        return corpus
-    path = Path(corpus).expanduser()
-    return str(path.resolve()) if path.exists() else corpus
-
-
 def check_vocabulary(corpus: Corpus, vocab: Vocabulary, trained_on: str, where: str | os.PathLike[str]) -> None:
     """Refuse a corpus whose vocabulary or files differ from those a checkpoint was trained on.
 
@@ -195,11 +172,4 @@ def check_vocabulary(corpus: Corpus, vocab: Vocabulary, trained_on: str, where: 
     Raises:
         ValueError: naming what differs.
     """
-    if vocab != corpus.vocab:
-        raise ValueError(
-            f"the vocabulary of {where} differs from that of corpus {corpus.name!r} as loaded now "
-            f"({vocabulary_difference(vocab, corpus.vocab)}); the data or its vocabulary options changed "
-            "since the run started"
-        )
-    if trained_on != corpus.signature:
-        raise ValueError(f"{where} was trained on [{trained_on}] but the corpus is now [{corpus.signature}]")
+    check_same_data(where, vocab, trained_on, corpus.vocab, corpus.signature, f"corpus {corpus.name!r}")

@@ -120,21 +120,13 @@ class S2SConfig(RunConfig):
         self._validate_head_optim_budgets()
         if self.task != "s2s":
             raise FieldError.on("task", f"must be 's2s' for a summariser config, got {self.task!r}")
-        positive = {"model.emb_size": self.model.emb_size, "model.hidden_size": self.model.hidden_size,
-                    "batch_size": self.batch_size, "eval_batch_size": self.eval_batch_size, "epochs": self.epochs,
-                    "log_every": self.log_every, "data.min_count": self.data.min_count}
-        for name, value in positive.items():
-            if value < 1:
-                raise FieldError.on(name, f"must be >= 1, got {value}")
-        for name in ("eval_every", "checkpoint_every"):
-            if self.get(name) < 0:
-                raise FieldError.on(name, f"must be >= 0, got {self.get(name)}")
+        self._check_at_least(1, "model.emb_size", "model.hidden_size", "batch_size", "eval_batch_size", "epochs",
+                             "log_every", "data.min_count")
+        self._check_at_least(0, "eval_every", "checkpoint_every")
         if self.data.dataset not in ("gigaword", "reverse"):
             raise FieldError.on("data.dataset", f"must be 'gigaword' or 'reverse', got {self.data.dataset!r}")
-        for name in ("symbols", "train_pairs", "valid_pairs"):
-            if getattr(self.data, name) < (2 if name == "symbols" else 1):
-                raise FieldError.on(f"data.{name}", f"must be >= {2 if name == 'symbols' else 1}, got "
-                                    f"{getattr(self.data, name)}")
+        self._check_at_least(2, "data.symbols")
+        self._check_at_least(1, "data.train_pairs", "data.valid_pairs")
         if self.data.pairs is not None and self.data.dataset != "gigaword":
             raise FieldError("{} is a folder of headline pairs: it needs {}, got " + escape(repr(self.data.dataset)),
                              "data.pairs", suggest("data.dataset", "gigaword"))

@@ -33,7 +33,7 @@ from sohsm.models.seq2seq import AttentionSeq2Seq
 from sohsm.tasks.heads import build_run_head, hierarchy_parts, saved_clusters, takes_tree
 from sohsm.tasks.hierarchies import LoadedHierarchy, load_hierarchy, read_run_head
 from sohsm.tasks.s2s.config import S2SConfig
-from sohsm.train.checkpoint import checkpoint_format, reading_checkpoint
+from sohsm.train.checkpoint import checkpoint_format
 from sohsm.train.task import Task, register_task
 
 
@@ -44,6 +44,8 @@ class S2STask(Task):
     name = "s2s"
     config_class = S2SConfig
     checkpoint_format = checkpoint_format("s2s")
+    location_fields = ("data.data_dir", "data.pairs", "data.clusters_from")
+    data_name = "the training titles"
 
     def __init__(self, config: S2SConfig, pairs: TrainingPairs, device: torch.device) -> None:
         d = config.data
@@ -73,24 +75,6 @@ class S2STask(Task):
         if d.pairs is not None:
             return cls(config, load_pairs_folder(d.pairs), device)
         return cls(config, load_training_pairs(d.data_dir, d.extra), device)
-
-    @classmethod
-    def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        out = dict(overrides)
-        for key in ("data.data_dir", "data.pairs", "data.clusters_from"):
-            if isinstance(out.get(key), str):
-                out[key] = str(Path(out[key]).expanduser().resolve())
-        return out
-
-    def check_checkpoint(self, checkpoint: Mapping[str, Any], path) -> None:
-        with reading_checkpoint(path, values=True):
-            trained_on = checkpoint["signature"]["corpus"]
-            vocab = Vocabulary.from_dict(checkpoint["vocab"])
-        if vocab != self.vocab:
-            raise ValueError(f"the vocabulary of {path} differs from that of the training titles as read now "
-                             f"({vocabulary_difference(vocab, self.vocab)})")
-        if trained_on != self.corpus_signature:
-            raise ValueError(f"{path} was trained on [{trained_on}] but the data is now [{self.corpus_signature}]")
 
     def build(self, device: torch.device) -> tuple[AttentionSeq2Seq, Head]:
         tree = self.hierarchy.tree if self.hierarchy is not None and takes_tree(self.config.head.name) else None

@@ -148,19 +148,11 @@ class W2VConfig(RunConfig):
                                                      f"got {self.model.architecture!r}")
         if self.model.head_init not in ("zeros", "head"):
             raise FieldError.on("model.head_init", f"must be 'zeros' or 'head', got {self.model.head_init!r}")
-        positive = {"model.dim": self.model.dim, "model.window": self.model.window, "epochs": self.epochs,
-                    "log_every": self.log_every, "data.min_count": self.data.min_count,
-                    "data.eval_rows": self.data.eval_rows}
-        for name, value in positive.items():
-            if value < 1:
-                raise FieldError.on(name, f"must be >= 1, got {value}")
+        self._check_at_least(1, "model.dim", "model.window", "epochs", "log_every", "data.min_count", "data.eval_rows")
         if self.row_cap is not None and not self.row_cap > 0:
             raise FieldError.on("row_cap", f"must be positive or None, got {self.row_cap}")
-        if self.batch_words < 2:
-            raise FieldError.on("batch_words", f"must be >= 2, got {self.batch_words}")
-        for name in ("eval_every", "checkpoint_every"):
-            if self.get(name) < 0:
-                raise FieldError.on(name, f"must be >= 0, got {self.get(name)}")
+        self._check_at_least(2, "batch_words")
+        self._check_at_least(0, "eval_every", "checkpoint_every")
         if not 0 <= self.data.sample < 1:
             raise FieldError.on("data.sample", f"must be in [0, 1), got {self.data.sample}")
         if self.data.text_mode not in (None, "lines", "running"):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,14 +18,13 @@ import torch
 from torch import Tensor, nn
 
 from sohsm.data.loading import Corpus, load_corpus
-from sohsm.data.vocab import Vocabulary, vocabulary_difference
+from sohsm.data.vocab import Vocabulary
 from sohsm.heads import ClusteredHead, Head, head_options
 from sohsm.tasks.heads import build_run_head
-from sohsm.tasks.lm.task import normalise_corpus
 from sohsm.tasks.w2v.config import W2VConfig
 from sohsm.tasks.w2v.data import EpochStream, W2VBatch, eval_examples, word2vec_vocabulary
 from sohsm.tasks.w2v.model import LinearDecaySGD, Word2Vec
-from sohsm.train.checkpoint import checkpoint_format, reading_checkpoint
+from sohsm.train.checkpoint import checkpoint_format
 from sohsm.train.task import Task, register_task
 
 #: the ``format`` of a word-embedding run's checkpoints
@@ -80,9 +78,12 @@ class W2VTask(Task):
     name = "w2v"
     config_class = W2VConfig
     checkpoint_format = W2V_CHECKPOINT_FORMAT
+    location_fields = ("data.data_dir", "data.cache_dir")
+    corpus_fields = ("data.corpus",)
 
     def __init__(self, config: W2VConfig, corpus: Corpus, device: torch.device) -> None:
         self.config, self.corpus, self.device = config, corpus, device
+        self.data_name = f"corpus {corpus.name!r}"
         self.vocab, train = word2vec_vocabulary(corpus.vocab, corpus.train.numpy())
         _, self.valid = word2vec_vocabulary(corpus.vocab, corpus.valid.numpy())
         self.corpus_signature = corpus.signature + f" sample={config.data.sample:g}"
@@ -99,16 +100,6 @@ class W2VTask(Task):
     def load(cls, config: W2VConfig, device: torch.device) -> W2VTask:
         return cls(config, load_w2v_corpus(config), device)
 
-    @classmethod
-    def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        out = dict(overrides)
-        if out.get("data.corpus") is not None:
-            out["data.corpus"] = normalise_corpus(out["data.corpus"])
-        for key in ("data.data_dir", "data.cache_dir"):
-            if isinstance(out.get(key), str):
-                out[key] = str(Path(out[key]).expanduser().resolve())
-        return out
-
     def check_fits(self, device: torch.device) -> None:
         if self.words_per_epoch < 2:
             raise ValueError(f"the training split of {self.corpus.name!r} has {self.words_per_epoch} words of the "
@@ -116,16 +107,6 @@ class W2VTask(Task):
         if self.valid.shape[0] < 2:
             raise ValueError(f"the dev split of {self.corpus.name!r} has {self.valid.shape[0]} words of the "
                              "vocabulary; the dev evaluation needs at least 2")
-
-    def check_checkpoint(self, checkpoint: Mapping[str, Any], path) -> None:
-        with reading_checkpoint(path, values=True):
-            trained_on = checkpoint["signature"]["corpus"]
-            vocab = Vocabulary.from_dict(checkpoint["vocab"])
-        if vocab != self.vocab:
-            raise ValueError(f"the vocabulary of {path} differs from that of corpus {self.corpus.name!r} as read now "
-                             f"({vocabulary_difference(vocab, self.vocab)})")
-        if trained_on != self.corpus_signature:
-            raise ValueError(f"{path} was trained on [{trained_on}] but the corpus is now [{self.corpus_signature}]")
 
     def build(self, device: torch.device) -> tuple[Word2Vec, Head]:
         torch.manual_seed(self.config.seed)

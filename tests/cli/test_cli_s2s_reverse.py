@@ -1,9 +1,8 @@
-"""The reverse task: its pairs, and an attention seq2seq that learns it with the full, tree and self-organized heads."""
+"""`sohsm s2s train --dataset reverse`: an attention seq2seq learns the reverse task with the full, tree and
+self-organized heads."""
 import re
 
 import pytest
-
-from sohsm.data.reverse import MAX_LENGTH, MIN_LENGTH, reverse_data, reverse_vocab
 
 #: set before measuring: a small model must reverse at least this share of held-out strings exactly
 ACCURACY_THRESHOLD = 0.90
@@ -11,25 +10,6 @@ ACCURACY_THRESHOLD = 0.90
 #: V = 50 symbols, 3000 training pairs (the tutorial's), a 32/64 model, 3 epochs: a few seconds per run
 BUDGET = ["--dataset", "reverse", "--symbols", 50, "--emb-size", 32, "--hidden-size", 64, "--batch-size", 32,
           "--epochs", 3, "--lr", 0.01, "--eval-every", 0, "--quiet"]
-
-
-def test_pairs_follow_from_the_seed_and_are_reversed():
-    data = reverse_data(symbols=30, train=500, valid=50, seed=3)
-    again = reverse_data(symbols=30, train=500, valid=50, seed=3)
-    assert data.train.sources == again.train.sources and data.valid.sources == again.valid.sources
-    assert data.train.sources != reverse_data(symbols=30, train=500, valid=50, seed=4).train.sources
-    assert all(t == s[::-1] for s, t in zip(data.train.sources, data.train.targets))
-    lengths = {len(s) for s in data.train.sources}
-    assert lengths == set(range(MIN_LENGTH, MAX_LENGTH + 1))
-    seen = {tuple(s) for s in data.train.sources}
-    assert len(data.valid) == 50 and not any(tuple(s) in seen for s in data.valid.sources)  # held out: unseen
-
-
-def test_the_vocabulary_holds_every_symbol():
-    data = reverse_data(symbols=2000, train=100, valid=10, seed=0)  # most symbols never seen in training
-    vocab = reverse_vocab(2000, data.train.targets)
-    assert len(vocab) == 2002 and "s1999" in vocab and vocab.itos[0] == "<eos>"
-    assert all(w in vocab for s in data.valid.sources for w in s)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
