@@ -1,0 +1,224 @@
+"""word2vec's training written by hand: forward, gradient and sparse in-place update, no autograd.
+
+The generic path (:class:`~sohsm.tasks.w2v.model.Word2Vec` -> any head -> autograd ->
+:class:`~sohsm.tasks.w2v.model.LinearDecaySGD`) scores a whole step's rows at one point.
+word2vec updates after every word. This path trains the two output layers word2vec
+has, the binary trees (``tree_huffman``, ``tree_random``, ``tree_file``: hierarchical
+softmax) and ``pmi`` (negative sampling), with word2vec's own update, a few rows at a time::
+
+    piece (one loop step, batch_words corpus words)  ->  rows r = 0 .. R-1 (CBOW: a centre; skip-gram: a pair)
+    each row r: h_r (CBOW: the mean of its context vectors; skip-gram: its context word's vector)
+                scored pairs (r, n, y): tree: the nodes n on the centre's path, y = 1 towards child 0
+                                         pmi:  the centre (y = 1) and k noise words (y = 0)
+    every update_rows rows, at the current weights (alpha: the rate, falling linearly within the run):
+        f   = u_n . h_r                                  one score per pair
+        g   = alpha * (y - sigma(f))                     word2vec's g
+        e_r = sum over r's pairs of g * u_n              word2vec's neu1e
+        u_n += g * h_r          (index_add_, in place)   the output rows of the pairs
+        v_c += e_r              (index_add_, in place)   every context word of r (CBOW: undivided, cbow_mean=1)
+
+``-log sigma(+-f)`` summed over the pairs is the head's own training loss (the tree's NLL;
+the ``pmi`` head's negative-sampling objective), so the records read as the generic path's.
+The indices of a whole piece (paths, noise words, context rows) are built at once,
+vectorised; an update is then a fixed sequence of about fifteen tensor operations on
+slices, with no sorting, coalescing, checks or host synchronisation.
+
+Why a few rows and not one word: each tensor operation costs microseconds of dispatch
+whatever its size, so one word per update would run at a few thousand words a second.
+The rows of one update are computed at the same weights and their updates summed: the
+Huffman root, on every path, takes ``update_rows`` updates at once. Measured on text8
+(docs/results/word2vec.md), small updates keep word2vec's quality where pieces of a
+thousand words lose it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from sohsm.heads import Head
+from sohsm.heads.binary_tree import BinaryTreeSoftmax
+from sohsm.heads.sampled import PMISoftmax
+from sohsm.tasks.w2v.data import W2VBatch
+from sohsm.tasks.w2v.model import LinearDecaySGD, Word2Vec
+
+
+def trains_by_hand(head: Head) -> bool:
+    """Whether :class:`HandStep` can train ``head``: a binary tree, or ``pmi`` with per-row noise and no bias."""
+    if isinstance(head, BinaryTreeSoftmax):
+        return True
+    return isinstance(head, PMISoftmax) and head.noise_per_row and head.bias is None
+
+
+class _TreePairs:
+    """Every word's path as flat tables: the nodes of word ``w`` are ``nodes[start[w]: start[w] + length[w]]``."""
+
+    def __init__(self, head: BinaryTreeSoftmax) -> None:
+        nodes, signs = head.paths()  # [N, D] each, signs 0 past a path's end
+        on_path = signs != 0
+        self.length = on_path.sum(dim=1)  # [N]
+        self.start = torch.cumsum(self.length, 0) - self.length  # [N]
+        self.nodes = nodes[on_path].contiguous()  # [sum L], row-major: each word's path, root first
+        self.labels = (signs[on_path] > 0).to(head.weight.dtype)  # [sum L] 1 towards child 0 (word2vec: 1 - code)
+
+    def __call__(self, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(nodes [P], labels [P], pairs per row [R])`` of the rows' targets, row after row."""
+        lengths = self.length[targets]  # [R]
+        row_start = torch.cumsum(lengths, 0) - lengths  # [R] where each row's pairs start
+        total = int(row_start[-1] + lengths[-1]) if targets.numel() else 0
+        # position of pair p in the flat table: start[target of its row] + (p - row_start of its row)
+        shift = torch.repeat_interleave(self.start[targets] - row_start, lengths, output_size=total)  # [P]
+        flat = torch.arange(total) + shift
+        return self.nodes[flat], self.labels[flat], lengths
+
+
+class _NoisePairs:
+    """The centre word (label 1) and ``k`` noise words (label 0) of every row, drawn by the head itself."""
+
+    def __init__(self, head: PMISoftmax) -> None:
+        self.head = head
+        self.k = head.n_samples
+        self.labels = torch.zeros(self.k + 1, dtype=head.weight.dtype)
+        self.labels[0] = 1
+
+    def __call__(self, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        rows = targets.numel()
+        noise = self.head.noise_samples(rows * self.k).view(rows, self.k)  # the head's generator: resumes exactly
+        nodes = torch.cat([targets.unsqueeze(1), noise], dim=1).reshape(-1)  # [R (k + 1)]
+        return nodes, self.labels.repeat(rows), torch.full((rows,), self.k + 1, dtype=torch.long)
+
+
+class HandStep:
+    """Train a piece (a :class:`~sohsm.tasks.w2v.data.W2VBatch`) with word2vec's per-row SGD, by hand.
+
+    Args:
+        model: the input vectors (CBOW or skip-gram).
+        head: a binary-tree head or ``pmi`` with per-row noise (see :func:`trains_by_hand`).
+        optimizer: the run's :class:`~sohsm.tasks.w2v.model.LinearDecaySGD`: its rate schedule and step
+            count are used and advanced (one step per piece), so a checkpoint resumes the schedule exactly.
+        update_rows: rows per in-place update (word2vec: 1).
+
+    Calling it with a batch trains on the batch's rows in order, ``update_rows`` at a
+    time, and returns ``(loss_sum, rows)``: the summed training loss (float64 scalar) and
+    the number of rows.
+
+    Example::
+
+        >>> from sohsm.heads import build_head
+        >>> model = Word2Vec(10, 4, "cbow")
+        >>> head = build_head("tree_huffman", 4, 10, counts=torch.arange(10, 0, -1))
+        >>> opt = LinearDecaySGD([*model.parameters(), *head.parameters()], lr=0.05, total_steps=10, rows=lambda: 1)
+        >>> step = HandStep(model, head, opt, update_rows=2)
+        >>> batch = W2VBatch(torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 3]), torch.tensor([3, 2]),
+        ...                  torch.tensor([0, 9]), 5)
+        >>> loss_sum, rows = step(batch)
+        >>> rows, opt.param_groups[0]["steps_done"]
+        (2, 1)
+    """
+
+    def __init__(self, model: Word2Vec, head: Head, optimizer: LinearDecaySGD, update_rows: int,
+                 row_cap: float | None = None) -> None:
+        if not trains_by_hand(head):
+            raise ValueError(f"head must be a binary tree or pmi with noise_per_row=True and no bias to be trained "
+                             f"by hand, got {type(head).__name__}")
+        if update_rows < 1:
+            raise ValueError(f"update_rows must be >= 1, got {update_rows}")
+        if row_cap is not None and not row_cap > 0:
+            raise ValueError(f"row_cap must be positive or None, got {row_cap}")
+        if model.embedding.weight.device.type != "cpu":
+            raise ValueError(f"the hand-written step runs on the CPU, got vectors on {model.embedding.weight.device}")
+        self.model, self.head, self.optimizer = model, head, optimizer
+        self.update_rows = int(update_rows)
+        self.cbow = model.architecture == "cbow"
+        self.divide = self.cbow and model.exact_mean_gradient
+        if isinstance(head, BinaryTreeSoftmax):
+            self.pairs, self.offset = _TreePairs(head), 0.0
+        else:
+            self.pairs = _NoisePairs(head)
+            self.offset = math.log(head.n_samples) if head.shift else 0.0  # the pmi head's shifted scores
+        self.row_cap = row_cap
+        self._counts = torch.zeros(0, dtype=model.embedding.weight.dtype)  # kept across pieces (all zeros)
+
+    def _scale(self, update: Tensor, index: Tensor, size: int) -> Tensor | None:
+        """``[n]`` ``min(1, row_cap / c)`` for each entry, ``c`` the entries of its update that touch its row."""
+        if self.row_cap is None:
+            return None
+        key = update * size + index  # [n]
+        if self._counts.numel() <= int(key.max()):
+            self._counts = torch.zeros(int(key.max()) + 1, dtype=self._counts.dtype)
+        ones = torch.ones(1, dtype=self._counts.dtype).expand(key.numel())
+        counts = self._counts.index_add_(0, key, ones).index_select(0, key)  # [n]
+        self._counts.index_fill_(0, key, 0)  # all zero again for the next piece
+        return self.row_cap / counts.clamp_(min=self.row_cap)
+
+    @torch.no_grad()
+    def __call__(self, batch: W2VBatch) -> tuple[Tensor, int]:
+        syn0, syn1 = self.model.embedding.weight, self.head.weight
+        rows, per = batch.targets.numel(), self.update_rows
+        group = self.optimizer.param_groups[0]
+        start, done, total, floor = group["start_lr"], group["steps_done"], group["total_steps"], group["min_ratio"]
+        nodes, labels, lengths = self.pairs(batch.targets)
+        pair_row = torch.repeat_interleave(torch.arange(rows) % per, lengths, output_size=nodes.numel())  # [P]
+        pair_start = torch.cumsum(lengths, 0) - lengths  # [R]
+        pair_end = (pair_start[per::per]).tolist()
+        out_scale = self._scale(torch.repeat_interleave(torch.arange(rows) // per, lengths, output_size=nodes.numel()),
+                                nodes, syn1.size(0))  # [P]
+        if self.cbow:
+            inputs, counts, offsets_all = batch.inputs, batch.counts, batch.offsets
+            context_row = torch.repeat_interleave(torch.arange(rows) % per, counts, output_size=inputs.numel())
+            context_end = offsets_all[per::per].tolist()
+            offsets = batch.offsets
+            inverse = 1.0 / counts.to(syn0.dtype) if self.divide else None
+        in_update = torch.arange(rows) // per
+        if self.cbow:
+            in_update = torch.repeat_interleave(in_update, batch.counts, output_size=batch.inputs.numel())
+        in_scale = self._scale(in_update, batch.inputs, syn0.size(0))  # [C] or [R]
+        loss = torch.zeros((), dtype=torch.float64)
+        n_updates = -(-rows // per)
+        if len(pair_end) < n_updates:
+            pair_end.append(nodes.numel())
+            if self.cbow:
+                context_end.append(inputs.numel())
+        p0 = c0 = 0
+        for j in range(n_updates):
+            r0, r1, p1 = j * per, min(rows, (j + 1) * per), pair_end[j]
+            alpha = start * max(1.0 - (done + j / n_updates) / total, floor)
+            if self.cbow:
+                c1 = context_end[j]
+                ctx = inputs[c0:c1]
+                hidden = F.embedding_bag(ctx, syn0, offsets[r0:r1] - offsets[r0], mode="mean")  # [b, d]
+            else:
+                ctx = batch.inputs[r0:r1]
+                hidden = syn0.index_select(0, ctx)  # [b, d]
+            node = nodes[p0:p1]
+            h = hidden.index_select(0, pair_row[p0:p1])  # [p, d]
+            u = syn1.index_select(0, node)  # [p, d]
+            score = torch.linalg.vecdot(h, u)  # [p]
+            if self.offset:
+                score = score - self.offset
+            label = labels[p0:p1]
+            loss += F.binary_cross_entropy_with_logits(score, label, reduction="sum")  # -log sigma(+-f)
+            g = (label - torch.sigmoid(score)).mul_(alpha)  # [p]
+            # [b, d] word2vec's neu1e: each row's sum of g * u over its pairs
+            error = F.embedding_bag(node, syn1, pair_start[r0:r1] - p0, mode="sum", per_sample_weights=g)
+            if out_scale is not None:
+                g = g * out_scale[p0:p1]
+            syn1.index_add_(0, node, h.mul_(g.unsqueeze(1)))
+            if self.cbow:
+                if inverse is not None:
+                    error.mul_(inverse[r0:r1].unsqueeze(1))
+                error = error.index_select(0, context_row[c0:c1])
+                if in_scale is not None:
+                    error.mul_(in_scale[c0:c1].unsqueeze(1))
+                syn0.index_add_(0, ctx, error)
+                c0 = c1
+            else:
+                if in_scale is not None:
+                    error.mul_(in_scale[r0:r1].unsqueeze(1))
+                syn0.index_add_(0, ctx, error)
+            p0 = p1
+        group["steps_done"] = done + 1
+        group["lr"] = start * max(1.0 - done / total, floor)
+        return loss, rows
