@@ -70,7 +70,9 @@ def config_for(args, architecture: str, head: str):
                                         eval_rows=2000),
                      model=W2VModelConfig(architecture=architecture, dim=100, window=5),
                      head=HeadConfig(name=head), epochs=args.epochs, batch_words=args.batch_words,
-                     row_cap=None if args.row_cap <= 0 else args.row_cap, seed=1)
+                     row_cap=None if args.row_cap <= 0 else args.row_cap, fast_path=not args.generic,
+                     update_rows=args.update_rows, update_row_cap=None if args.update_row_cap <= 0 else args.update_row_cap,
+                     seed=1)
 
 
 def run_sohsm(args, name: str, architecture: str, head: str) -> dict:
@@ -154,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default="runs/word2vec-benchmark", help="where sohsm's run directories go")
     parser.add_argument("--batch-words", type=int, default=1000, help="sohsm: corpus words per step (default 1000)")
     parser.add_argument("--row-cap", type=float, default=4.0, help="sohsm: --row-cap (default 4; 0: none)")
+    parser.add_argument("--generic", action="store_true",
+                        help="sohsm: train every head through autograd (--no-fast-path), as before the hand-written path")
+    parser.add_argument("--update-rows", type=int, default=64, help="sohsm: --update-rows (default 64)")
+    parser.add_argument("--update-row-cap", type=float, default=32.0,
+                        help="sohsm: --update-row-cap (default 32; 0: none)")
     parser.add_argument("--out", default="docs/results/word2vec.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -199,8 +206,13 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         f"gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs={args.epochs}, seed=1, "
         "cbow_mean=1, hs=..., negative=...)`, its default rate 0.025; sohsm: "
         "`sohsm w2v train --model cbow --head ...` defaults (rate 0.05, word2vec.c's for CBOW, falling linearly "
-        f"to 0; output weights starting at 0; {args.batch_words} words a step, a vector moving by at most "
-        f"{args.row_cap:g} rows' worth of update a step).",
+        "to 0; output weights starting at 0; "
+        + (f"{args.batch_words} words a step, a vector moving by at most {args.row_cap:g} rows' worth of update a step, "
+           "through autograd (`--no-fast-path`))." if args.generic else
+           f"the binary tree and `pmi` trained by the hand-written path: pieces of {args.batch_words} words, updated "
+           f"in place {args.update_rows} rows at a time, a vector moving by at most {args.update_row_cap:g} rows' "
+           "worth of update at once; the self-organized head through autograd, "
+           f"{args.batch_words} words a step, at most {args.row_cap:g} rows' worth a step)."),
         "",
         "Speed: corpus words x epochs / CPU seconds of the training call (`time.process_time()`: gensim's "
         "`train()`; sohsm's whole `train()`, which also loads the cached corpus, evaluates 2,000 dev rows at each "
