@@ -157,68 +157,71 @@ class HandStep:
     def __call__(self, batch: W2VBatch) -> tuple[Tensor, int]:
         syn0, syn1 = self.model.embedding.weight, self.head.weight
         rows, per = batch.targets.numel(), self.update_rows
+        n_updates = -(-rows // per)
         group = self.optimizer.param_groups[0]
         start, done, total, floor = group["start_lr"], group["steps_done"], group["total_steps"], group["min_ratio"]
-        nodes, labels, lengths = self.pairs(batch.targets)
-        pair_row = torch.repeat_interleave(torch.arange(rows) % per, lengths, output_size=nodes.numel())  # [P]
+        # the whole piece's indices at once; then each update reads its slices (views made by one split each)
+        update = torch.arange(rows) // per  # [R] the update of each row
+        first = update * per  # [R] the first row of each row's update
+        row = torch.arange(rows) - first  # [R] a row's place in its update
+        nodes, labels, lengths = self.pairs(batch.targets)  # [P], [P], [R]
+        pair_row = torch.repeat_interleave(row, lengths, output_size=nodes.numel())  # [P]
         pair_start = torch.cumsum(lengths, 0) - lengths  # [R]
-        pair_end = (pair_start[per::per]).tolist()
-        out_scale = self._scale(torch.repeat_interleave(torch.arange(rows) // per, lengths, output_size=nodes.numel()),
-                                nodes, syn1.size(0))  # [P]
+        pair_sizes = _group_sums(lengths, per, n_updates)
+        out_scale = self._scale(torch.repeat_interleave(update, lengths, output_size=nodes.numel()), nodes,
+                                syn1.size(0))  # [P]
+        pieces = {"node": nodes.split(pair_sizes), "label": labels.split(pair_sizes),
+                  "pair_row": pair_row.split(pair_sizes), "pair_offset": (pair_start - pair_start[first]).split(per),
+                  "out_scale": out_scale.split(pair_sizes) if out_scale is not None else [None] * n_updates}
         if self.cbow:
-            inputs, counts, offsets_all = batch.inputs, batch.counts, batch.offsets
-            context_row = torch.repeat_interleave(torch.arange(rows) % per, counts, output_size=inputs.numel())
-            context_end = offsets_all[per::per].tolist()
-            offsets = batch.offsets
-            inverse = 1.0 / counts.to(syn0.dtype) if self.divide else None
-        in_update = torch.arange(rows) // per
-        if self.cbow:
-            in_update = torch.repeat_interleave(in_update, batch.counts, output_size=batch.inputs.numel())
-        in_scale = self._scale(in_update, batch.inputs, syn0.size(0))  # [C] or [R]
-        loss = torch.zeros((), dtype=torch.float64)
-        n_updates = -(-rows // per)
-        if len(pair_end) < n_updates:
-            pair_end.append(nodes.numel())
-            if self.cbow:
-                context_end.append(inputs.numel())
-        p0 = c0 = 0
+            inputs, counts, offsets = batch.inputs, batch.counts, batch.offsets
+            context_sizes = _group_sums(counts, per, n_updates)
+            in_scale = self._scale(torch.repeat_interleave(update, counts, output_size=inputs.numel()), inputs,
+                                   syn0.size(0))  # [C]
+            if self.divide:  # the exact mean's gradient: 1 / |context| of the row's error to each context word
+                divide = torch.repeat_interleave(1.0 / counts.to(syn0.dtype), counts, output_size=inputs.numel())
+                in_scale = divide if in_scale is None else in_scale * divide
+            pieces.update(context=inputs.split(context_sizes), offset=(offsets - offsets[first]).split(per),
+                          context_row=torch.repeat_interleave(row, counts, output_size=inputs.numel())
+                          .split(context_sizes))
+        else:
+            in_scale = self._scale(update, batch.inputs, syn0.size(0))  # [R]
+            pieces.update(context=batch.inputs.split(per))
+        pieces["in_scale"] = (in_scale.split(context_sizes if self.cbow else per) if in_scale is not None
+                              else [None] * n_updates)
+        scores = []
         for j in range(n_updates):
-            r0, r1, p1 = j * per, min(rows, (j + 1) * per), pair_end[j]
             alpha = start * max(1.0 - (done + j / n_updates) / total, floor)
+            ctx, node, scale = pieces["context"][j], pieces["node"][j], pieces["in_scale"][j]
             if self.cbow:
-                c1 = context_end[j]
-                ctx = inputs[c0:c1]
-                hidden = F.embedding_bag(ctx, syn0, offsets[r0:r1] - offsets[r0], mode="mean")  # [b, d]
+                hidden = F.embedding_bag(ctx, syn0, pieces["offset"][j], mode="mean")  # [b, d]
             else:
-                ctx = batch.inputs[r0:r1]
                 hidden = syn0.index_select(0, ctx)  # [b, d]
-            node = nodes[p0:p1]
-            h = hidden.index_select(0, pair_row[p0:p1])  # [p, d]
-            u = syn1.index_select(0, node)  # [p, d]
-            score = torch.linalg.vecdot(h, u)  # [p]
+            h = hidden.index_select(0, pieces["pair_row"][j])  # [p, d]
+            score = torch.linalg.vecdot(h, syn1.index_select(0, node))  # [p]
             if self.offset:
                 score = score - self.offset
-            label = labels[p0:p1]
-            loss += F.binary_cross_entropy_with_logits(score, label, reduction="sum")  # -log sigma(+-f)
-            g = (label - torch.sigmoid(score)).mul_(alpha)  # [p]
-            # [b, d] word2vec's neu1e: each row's sum of g * u over its pairs
-            error = F.embedding_bag(node, syn1, pair_start[r0:r1] - p0, mode="sum", per_sample_weights=g)
-            if out_scale is not None:
-                g = g * out_scale[p0:p1]
+            scores.append(score)
+            g = (pieces["label"][j] - torch.sigmoid(score)).mul_(alpha)  # [p]
+            # [b, d] word2vec's neu1e: each row's sum of g * u over its pairs, before u moves
+            error = F.embedding_bag(node, syn1, pieces["pair_offset"][j], mode="sum", per_sample_weights=g)
+            if pieces["out_scale"][j] is not None:
+                g = g * pieces["out_scale"][j]
             syn1.index_add_(0, node, h.mul_(g.unsqueeze(1)))
             if self.cbow:
-                if inverse is not None:
-                    error.mul_(inverse[r0:r1].unsqueeze(1))
-                error = error.index_select(0, context_row[c0:c1])
-                if in_scale is not None:
-                    error.mul_(in_scale[c0:c1].unsqueeze(1))
-                syn0.index_add_(0, ctx, error)
-                c0 = c1
-            else:
-                if in_scale is not None:
-                    error.mul_(in_scale[r0:r1].unsqueeze(1))
-                syn0.index_add_(0, ctx, error)
-            p0 = p1
+                error = error.index_select(0, pieces["context_row"][j])  # [c, d] the row's error to each context word
+            if scale is not None:
+                error.mul_(scale.unsqueeze(1))
+            syn0.index_add_(0, ctx, error)
         group["steps_done"] = done + 1
         group["lr"] = start * max(1.0 - done / total, floor)
-        return loss, rows
+        # -log sigma(+-f) summed: the head's training loss (scores as they were before each update)
+        loss = F.binary_cross_entropy_with_logits(torch.cat(scores), labels, reduction="sum") if scores else syn0.new_zeros(())
+        return loss.to(torch.float64), rows
+
+
+def _group_sums(values: Tensor, size: int, groups: int) -> list[int]:
+    """Sums of ``values`` ``[n]`` over consecutive groups of ``size`` (the last may be shorter), as ints."""
+    padded = values.new_zeros(groups * size)
+    padded[: values.numel()] = values
+    return padded.view(groups, size).sum(dim=1).tolist()
