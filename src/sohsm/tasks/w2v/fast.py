@@ -45,6 +45,10 @@ from sohsm.tasks.w2v.data import W2VBatch
 from sohsm.tasks.w2v.model import LinearDecaySGD, Word2Vec
 
 
+#: ``torch.embedding_bag``'s modes (called directly: ``F.embedding_bag`` re-checks arguments this module makes valid)
+_SUM, _MEAN = 0, 1
+
+
 def trains_by_hand(head: Head) -> bool:
     """Whether :class:`HandStep` can train ``head``: a binary tree, or ``pmi`` with per-row noise and no bias."""
     if isinstance(head, BinaryTreeSoftmax):
@@ -65,13 +69,14 @@ class _TreePairs:
 
     def __call__(self, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(nodes [P], labels [P], pairs per row [R])`` of the rows' targets, row after row."""
-        lengths = self.length[targets]  # [R]
-        row_start = torch.cumsum(lengths, 0) - lengths  # [R] where each row's pairs start
-        total = int(row_start[-1] + lengths[-1]) if targets.numel() else 0
-        # position of pair p in the flat table: start[target of its row] + (p - row_start of its row)
-        shift = torch.repeat_interleave(self.start[targets] - row_start, lengths, output_size=total)  # [P]
-        flat = torch.arange(total) + shift
-        return self.nodes[flat], self.labels[flat], lengths
+        lengths = self.length.index_select(0, targets)  # [R]
+        ends = torch.cumsum(lengths, 0)  # [R] where each row's pairs end
+        total = int(ends[-1]) if targets.numel() else 0
+        # position of pair p in the flat table: start[target of its row] + (p - where its row's pairs start)
+        shift = torch.repeat_interleave(self.start.index_select(0, targets) - ends + lengths, lengths,
+                                        output_size=total)  # [P]
+        flat = shift.add_(torch.arange(total))
+        return self.nodes.index_select(0, flat), self.labels.index_select(0, flat), lengths
 
 
 class _NoisePairs:
@@ -140,18 +145,21 @@ class HandStep:
             self.offset = math.log(head.n_samples) if head.shift else 0.0  # the pmi head's shifted scores
         self.row_cap = row_cap
         self._counts = torch.zeros(0, dtype=model.embedding.weight.dtype)  # kept across pieces (all zeros)
+        self._ones = torch.ones(0, dtype=model.embedding.weight.dtype)
 
     def _scale(self, update: Tensor, index: Tensor, size: int) -> Tensor | None:
         """``[n]`` ``min(1, row_cap / c)`` for each entry, ``c`` the entries of its update that touch its row."""
         if self.row_cap is None:
             return None
-        key = update * size + index  # [n]
-        if self._counts.numel() <= int(key.max()):
-            self._counts = torch.zeros(int(key.max()) + 1, dtype=self._counts.dtype)
-        ones = torch.ones(1, dtype=self._counts.dtype).expand(key.numel())
-        counts = self._counts.index_add_(0, key, ones).index_select(0, key)  # [n]
+        key = update.mul(size).add_(index)  # [n]
+        need = (int(update[-1]) + 1) * size if update.numel() else 0
+        if self._counts.numel() < need:
+            self._counts = torch.zeros(need, dtype=self._counts.dtype)
+        if self._ones.numel() < key.numel():
+            self._ones = torch.ones(key.numel(), dtype=self._counts.dtype)
+        counts = self._counts.index_add_(0, key, self._ones[: key.numel()]).index_select(0, key)  # [n]
         self._counts.index_fill_(0, key, 0)  # all zero again for the next piece
-        return self.row_cap / counts.clamp_(min=self.row_cap)
+        return counts.clamp_(min=self.row_cap).reciprocal_().mul_(self.row_cap)
 
     @torch.no_grad()
     def __call__(self, batch: W2VBatch) -> tuple[Tensor, int]:
@@ -194,7 +202,7 @@ class HandStep:
             alpha = start * max(1.0 - (done + j / n_updates) / total, floor)
             ctx, node, scale = pieces["context"][j], pieces["node"][j], pieces["in_scale"][j]
             if self.cbow:
-                hidden = F.embedding_bag(ctx, syn0, pieces["offset"][j], mode="mean")  # [b, d]
+                hidden = torch.embedding_bag(syn0, ctx, pieces["offset"][j], False, _MEAN)[0]  # [b, d]
             else:
                 hidden = syn0.index_select(0, ctx)  # [b, d]
             h = hidden.index_select(0, pieces["pair_row"][j])  # [p, d]
@@ -204,7 +212,7 @@ class HandStep:
             scores.append(score)
             g = (pieces["label"][j] - torch.sigmoid(score)).mul_(alpha)  # [p]
             # [b, d] word2vec's neu1e: each row's sum of g * u over its pairs, before u moves
-            error = F.embedding_bag(node, syn1, pieces["pair_offset"][j], mode="sum", per_sample_weights=g)
+            error = torch.embedding_bag(syn1, node, pieces["pair_offset"][j], False, _SUM, False, g)[0]
             if pieces["out_scale"][j] is not None:
                 g = g * pieces["out_scale"][j]
             syn1.index_add_(0, node, h.mul_(g.unsqueeze(1)))
