@@ -201,11 +201,11 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         "",
         f"Data: `{args.corpus}` training split with the words seen fewer than 5 times dropped: "
         f"{first['words'] // args.epochs:,} words a pass, {len(first['vectors']):,} words in the vocabulary; "
-        f"CBOW, dim 100, window 5 (each word draws its own in 1..5), sub-sampling 1e-3, {args.epochs} epochs, "
+        f"CBOW or skip-gram (the model column), dim 100, window 5 (each word draws its own in 1..5), sub-sampling 1e-3, {args.epochs} epochs, "
         "pieces of 1000 words (windows stop at their borders, as at word2vec's sentences). "
         f"gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs={args.epochs}, seed=1, "
-        "cbow_mean=1, hs=..., negative=...)`, its default rate 0.025; sohsm: "
-        "`sohsm w2v train --model cbow --head ...` defaults (rate 0.05, word2vec.c's for CBOW, falling linearly "
+        "sg=0|1, cbow_mean=1, hs=..., negative=...)`, its default rate 0.025; sohsm: "
+        "`sohsm w2v train --model cbow|skipgram --head ...` defaults (rate 0.05 for CBOW, 0.025 for skip-gram, word2vec.c's, falling linearly "
         "to 0; output weights starting at 0; "
         + (f"{args.batch_words} words a step, a vector moving by at most {args.row_cap:g} rows' worth of update a step, "
            "through autograd (`--no-fast-path`))." if args.generic else
