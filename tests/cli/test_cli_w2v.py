@@ -195,3 +195,11 @@ def test_the_plan_says_which_path_trains(cli, text, tmp_path, head, argv, says):
     code, out, err = cli("w2v", "train", "--corpus", str(text), "--head", head, "--run-dir", str(tmp_path / "run"),
                          "--epochs", "1", "--max-tokens", "300", *argv, *small)
     assert code == 0 and says in out + err, out + err
+
+
+def test_a_diverging_hand_written_step_stops_the_run_without_a_checkpoint(cli, text, tmp_path):
+    run = tmp_path / "run"
+    code, _, err = cli("w2v", "train", "--corpus", str(text), "--run-dir", str(run), "--epochs", "1", "--lr", "1e30",
+                       "--update-row-cap", "None", *W2V_SMALL)
+    assert code == 2 and "training diverged at step" in err and "the loss is nan" in err, err
+    assert not (run / "last.pt").exists()

@@ -19,16 +19,27 @@ softmax) and ``pmi`` (negative sampling), with word2vec's own update, a few rows
 
 ``-log sigma(+-f)`` summed over the pairs is the head's own training loss (the tree's NLL;
 the ``pmi`` head's negative-sampling objective), so the records read as the generic path's.
-The indices of a whole piece (paths, noise words, context rows) are built at once,
-vectorised; an update is then a fixed sequence of about fifteen tensor operations on
-slices, with no sorting, coalescing, checks or host synchronisation.
+The indices of a whole piece (paths, noise words, context rows, row counts) are built at
+once, vectorised, with a few host synchronisations per piece; an update is then a fixed
+sequence of about fifteen tensor operations on views, with no sorting, coalescing, checks
+or synchronisation.
 
-Why a few rows and not one word: each tensor operation costs microseconds of dispatch
+Why groups of rows and not one word: each tensor operation costs microseconds of dispatch
 whatever its size, so one word per update would run at a few thousand words a second.
-The rows of one update are computed at the same weights and their updates summed: the
-Huffman root, on every path, takes ``update_rows`` updates at once. Measured on text8
-(docs/results/word2vec.md), small updates keep word2vec's quality where pieces of a
-thousand words lose it.
+The rows of one update are computed at the same weights and their updates summed, so a
+row that many of them touch (the Huffman root is on every path; a word repeated in a
+piece's contexts) would take all those updates at once and overshoot: with 64 rows an
+update, training diverged on text8 within a few hundred pieces. ``row_cap`` bounds it:
+a row touched ``c`` times in one update moves by ``min(1, row_cap / c)`` of its summed
+update (the counts are exact, per update and row; an expected count from the word
+frequencies is not enough, because words come in bursts). Measured on text8
+(docs/results/word2vec.md): 64 rows an update with a cap of 32 keeps word2vec's quality,
+where the generic path's pieces of a thousand words lost it.
+
+Why not "hogwild" (many independent small updates at once): on one thread nothing runs
+at once, and at 64 rows an update the time goes to moving the ``[pairs, d]`` gathered
+vectors through memory, not to dispatch (a twice larger group is only ~15% faster), so
+independent updates would cost the same traffic.
 """
 from __future__ import annotations
 
@@ -104,10 +115,19 @@ class HandStep:
         optimizer: the run's :class:`~sohsm.tasks.w2v.model.LinearDecaySGD`: its rate schedule and step
             count are used and advanced (one step per piece), so a checkpoint resumes the schedule exactly.
         update_rows: rows per in-place update (word2vec: 1).
+        row_cap: a parameter row touched ``c`` times in one update moves by
+            ``min(1, row_cap / c)`` of its summed update; ``None``: uncapped. Default: ``None``.
 
     Calling it with a batch trains on the batch's rows in order, ``update_rows`` at a
     time, and returns ``(loss_sum, rows)``: the summed training loss (float64 scalar) and
-    the number of rows.
+    the number of rows. The weights are the model's and the head's own, updated in place
+    (no ``.grad``); the rate of update ``j`` of ``n`` in the piece is
+    ``lr * max(1 - (steps_done + j / n) / total_steps, min_ratio)``, word2vec's linear decay.
+
+    Shape:
+        - batch: CBOW ``inputs [C]``, ``offsets [R]``, ``counts [R]``, ``targets [R]``;
+          skip-gram ``inputs [R]``, ``targets [R]``
+        - returns ``(loss_sum [], rows)``
 
     Example::
 
@@ -224,7 +244,8 @@ class HandStep:
         group["steps_done"] = done + 1
         group["lr"] = start * max(1.0 - done / total, floor)
         # -log sigma(+-f) summed: the head's training loss (scores as they were before each update)
-        loss = F.binary_cross_entropy_with_logits(torch.cat(scores), labels, reduction="sum") if scores else syn0.new_zeros(())
+        loss = (F.binary_cross_entropy_with_logits(torch.cat(scores), labels, reduction="sum") if scores
+                else syn0.new_zeros(()))
         return loss.to(torch.float64), rows
 
 
