@@ -120,9 +120,9 @@ class W2VConfig(RunConfig):
     batch_words: int = 1000
     #: train a binary tree (``tree_huffman``, ...) or ``pmi`` (negative sampling) by word2vec's own per-row update,
     #: written by hand (no autograd), ``update_rows`` rows at a time, on the CPU; any other head or device: the
-    #: generic path. Measured on text8: 5-7x the generic path's words/s at word2vec's quality
+    #: generic path (autograd and the optimizer, ``batch_words`` words a step)
     fast_path: bool = True
-    #: the hand-written path: rows per in-place update (word2vec: 1; 64 kept its quality on text8, 128 did not)
+    #: the hand-written path: rows per in-place update (word2vec: 1; 64 matched gensim's quality on text8)
     update_rows: int = 64
     #: the hand-written path: a parameter row moves by at most this many rows' worth of update at once (the
     #: Huffman root is on every row's path; a word repeated in a piece); ``None``: uncapped (diverged on text8)
