@@ -72,7 +72,7 @@ def config_for(args, architecture: str, head: str):
                      head=HeadConfig(name=head), epochs=args.epochs, batch_words=args.batch_words,
                      row_cap=None if args.row_cap <= 0 else args.row_cap, fast_path=not args.generic,
                      update_rows=args.update_rows, update_row_cap=None if args.update_row_cap <= 0 else args.update_row_cap,
-                     seed=1)
+                     seed=args.seed)
 
 
 def run_sohsm(args, name: str, architecture: str, head: str) -> dict:
@@ -120,7 +120,7 @@ def run_gensim(args, name: str, architecture: str, settings: dict) -> dict:
 
     sentences = stream_words(args)
     model = Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, sg=int(architecture == "skipgram"),
-                     workers=1, epochs=args.epochs, seed=1, cbow_mean=1, **settings)
+                     workers=1, epochs=args.epochs, seed=args.seed, cbow_mean=1, **settings)
     model.build_vocab(sentences)
     start, cpu = time.perf_counter(), time.process_time()
     model.train(sentences, total_examples=len(sentences), epochs=args.epochs)
@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", default="text8-small")
     parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=1, help="both libraries' seed (default 1)")
     parser.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated, of {', '.join(ROWS)}")
     parser.add_argument("--runs", default="runs/word2vec-benchmark", help="where sohsm's run directories go")
     parser.add_argument("--batch-words", type=int, default=1000, help="sohsm: corpus words per step (default 1000)")
@@ -203,7 +204,7 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         f"{first['words'] // args.epochs:,} words a pass, {len(first['vectors']):,} words in the vocabulary; "
         f"CBOW or skip-gram (the model column), dim 100, window 5 (each word draws its own in 1..5), sub-sampling 1e-3, {args.epochs} epochs, "
         "pieces of 1000 words (windows stop at their borders, as at word2vec's sentences). "
-        f"gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs={args.epochs}, seed=1, "
+        f"gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs={args.epochs}, seed={args.seed}, "
         "sg=0|1, cbow_mean=1, hs=..., negative=...)`, its default rate 0.025; sohsm: "
         "`sohsm w2v train --model cbow|skipgram --head ...` defaults (rate 0.05 for CBOW, 0.025 for skip-gram, word2vec.c's, falling linearly "
         "to 0; output weights starting at 0; "
