@@ -63,7 +63,7 @@ def gensim_data() -> Path:
 
 def config_for(args, architecture: str, head: str):
     from sohsm.tasks.w2v.config import W2VConfig, W2VDataConfig, W2VModelConfig
-    from sohsm.train.config import HeadConfig
+    from sohsm.train.config import HeadConfig, OptimConfig
 
     text_mode = "running" if Path(args.corpus).is_file() else None  # your own text: one running text
     return W2VConfig(data=W2VDataConfig(corpus=args.corpus, min_count=5, sample=1e-3, text_mode=text_mode,
@@ -72,7 +72,7 @@ def config_for(args, architecture: str, head: str):
                      head=HeadConfig(name=head), epochs=args.epochs, batch_words=args.batch_words,
                      row_cap=None if args.row_cap <= 0 else args.row_cap, fast_path=not args.generic,
                      update_rows=args.update_rows, update_row_cap=None if args.update_row_cap <= 0 else args.update_row_cap,
-                     seed=args.seed)
+                     optim=OptimConfig(optimizer="sgd", lr=args.lr, clip=None, weight_decay=0.0), seed=args.seed)
 
 
 def run_sohsm(args, name: str, architecture: str, head: str) -> dict:
@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", default="text8-small")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1, help="both libraries' seed (default 1)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="sohsm: the starting rate (default: word2vec.c's, 0.05 CBOW, 0.025 skip-gram)")
     parser.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated, of {', '.join(ROWS)}")
     parser.add_argument("--runs", default="runs/word2vec-benchmark", help="where sohsm's run directories go")
     parser.add_argument("--batch-words", type=int, default=1000, help="sohsm: corpus words per step (default 1000)")
@@ -206,7 +208,9 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         "pieces of 1000 words (windows stop at their borders, as at word2vec's sentences). "
         f"gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs={args.epochs}, seed={args.seed}, "
         "sg=0|1, cbow_mean=1, hs=..., negative=...)`, its default rate 0.025; sohsm: "
-        "`sohsm w2v train --model cbow|skipgram --head ...` defaults (rate 0.05 for CBOW, 0.025 for skip-gram, word2vec.c's, falling linearly "
+        "`sohsm w2v train --model cbow|skipgram --head ...` defaults ("
+        + ("rate 0.05 for CBOW, 0.025 for skip-gram, word2vec.c's" if args.lr is None else f"rate {args.lr:g} (`--lr`)")
+        + ", falling linearly "
         "to 0; output weights starting at 0; "
         + (f"{args.batch_words} words a step, a vector moving by at most {args.row_cap:g} rows' worth of update a step, "
            "through autograd (`--no-fast-path`))." if args.generic else
