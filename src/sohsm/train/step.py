@@ -92,7 +92,7 @@ class TrainStep:
 
         Raises:
             sohsm.train.guard.DivergenceError: the loss or the gradient is not finite
-                (on every rank at once; nothing was updated).
+                (on every rank at once; nothing was updated, except by a task's own step).
         """
         if self.by_hand is not None:  # forward, gradient and update done by the task, in place
             loss_sum, tokens = self.by_hand(batch)

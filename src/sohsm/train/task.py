@@ -123,6 +123,9 @@ class Task(ABC):
         (a float64 scalar) and their number; the loop still checks the loss, counts, logs,
         evaluates and checkpoints. Called once per session, with one process only, and
         without ``amp`` or ``compile``.
+
+        .. note:: such a step updates before the loop sees its loss, so a non-finite loss
+            stops the run after the weights moved (no checkpoint is written from them).
         """
         return None
 

@@ -56,7 +56,7 @@ from sohsm.tasks.w2v.data import W2VBatch
 from sohsm.tasks.w2v.model import LinearDecaySGD, Word2Vec
 
 
-#: ``torch.embedding_bag``'s modes (called directly: ``F.embedding_bag`` re-checks arguments this module makes valid)
+#: ``torch.embedding_bag``'s modes (called directly: ``F.embedding_bag`` re-checks what this module makes valid)
 _SUM, _MEAN = 0, 1
 
 
