@@ -38,7 +38,7 @@ where the generic path's pieces of a thousand words lost it.
 
 Why not "hogwild" (many independent small updates at once): on one thread nothing runs
 at once, and at 64 rows an update the time goes to moving the ``[pairs, d]`` gathered
-vectors through memory, not to dispatch (a twice larger group is only ~15% faster), so
+vectors through memory, not to dispatch (a twice larger group was only ~13% faster over an epoch), so
 independent updates would cost the same traffic.
 """
 from __future__ import annotations
