@@ -63,14 +63,16 @@ def gensim_data() -> Path:
 
 def config_for(args, architecture: str, head: str):
     from sohsm.tasks.w2v.config import W2VConfig, W2VDataConfig, W2VModelConfig
-    from sohsm.train.config import HeadConfig
+    from sohsm.train.config import HeadConfig, OptimConfig
 
     text_mode = "running" if Path(args.corpus).is_file() else None  # your own text: one running text
     return W2VConfig(data=W2VDataConfig(corpus=args.corpus, min_count=5, sample=1e-3, text_mode=text_mode,
                                         eval_rows=2000),
                      model=W2VModelConfig(architecture=architecture, dim=100, window=5),
                      head=HeadConfig(name=head), epochs=args.epochs, batch_words=args.batch_words,
-                     row_cap=None if args.row_cap <= 0 else args.row_cap, seed=1)
+                     row_cap=None if args.row_cap <= 0 else args.row_cap, fast_path=not args.generic,
+                     update_rows=args.update_rows, update_row_cap=None if args.update_row_cap <= 0 else args.update_row_cap,
+                     optim=OptimConfig(optimizer="sgd", lr=args.lr, clip=None, weight_decay=0.0), seed=args.seed)
 
 
 def run_sohsm(args, name: str, architecture: str, head: str) -> dict:
@@ -118,7 +120,7 @@ def run_gensim(args, name: str, architecture: str, settings: dict) -> dict:
 
     sentences = stream_words(args)
     model = Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, sg=int(architecture == "skipgram"),
-                     workers=1, epochs=args.epochs, seed=1, cbow_mean=1, **settings)
+                     workers=1, epochs=args.epochs, seed=args.seed, cbow_mean=1, **settings)
     model.build_vocab(sentences)
     start, cpu = time.perf_counter(), time.process_time()
     model.train(sentences, total_examples=len(sentences), epochs=args.epochs)
@@ -150,10 +152,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", default="text8-small")
     parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=1, help="both libraries' seed (default 1)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="sohsm: the starting rate (default: word2vec.c's, 0.05 CBOW, 0.025 skip-gram)")
     parser.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated, of {', '.join(ROWS)}")
     parser.add_argument("--runs", default="runs/word2vec-benchmark", help="where sohsm's run directories go")
     parser.add_argument("--batch-words", type=int, default=1000, help="sohsm: corpus words per step (default 1000)")
     parser.add_argument("--row-cap", type=float, default=4.0, help="sohsm: --row-cap (default 4; 0: none)")
+    parser.add_argument("--generic", action="store_true",
+                        help="sohsm: train every head through autograd (--no-fast-path), as before the hand-written path")
+    parser.add_argument("--update-rows", type=int, default=64, help="sohsm: --update-rows (default 64)")
+    parser.add_argument("--update-row-cap", type=float, default=32.0,
+                        help="sohsm: --update-row-cap (default 32; 0: none)")
     parser.add_argument("--out", default="docs/results/word2vec.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -194,13 +204,20 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         "",
         f"Data: `{args.corpus}` training split with the words seen fewer than 5 times dropped: "
         f"{first['words'] // args.epochs:,} words a pass, {len(first['vectors']):,} words in the vocabulary; "
-        f"CBOW, dim 100, window 5 (each word draws its own in 1..5), sub-sampling 1e-3, {args.epochs} epochs, "
+        f"CBOW or skip-gram (the model column), dim 100, window 5 (each word draws its own in 1..5), sub-sampling 1e-3, {args.epochs} epochs, "
         "pieces of 1000 words (windows stop at their borders, as at word2vec's sentences). "
-        f"gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs={args.epochs}, seed=1, "
-        "cbow_mean=1, hs=..., negative=...)`, its default rate 0.025; sohsm: "
-        "`sohsm w2v train --model cbow --head ...` defaults (rate 0.05, word2vec.c's for CBOW, falling linearly "
-        f"to 0; output weights starting at 0; {args.batch_words} words a step, a vector moving by at most "
-        f"{args.row_cap:g} rows' worth of update a step).",
+        f"gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs={args.epochs}, seed={args.seed}, "
+        "sg=0|1, cbow_mean=1, hs=..., negative=...)`, its default rate 0.025; sohsm: "
+        "`sohsm w2v train --model cbow|skipgram --head ...` defaults ("
+        + ("rate 0.05 for CBOW, 0.025 for skip-gram, word2vec.c's" if args.lr is None else f"rate {args.lr:g} (`--lr`)")
+        + ", falling linearly "
+        "to 0; output weights starting at 0; "
+        + (f"{args.batch_words} words a step, a vector moving by at most {args.row_cap:g} rows' worth of update a step, "
+           "through autograd (`--no-fast-path`))." if args.generic else
+           f"the binary tree and `pmi` trained by the hand-written path: pieces of {args.batch_words} words, updated "
+           f"in place {args.update_rows} rows at a time, a vector moving by at most {args.update_row_cap:g} rows' "
+           "worth of update at once; the self-organized head through autograd, "
+           f"{args.batch_words} words a step, at most {args.row_cap:g} rows' worth a step)."),
         "",
         "Speed: corpus words x epochs / CPU seconds of the training call (`time.process_time()`: gensim's "
         "`train()`; sohsm's whole `train()`, which also loads the cached corpus, evaluates 2,000 dev rows at each "

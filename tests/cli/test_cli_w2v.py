@@ -72,8 +72,10 @@ def test_negative_sampling_is_word2vecs():
     assert float(head.weight.detach().abs().max()) == 0.0  # word2vec's output layer starts at zero
 
 
-def test_resume_equals_uninterrupted(cli, text, tmp_path):
-    common = ["--corpus", str(text), "--head", "pmi", "--epochs", "2", *W2V_SMALL]
+@pytest.mark.parametrize("head, path", [("pmi", []), ("tree_huffman", []), ("pmi", ["--no-fast-path"]),
+                                        ("tree_huffman", ["--model", "skipgram", "--update-rows", "7"])])
+def test_resume_equals_uninterrupted(cli, text, tmp_path, head, path):
+    common = ["--corpus", str(text), "--head", head, "--epochs", "2", *path, *W2V_SMALL]
     code, _, err = cli("w2v", "train", *common, "--run-dir", str(tmp_path / "whole"))
     assert code == 0, err
     code, out, err = cli("w2v", "train", *common, "--run-dir", str(tmp_path / "split"), "--max-tokens", "5000")
@@ -180,3 +182,24 @@ def test_train_from_a_config_file_with_flags_overriding_it(cli, text, tmp_path):
     code, _, err = cli("w2v", "train", "--corpus", str(text), "--clip", "1", "--run-dir", str(tmp_path / "clip"),
                        *W2V_SMALL)
     assert code == 2 and "--clip must be None for word vectors" in err and not (tmp_path / "clip").exists()
+
+
+@pytest.mark.parametrize("head, argv, says", [
+    ("tree_huffman", [], "updated by hand, 64 rows at a time"),
+    ("pmi", ["--update-rows", "16"], "updated by hand, 16 rows at a time"),
+    ("tree_huffman", ["--no-fast-path"], "updated through autograd"),
+    ("self_organized", [], "updated through autograd"),  # no hand-written step for it: the generic path
+])
+def test_the_plan_says_which_path_trains(cli, text, tmp_path, head, argv, says):
+    small = [a for a in W2V_SMALL if a != "--quiet"]
+    code, out, err = cli("w2v", "train", "--corpus", str(text), "--head", head, "--run-dir", str(tmp_path / "run"),
+                         "--epochs", "1", "--max-tokens", "300", *argv, *small)
+    assert code == 0 and says in out + err, out + err
+
+
+def test_a_diverging_hand_written_step_stops_the_run_without_a_checkpoint(cli, text, tmp_path):
+    run = tmp_path / "run"
+    code, _, err = cli("w2v", "train", "--corpus", str(text), "--run-dir", str(run), "--epochs", "1", "--lr", "1e30",
+                       "--update-row-cap", "None", *W2V_SMALL)
+    assert code == 2 and "training diverged at step" in err and "the loss is nan" in err, err
+    assert not (run / "last.pt").exists()

@@ -83,14 +83,21 @@ class TrainStep:
         self.precision = Precision(amp, ranks.device)
         self.forward = ranks.wrap(Forward(task, model, head, self.precision, compile))
         self.params = unique_parameters(model, head)
+        plain = ranks.world == 1 and amp is None and not compile
+        #: the task's own step (:meth:`~sohsm.train.task.Task.step_by_hand`), if it has one for this run
+        self.by_hand = task.step_by_hand(model, head, optimizer) if plain else None
 
     def __call__(self, batch: Any, step: int) -> StepResult:
         """Train on ``batch`` as step number ``step`` (every rank on its share).
 
         Raises:
             sohsm.train.guard.DivergenceError: the loss or the gradient is not finite
-                (on every rank at once; nothing was updated).
+                (on every rank at once; nothing was updated, except by a task's own step).
         """
+        if self.by_hand is not None:  # forward, gradient and update done by the task, in place
+            loss_sum, tokens = self.by_hand(batch)
+            check_step(loss_sum / max(tokens, 1), torch.zeros(()), step)
+            return StepResult(loss_sum, tokens, False)
         loss, targets = self.forward(batch)
         self.optimizer.zero_grad(set_to_none=True)
         self.precision.backward(loss)

@@ -25,7 +25,7 @@ absent: ``lm``, as in runs written before it was stored).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -146,6 +146,23 @@ class Task(ABC):
         a task whose update rule is its own (word2vec's linearly falling sparse SGD) returns that.
         """
         return build_optimizer(self.config, model, head)
+
+    def step_by_hand(self, model: nn.Module, head: Head,
+                     optimizer: torch.optim.Optimizer) -> Callable[[Any], tuple[Tensor, int]] | None:
+        """A training step this task computes itself, or ``None`` (the default) for the loop's own.
+
+        The loop's step runs ``hidden_states``, the head, autograd and ``optimizer.step()``.
+        A task whose model and head it can train faster by hand (word2vec's per-row update
+        of a binary tree or negative sampling) returns a callable that trains one batch in
+        place and returns ``(loss_sum, targets)``: the loss summed over the batch's targets
+        (a float64 scalar) and their number; the loop still checks the loss, counts, logs,
+        evaluates and checkpoints. Called once per session, with one process only, and
+        without ``amp`` or ``compile``.
+
+        .. note:: such a step updates before the loop sees its loss, so a non-finite loss
+            stops the run after the weights moved (no checkpoint is written from them).
+        """
+        return None
 
     # -- training ---------------------------------------------------------------------
     @abstractmethod
