@@ -345,6 +345,27 @@ def test_attached_optimizer_reassigns_every_k_steps():
     assert int(head.steps) == 2 * K + 1
 
 
+@pytest.mark.parametrize("shortlist", [0, 5])
+def test_both_solvers_train_the_same_head(shortlist):
+    """Algorithm 1 by deferred acceptance gives the sequential solver's clusters, step after step."""
+    heads = [make_head(21, update_every=2, n_clusters=6, shortlist=shortlist, solver=solver)
+             for solver in ("sequential", "deferred_acceptance")]
+    optimizers = [torch.optim.SGD(h.parameters(), lr=0.5) for h in heads]
+    for h, opt in zip(heads, optimizers):
+        h.attach(opt)
+    g = torch.Generator().manual_seed(21)
+    for _ in range(6):
+        hidden = 3.0 * torch.randn(32, D, generator=g)
+        target = torch.randint(0, N, (32,), generator=g)
+        for h, opt in zip(heads, optimizers):
+            opt.zero_grad()
+            h(hidden, target).loss.backward()
+            opt.step()
+        assert torch.equal(heads[0].assignment, heads[1].assignment)
+    assert len(heads[1].history) == 3 and heads[1].history == heads[0].history
+    assert heads[0].history[0]["change_rate"] > 0
+
+
 def test_training_without_attached_optimizer_warns_once():
     head = make_head(13, update_every=5)
     hidden, target = _batch(13, dtype=torch.float32)
@@ -444,6 +465,7 @@ def test_double_keeps_statistics_and_reassignment_working():
         (dict(counts=-torch.ones(N)), "non-negative"),
         (dict(freq_budget=0.0), "freq_budget"),
         (dict(update_every=-1), "update_every"),
+        (dict(solver="hungarian"), "solver must be one of sequential, deferred_acceptance"),
     ],
 )
 def test_bad_constructor_args(kwargs, match):

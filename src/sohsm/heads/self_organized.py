@@ -34,6 +34,7 @@ from sohsm.clustering import (
     greedy_assignment,
     random_assignment,
 )
+from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
 from sohsm.heads.base import SelfOrganizingHead, check_counts
 from sohsm.heads.cluster_statistics import SMOOTHING, ClusterStatistics
 from sohsm.heads.freezing import Freezing
@@ -42,6 +43,9 @@ from sohsm.heads.rank_sync import RankSync
 from sohsm.heads.recluster_schedule import ReclusterSchedule
 from sohsm.heads.registry import register_head
 from sohsm.heads.two_level import TwoLevelSoftmax
+
+#: how Algorithm 1 is computed (:class:`SelfOrganizedSoftmax`'s ``solver``)
+SOLVERS = ("sequential", "deferred_acceptance")
 
 
 class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankSync, TwoLevelSoftmax,
@@ -114,6 +118,13 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             of 455 words did no better (121.8). ``0`` is the paper's head (every word
             in a learned cluster); see docs/results/lm.md.
         word_dim: in-cluster scores in ``word_dim`` dimensions (:class:`TwoLevelSoftmax`).
+        solver: how Algorithm 1 is computed; both give the same assignment.
+            ``"sequential"`` (default): word by word on the host (``q`` is copied there from a
+            GPU); ``"deferred_acceptance"``: in rounds of tensor operations on ``q``'s device
+            (:mod:`sohsm.clustering.deferred_acceptance`), with one read-back per round, so
+            that ``q`` never leaves the GPU. On a CPU the sequential solver is the faster
+            (``benchmarks/recluster.py``); on a GPU the deferred one is meant to be, not yet
+            measured.
 
     Example::
 
@@ -155,7 +166,10 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         update_growth: float = 1.0,
         shortlist: int | None = None,
         word_dim: int | None = None,
+        solver: str = "sequential",
     ) -> None:
+        if solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
         if smoothing not in SMOOTHING:
             raise ValueError(f"smoothing must be one of {SMOOTHING}, got {smoothing!r}")
         if init not in ("random", "frequency"):
@@ -224,6 +238,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         if moved_vectors not in MOVED_VECTORS:
             raise ValueError(f"moved_vectors must be 'keep' or 'cluster_mean', got {moved_vectors!r}")
         self.moved_vectors = moved_vectors
+        self.solver = solver
         self.tokens_seen = 0
         self.frozen = False
         self.smoothing = smoothing
@@ -270,15 +285,15 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         counts = self.counts.to(torch.float64)
         total = float(counts.sum())
         tf = counts / total if total > 0 else torch.full_like(counts, 1.0 / self.n_classes)
+        solve = greedy_assignment if self.solver == "sequential" else greedy_assignment_deferred
         if self._group is None or dist.get_rank(self._group) == 0:
             if self.shortlist:  # the shortlist words keep their own clusters; the rest share the learned ones
                 s, tail = self.shortlist, self.tail_words
-                result = greedy_assignment(self.q[tail], tf[tail.to(tf.device)], self.max_cluster_size,
-                                           self.freq_budget)
+                result = solve(self.q[tail], tf[tail.to(tf.device)], self.max_cluster_size, self.freq_budget)
                 assignment = self.assignment.clone()
                 assignment[tail] = result.assignment.to(assignment.device) + s
             else:
-                result = greedy_assignment(self.q, tf, self.max_cluster_size, self.freq_budget)
+                result = solve(self.q, tf, self.max_cluster_size, self.freq_budget)
                 assignment = result.assignment
             fallback_words = int(result.fallback_words)
         else:

@@ -1,0 +1,108 @@
+"""Time of one re-clustering (Algorithm 1) by its two solvers, and the memory of the statistics it reads.
+
+The self-organized head re-assigns its words from ``q``, an ``N x C`` matrix of
+cluster statistics (``C`` learned clusters, float32). ``solver="sequential"`` takes
+the words one by one on the host (``q`` is copied there first when it lives on a
+GPU); ``solver="deferred_acceptance"`` runs rounds of tensor operations on ``q``'s
+device. Both give the same assignment (checked here on every size). ``q`` is drawn
+as a trained head's is shaped: each word prefers a few clusters; ``tf`` is Zipf.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/recluster.py                    # CPU
+    python benchmarks/recluster.py --device cuda                        # a GPU, when there is one
+
+Writes ``docs/benchmarks/recluster.md`` (``--output`` to change it).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from _machine import machine
+from sohsm.clustering import default_max_cluster_size, default_n_clusters, greedy_assignment
+from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
+
+
+def statistics_of(n: int, n_clusters: int, generator: torch.Generator, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A ``q`` in log2 units where each word prefers a few clusters, and Zipf term frequencies."""
+    q = torch.randn(n, n_clusters, generator=generator) - math.log2(n_clusters)
+    favourite = torch.randint(0, n_clusters, (n, 3), generator=generator)
+    q.scatter_add_(1, favourite, torch.tensor([4.0, 2.0, 1.0]).expand(n, 3).contiguous())
+    tf = 1.0 / torch.arange(1, n + 1, dtype=torch.float64)
+    return q.to(device), (tf / tf.sum()).to(device)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str, repeats: int) -> tuple[float, object]:
+    result = fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        result = fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 44000, 100000])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path,
+                        default=Path(__file__).resolve().parents[1] / "docs/benchmarks/recluster.md")
+    args = parser.parse_args(argv)
+    generator = torch.Generator().manual_seed(args.seed)
+    rows = []
+    for n in args.sizes:
+        n_clusters = default_n_clusters(n)
+        max_size = default_max_cluster_size(n, 1.5)
+        q, tf = statistics_of(n, n_clusters, generator, args.device)
+        sequential, first = timed(lambda: greedy_assignment(q, tf, max_size, 0.1), args.device, args.repeats)
+        deferred, second = timed(lambda: greedy_assignment_deferred(q, tf, max_size, 0.1), args.device, args.repeats)
+        same = torch.equal(first.assignment.cpu(), second.assignment.cpu())
+        q_mib = q.numel() * q.element_size() / 2**20
+        rows.append((n, n_clusters, sequential, deferred, same, q_mib))
+        print(f"N={n:>7} C={n_clusters:>4}  sequential {sequential * 1e3:8.1f} ms  deferred acceptance "
+              f"{deferred * 1e3:8.1f} ms  same assignment: {same}  q {q_mib:.1f} MiB", flush=True)
+    device = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
+    lines = [
+        "# Re-clustering: Algorithm 1 by its two solvers",
+        "",
+        f"Produced by `python benchmarks/recluster.py --device {args.device}` on "
+        f"{datetime.date.today().isoformat()} ({machine()}, device `{device}`).",
+        "",
+        "One re-assignment of N words to C = ceil(sqrt(N)) clusters (at most ceil(1.5 N / C) words and 10% of "
+        "the token mass each) from statistics q shaped like a trained head's (each word prefers a few "
+        "clusters; Zipf term frequencies); median of "
+        f"{args.repeats} after a warm-up. *sequential*: the words one by one on the host (the default, "
+        "`solver=\"sequential\"`); *deferred acceptance*: rounds of tensor operations on q's device "
+        "(`solver=\"deferred_acceptance\"`). q: the statistics' memory (float32), which the head keeps "
+        "beside its weights.",
+        "",
+        "| N | C | sequential ms | deferred acceptance ms | same assignment | q MiB |",
+        "|---:|---:|---:|---:|---|---:|",
+    ]
+    for n, c, seq, dfr, same, q_mib in rows:
+        lines.append(f"| {n:,} | {c} | {seq * 1e3:.1f} | {dfr * 1e3:.1f} | {'yes' if same else 'NO'} | {q_mib:.1f} |")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
