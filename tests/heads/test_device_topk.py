@@ -109,3 +109,23 @@ def test_device_topk_compiles_with_fullgraph():
         torch.testing.assert_close(got.values, expected.values, rtol=0, atol=1e-12)
         assert torch.equal(got.indices, expected.indices) and torch.equal(got.certified, expected.certified)
     assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("kind", ["two_level", "self_organized"])
+def test_topk_on_the_sync_free_path_takes_the_device_top_k(kind, monkeypatch):
+    """``sync_free`` set: ``topk`` and ``predict`` go through exact_topk and still equal the reference."""
+    import sohsm.heads.two_level as two_level
+
+    calls = []
+    original = two_level.exact_topk
+    monkeypatch.setattr(two_level, "exact_topk", lambda *a, **k: calls.append(1) or original(*a, **k))
+    head = _head(kind, sharp=True)
+    head.sync_free = "torch"
+    hidden = _hidden(40, 9)
+    values, indices = head.topk(hidden, 4)
+    expected = head.log_prob(hidden).topk(4, dim=1)
+    torch.testing.assert_close(values, expected.values, rtol=0, atol=1e-12)
+    assert torch.equal(head.predict(hidden), indices[:, 0]) and len(calls) == 2
+    head.sync_free = None
+    head.topk(hidden, 4)
+    assert len(calls) == 2  # the default path searches

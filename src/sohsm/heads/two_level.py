@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
 from sohsm.heads import grouped
 from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, upcast
+from sohsm.heads.device_topk import exact_topk
 from sohsm.heads.best_first import TopKResult, best_first_topk
 from sohsm.heads.per_cluster_kernel import ClusterLayout, InClusterLogProb
 from sohsm.heads.registry import register_head
@@ -372,7 +373,11 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         return best_first_topk(cluster_log_probs, hidden_w, self.weight, self._layout, k, chunk_pairs)
 
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        """Same as ``log_prob(hidden).topk(k)``, by best-first search over clusters (:meth:`search_topk`)."""
+        """Same as ``log_prob(hidden).topk(k)``: by best-first search over clusters (:meth:`search_topk`), or,
+        on the sync-free path (``sync_free`` set), by :func:`~sohsm.heads.device_topk.exact_topk` (static shapes,
+        one read-back of its certificate; the search for the rows it cannot certify)."""
+        if self.sync_free:
+            return exact_topk(self, hidden, k)
         result = self.search_topk(hidden, k)
         return result.values, result.indices
 
