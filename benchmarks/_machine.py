@@ -20,3 +20,13 @@ def machine(threads: bool = True) -> str:
     """``CPU, N threads (or cores), torch X, Python Y`` for a results table's header."""
     count = f"{torch.get_num_threads()} thread(s)" if threads else f"{os.cpu_count()} cores"
     return f"{cpu_name()}, {count}, torch {torch.__version__}, Python {platform.python_version()}"
+
+
+def write_page(path, lines: list[str]) -> None:
+    """Write a results page (markdown ``lines``) to ``path``, making its folder, and say where it went."""
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {path}")

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import torch
 
-from _machine import machine
+from _machine import machine, write_page
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
@@ -427,9 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{dec['tree_ms']:.1f} | {dec['tree_speedup']:.1f}x | "
             f"{dec['tree_visited']:.1f} | {dec['tree_path']:.1f} |"
         )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.output}")
+    write_page(args.output, lines)
     return 0
 
 

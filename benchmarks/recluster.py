@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from _machine import machine
+from _machine import machine, write_page
 from sohsm.clustering import default_max_cluster_size, default_n_clusters, greedy_assignment
 from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
 
@@ -98,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for n, c, seq, dfr, same, q_mib in rows:
         lines.append(f"| {n:,} | {c} | {seq * 1e3:.1f} | {dfr * 1e3:.1f} | {'yes' if same else 'NO'} | {q_mib:.1f} |")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.output}")
+    write_page(args.output, lines)
     return 0
 
 
