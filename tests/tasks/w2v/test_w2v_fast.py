@@ -226,3 +226,38 @@ def test_the_compiled_loop_in_float32_equals_the_torch_path_row_by_row(architect
     for compiled, by_torch in zip(*twins):
         assert compiled.dtype == torch.float32
         torch.testing.assert_close(compiled, by_torch, rtol=1e-5, atol=1e-6)
+
+
+def test_the_task_picks_the_loop_and_runs_saved_before_kernel_keep_torchs(monkeypatch):
+    import sohsm.tasks.w2v.task as task_module
+    from sohsm.tasks.w2v.fast import CompiledStep
+    from sohsm.tasks.w2v.task import W2VTask, build_w2v_head
+
+    vocab = Vocabulary(["a", "b", "c", "<unk>"], [3, 2, 2, 0], eos=None)
+    for available in (True, False):
+        monkeypatch.setattr(task_module, "numba_available", lambda: available)
+        for kernel, name, fast, expected in [("auto", "tree_huffman", True, "numba" if available else "torch"),
+                                             ("auto", "pmi", True, "numba" if available else "torch"),
+                                             ("torch", "pmi", True, "torch"), ("numba", "tree_huffman", True, "numba"),
+                                             ("numba", "tree_huffman", False, None),
+                                             ("numba", "self_organized", True, None)]:
+            config = W2VConfig(head=HeadConfig(name=name), fast_path=fast, kernel=kernel)
+            task = W2VTask.__new__(W2VTask)  # the choice reads only the config and the device
+            task.config, task.device = config, torch.device("cpu")
+            head = build_w2v_head(config, vocab, steps_per_epoch=10)
+            assert task.kernel(head) == expected, (available, kernel, name)
+            if expected == "numba" and not available:
+                with pytest.raises(ValueError, match="kernel is 'numba' but numba cannot be imported"):
+                    task.step_by_hand(Word2Vec(4, 100), head, optimizer(Word2Vec(4, 100), head))
+            elif expected == "numba" and __import__("sohsm.tasks.w2v.kernel", fromlist=["x"]).numba_available():
+                step = task.step_by_hand(Word2Vec(4, 100), head, optimizer(Word2Vec(4, 100), head))
+                assert isinstance(step, CompiledStep)
+            elif expected == "torch":
+                step = task.step_by_hand(Word2Vec(4, 100), head, optimizer(Word2Vec(4, 100), head))
+                assert isinstance(step, HandStep)
+    saved = W2VConfig(head=HeadConfig(name="tree_huffman")).to_dict()
+    del saved["kernel"]
+    assert W2VConfig.from_saved(saved).kernel == "torch"  # trained by the torch loop: resumed by it
+    assert W2VConfig.from_saved(W2VConfig().to_dict()).kernel == "auto"
+    with pytest.raises(ValueError, match="kernel"):
+        W2VConfig(kernel="cuda").validate()
