@@ -299,8 +299,13 @@ class CompiledStep:
         self.model, self.head, self.optimizer = model, head, optimizer
         self.cbow = model.architecture == "cbow"
         self.divide = self.cbow and model.exact_mean_gradient
+        self.dtype = syn0.dtype
+        #: a tree's paths as flat tables (nodes, labels, starts, lengths), each word's looked up by its id
+        self.tree = None
         if isinstance(head, BinaryTreeSoftmax):
-            self.pairs, self.offset = _TreePairs(head), 0.0
+            paths, self.offset = _TreePairs(head), 0.0
+            self.tree = (_long(paths.nodes), paths.labels.to(self.dtype).numpy(), _long(paths.start),
+                         _long(paths.length))
         else:
             self.pairs = _NoisePairs(head)
             self.offset = math.log(head.n_samples) if head.shift else 0.0
@@ -312,18 +317,23 @@ class CompiledStep:
         rows = batch.targets.numel()
         group = self.optimizer.param_groups[0]
         done, total = group["steps_done"], group["total_steps"]
-        nodes, labels, lengths = self.pairs(batch.targets)  # the same draws as HandStep's
         if self.cbow:
             inputs, offsets, counts = batch.inputs, batch.offsets, batch.counts
         else:
             inputs, offsets, counts = batch.inputs, torch.arange(rows), torch.ones(rows, dtype=torch.long)
+        if self.tree is not None:  # every word's path, looked up by the row's target
+            keys, nodes, labels, starts, lengths = batch.targets, *self.tree
+        else:  # the rows' own pairs: the centre and its noise words, drawn as HandStep draws them
+            keys = torch.arange(rows)
+            nodes, labels, lengths = self.pairs(batch.targets)
+            starts = _long(torch.cumsum(lengths, 0) - lengths)
+            nodes, labels, lengths = _long(nodes), labels.to(self.dtype).numpy(), _long(lengths)
         loss = 0.0
         if rows:
             syn0, syn1 = self.model.embedding.weight, self.head.weight
-            loss = train_rows(syn0.detach().numpy(), syn1.detach().numpy(), _long(inputs), _long(offsets), _long(counts), _long(nodes),
-                              labels.to(syn0.dtype).numpy(), _long(torch.cumsum(lengths, 0) - lengths),
-                              _long(lengths), group["start_lr"], done, total, group["min_ratio"], self.offset,
-                              self.divide)
+            loss = train_rows(syn0.detach().numpy(), syn1.detach().numpy(), _long(inputs), _long(offsets),
+                              _long(counts), _long(keys), nodes, labels, starts, lengths, group["start_lr"], done,
+                              total, group["min_ratio"], self.offset, self.divide)
         group["steps_done"] = done + 1
         group["lr"] = group["start_lr"] * max(1.0 - done / total, group["min_ratio"])
         return torch.tensor(loss, dtype=torch.float64), rows

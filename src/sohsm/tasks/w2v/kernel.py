@@ -42,36 +42,42 @@ def numba_available() -> bool:
     return True
 
 
-def _train_rows(syn0, syn1, inputs, offsets, counts, nodes, labels, pair_start, pair_length, lr, done, total, floor,
-                offset, divide, hidden, error, cell):  # pragma: no cover - compiled
+def _train_rows(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_start, pair_length, lr, done, total,
+                floor, offset, divide, hidden, error, cell):  # pragma: no cover - compiled
     """Train the rows in order, in place; returns the summed loss ``-log sigma(+-f)`` (float64).
 
+    Row ``r``'s pairs are ``nodes[pair_start[k]: pair_start[k] + pair_length[k]]`` with ``k = keys[r]``.
     ``hidden``, ``error`` ``[d]`` and ``cell`` ``[1]`` are scratch arrays of the weights' dtype
     (``cell`` casts a float64 value to it, so the vector loops run in the weights' dtype).
-    The dot products sum in eight float64 lanes, in a fixed order (the same result on every run).
+    The dot products sum in eight lanes, in a fixed order (the same result on every run).
     """
     rows = offsets.shape[0]
     dim = syn0.shape[1]
     wide = dim - dim % 8
     loss = 0.0
+    kept = 1.0  # the product of the pairs' probabilities not yet in loss (one log per many pairs)
+    cell[0] = 0.0
+    zero = cell[0]
     for r in range(rows):
         start, count = offsets[r], counts[r]
         cell[0] = lr * max(1.0 - (done + r / rows) / total, floor)
         alpha = cell[0]
         for k in range(dim):
-            hidden[k] = 0.0
-            error[k] = 0.0
+            hidden[k] = zero
+            error[k] = zero
         for c in range(start, start + count):
             w = inputs[c]
             for k in range(dim):
                 hidden[k] += syn0[w, k]
         cell[0] = 1.0 / count
         inv = cell[0]
-        for k in range(dim):
-            hidden[k] *= inv
-        for p in range(pair_start[r], pair_start[r] + pair_length[r]):
+        if count > 1:
+            for k in range(dim):
+                hidden[k] *= inv
+        key = keys[r]
+        for p in range(pair_start[key], pair_start[key] + pair_length[key]):
             n = nodes[p]
-            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
             for k in range(0, wide, 8):
                 s0 += hidden[k] * syn1[n, k]
                 s1 += hidden[k + 1] * syn1[n, k + 1]
@@ -85,10 +91,17 @@ def _train_rows(syn0, syn1, inputs, offsets, counts, nodes, labels, pair_start, 
                 s0 += hidden[k] * syn1[n, k]
             f = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) - offset
             y = labels[p]
-            # -log sigma(f) for y = 1, -log sigma(-f) for y = 0, without overflow
-            x = -f if y > 0.5 else f
-            loss += max(x, 0.0) + math.log1p(math.exp(-abs(x)))
-            cell[0] = alpha * (y - 1.0 / (1.0 + math.exp(-f)))
+            sigma = 1.0 / (1.0 + math.exp(-f))
+            chance = sigma if y > 0.5 else 1.0 - sigma  # the probability of the pair's label
+            if chance > 1e-30:
+                kept *= chance
+                if kept < 1e-200:
+                    loss -= math.log(kept)
+                    kept = 1.0
+            else:  # far in the tail: -log sigma(x) directly, without overflow
+                x = -f if y > 0.5 else f
+                loss += max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+            cell[0] = alpha * (y - sigma)
             g = cell[0]
             for k in range(dim):
                 error[k] += g * syn1[n, k]
@@ -100,7 +113,7 @@ def _train_rows(syn0, syn1, inputs, offsets, counts, nodes, labels, pair_start, 
             w = inputs[c]
             for k in range(dim):
                 syn0[w, k] += error[k]
-    return loss
+    return loss - math.log(kept)
 
 
 def compiled_train_rows() -> Callable:
@@ -120,7 +133,7 @@ def compiled_train_rows() -> Callable:
 
 
 def train_rows(syn0: np.ndarray, syn1: np.ndarray, inputs: np.ndarray, offsets: np.ndarray, counts: np.ndarray,
-               nodes: np.ndarray, labels: np.ndarray, pair_start: np.ndarray, pair_length: np.ndarray, lr: float,
+               keys: np.ndarray, nodes: np.ndarray, labels: np.ndarray, pair_start: np.ndarray, pair_length: np.ndarray, lr: float,
                done: int, total: int, floor: float, offset: float, divide: bool) -> float:
     """Run word2vec's loop over a piece's rows with the compiled kernel, updating ``syn0`` and ``syn1`` in place.
 
@@ -130,10 +143,13 @@ def train_rows(syn0: np.ndarray, syn1: np.ndarray, inputs: np.ndarray, offsets: 
         inputs: the context words of all rows, row after row (int64).
         offsets: where each row's context starts in ``inputs``.
         counts: each row's number of context words (at least 1).
-        nodes: the scored output rows of all rows, row after row (int64).
+        keys: which pair list each row scores: row ``r``'s pairs are ``nodes[pair_start[keys[r]]:][:
+            pair_length[keys[r]]]`` (a tree: the target word, indexing every word's path; negative sampling:
+            ``r``, indexing the rows' own lists).
+        nodes: the scored output rows, list after list (int64).
         labels: each pair's label, 1 or 0, in ``syn0``'s dtype.
-        pair_start: where each row's pairs start in ``nodes``.
-        pair_length: each row's number of pairs.
+        pair_start: where each list starts in ``nodes``.
+        pair_length: each list's number of pairs.
         lr: the run's starting rate.
         done: pieces trained before this one.
         total: the run's pieces.
@@ -143,15 +159,16 @@ def train_rows(syn0: np.ndarray, syn1: np.ndarray, inputs: np.ndarray, offsets: 
 
     Shape:
         - syn0: ``[N, d]``, syn1: ``[M, d]``
-        - inputs: ``[C]``; offsets, counts, pair_start, pair_length: ``[R]``; nodes, labels: ``[P]``
+        - inputs: ``[C]``; offsets, counts, keys: ``[R]``; pair_start, pair_length: ``[K]``; nodes, labels: ``[P]``
 
     Returns:
-        the summed loss ``-log sigma(+-f)`` over every pair, each at the weights it was scored with.
+        the summed loss ``-log sigma(+-f)`` over every pair, each at the weights it was scored with (summed as
+        the log of products of the pairs' probabilities, one logarithm per many pairs).
     """
     dim = syn0.shape[1]
     hidden = np.zeros(dim, dtype=syn0.dtype)
     error = np.zeros(dim, dtype=syn0.dtype)
     cell = np.zeros(1, dtype=syn0.dtype)
-    return float(compiled_train_rows()(syn0, syn1, inputs, offsets, counts, nodes, labels, pair_start, pair_length,
+    return float(compiled_train_rows()(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_start, pair_length,
                                        float(lr), int(done), int(total), float(floor), float(offset), bool(divide),
                                        hidden, error, cell))
