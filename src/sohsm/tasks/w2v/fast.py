@@ -4,7 +4,10 @@ The generic path (:class:`~sohsm.tasks.w2v.model.Word2Vec` -> any head -> autogr
 :class:`~sohsm.tasks.w2v.model.LinearDecaySGD`) scores a whole step's rows at one point.
 word2vec updates after every word. This path trains the two output layers word2vec
 has, the binary trees (``tree_huffman``, ``tree_random``, ``tree_file``: hierarchical
-softmax) and ``pmi`` (negative sampling), with word2vec's own update, a few rows at a time::
+softmax) and ``pmi`` (negative sampling), with word2vec's own update. Two loops do it:
+:class:`CompiledStep`, word2vec's per-row loop compiled by Numba (:mod:`sohsm.tasks.w2v.kernel`:
+one row at a time, as word2vec and gensim; taken where Numba imports), and :class:`HandStep`,
+torch operations on a few rows at a time (below; no dependency beyond torch)::
 
     piece (one loop step, batch_words corpus words)  ->  rows r = 0 .. R-1 (CBOW: a centre; skip-gram: a pair)
     each row r: h_r (CBOW: the mean of its context vectors; skip-gram: its context word's vector)
