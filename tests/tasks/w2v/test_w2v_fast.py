@@ -261,3 +261,18 @@ def test_the_task_picks_the_loop_and_runs_saved_before_kernel_keep_torchs(monkey
     assert W2VConfig.from_saved(W2VConfig().to_dict()).kernel == "auto"
     with pytest.raises(ValueError, match="kernel"):
         W2VConfig(kernel="cuda").validate()
+
+
+@numba_or_skip
+def test_the_compiled_loop_refuses_ids_out_of_range_and_other_heads():
+    from sohsm.tasks.w2v.fast import CompiledStep
+
+    model, head = make()
+    step = CompiledStep(model, head, optimizer(model, head))
+    bad = W2VBatch(torch.tensor([1, 2, 30]), torch.tensor([0]), torch.tensor([3]), torch.tensor([5]), 3)
+    with pytest.raises(ValueError, match=r"batch.inputs must hold word ids in \[0, 20\), got \[1, 30\]"):
+        step(bad)
+    with pytest.raises(ValueError, match="head must be a binary tree or pmi"):
+        CompiledStep(model, build_head("full", D, N), optimizer(model, head))
+    with pytest.raises(ValueError, match="must share a dtype"):
+        CompiledStep(model.float(), head, optimizer(model, head))

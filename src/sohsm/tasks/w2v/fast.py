@@ -334,6 +334,10 @@ class CompiledStep:
         loss = 0.0
         if rows:
             syn0, syn1 = self.model.embedding.weight, self.head.weight
+            for name, ids in (("batch.inputs", inputs), ("batch.targets", batch.targets)):
+                if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < syn0.size(0):
+                    raise ValueError(f"{name} must hold word ids in [0, {syn0.size(0)}), got "
+                                     f"[{int(ids.min())}, {int(ids.max())}]")  # the compiled loop checks no index
             loss = train_rows(syn0.detach().numpy(), syn1.detach().numpy(), _long(inputs), _long(offsets),
                               _long(counts), _long(keys), nodes, labels, starts, lengths, group["start_lr"], done,
                               total, group["min_ratio"], self.offset, self.divide)

@@ -69,7 +69,7 @@ def _train_rows(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_s
             w = inputs[c]
             for k in range(dim):
                 hidden[k] += syn0[w, k]
-        cell[0] = 1.0 / count
+        cell[0] = 1.0 / count if count > 0 else 0.0  # no context (no such row in a piece): h = 0, as an empty mean
         inv = cell[0]
         if count > 1:
             for k in range(dim):
@@ -133,8 +133,9 @@ def compiled_train_rows() -> Callable:
 
 
 def train_rows(syn0: np.ndarray, syn1: np.ndarray, inputs: np.ndarray, offsets: np.ndarray, counts: np.ndarray,
-               keys: np.ndarray, nodes: np.ndarray, labels: np.ndarray, pair_start: np.ndarray, pair_length: np.ndarray, lr: float,
-               done: int, total: int, floor: float, offset: float, divide: bool) -> float:
+               keys: np.ndarray, nodes: np.ndarray, labels: np.ndarray, pair_start: np.ndarray,
+               pair_length: np.ndarray, lr: float, done: int, total: int, floor: float, offset: float,
+               divide: bool) -> float:
     """Run word2vec's loop over a piece's rows with the compiled kernel, updating ``syn0`` and ``syn1`` in place.
 
     Args:
@@ -169,6 +170,6 @@ def train_rows(syn0: np.ndarray, syn1: np.ndarray, inputs: np.ndarray, offsets: 
     hidden = np.zeros(dim, dtype=syn0.dtype)
     error = np.zeros(dim, dtype=syn0.dtype)
     cell = np.zeros(1, dtype=syn0.dtype)
-    return float(compiled_train_rows()(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_start, pair_length,
-                                       float(lr), int(done), int(total), float(floor), float(offset), bool(divide),
-                                       hidden, error, cell))
+    kernel = compiled_train_rows()
+    return float(kernel(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_start, pair_length, float(lr),
+                        int(done), int(total), float(floor), float(offset), bool(divide), hidden, error, cell))
