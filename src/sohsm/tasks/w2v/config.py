@@ -124,7 +124,8 @@ class W2VConfig(RunConfig):
     fast_path: bool = True
     #: the hand-written path's loop: ``"numba"``, word2vec's per-row loop compiled by Numba (one row at a time, no
     #: row cap; ``pip install 'sohsm[w2v]'``); ``"torch"``, torch operations on ``update_rows`` rows at a time;
-    #: ``"auto"``: numba where it can be imported, else torch
+    #: ``"auto"``: numba where it can be imported, else torch (a run resumed where Numba is missing goes on with the
+    #: torch loop; the plan line says which loop runs)
     kernel: str = field(default="auto", metadata={"choices": ("auto", "numba", "torch")})
     #: the hand-written path: rows per in-place update (word2vec: 1; 64 matched gensim's quality on text8)
     update_rows: int = 64
