@@ -71,6 +71,7 @@ def config_for(args, architecture: str, head: str):
                      model=W2VModelConfig(architecture=architecture, dim=100, window=5),
                      head=HeadConfig(name=head), epochs=args.epochs, batch_words=args.batch_words,
                      row_cap=None if args.row_cap <= 0 else args.row_cap, fast_path=not args.generic,
+                     kernel=args.kernel,
                      update_rows=args.update_rows, update_row_cap=None if args.update_row_cap <= 0 else args.update_row_cap,
                      optim=OptimConfig(optimizer="sgd", lr=args.lr, clip=None, weight_decay=0.0), seed=args.seed)
 
@@ -148,6 +149,19 @@ def so_clusters(run_dir: Path, show: int = 12, words: int = 10) -> list[list[str
     return [[vocab.itos[int(i)] for i in c[counts[c].argsort(descending=True)][:words]] for c in picked]
 
 
+def _kernel(args) -> str:
+    """The hand-written path's loop the sohsm rows take (``--kernel``; auto: numba where it can be imported)."""
+    from sohsm.tasks.w2v.kernel import numba_available
+
+    return ("numba" if numba_available() else "torch") if args.kernel == "auto" else args.kernel
+
+
+def _numba_version() -> str:
+    import numba
+
+    return numba.__version__
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", default="text8-small")
@@ -161,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--row-cap", type=float, default=4.0, help="sohsm: --row-cap (default 4; 0: none)")
     parser.add_argument("--generic", action="store_true",
                         help="sohsm: train every head through autograd (--no-fast-path), as before the hand-written path")
-    parser.add_argument("--update-rows", type=int, default=64, help="sohsm: --update-rows (default 64)")
+    parser.add_argument("--kernel", default="auto", choices=("auto", "numba", "torch"),
+                        help="sohsm: --kernel, the hand-written path's loop (default auto: numba where installed)")
+    parser.add_argument("--update-rows", type=int, default=64, help="sohsm: --update-rows, torch loop (default 64)")
     parser.add_argument("--update-row-cap", type=float, default=32.0,
                         help="sohsm: --update-row-cap (default 32; 0: none)")
     parser.add_argument("--out", default="docs/results/word2vec.md")
@@ -214,7 +230,10 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         "to 0; output weights starting at 0; "
         + (f"{args.batch_words} words a step, a vector moving by at most {args.row_cap:g} rows' worth of update a step, "
            "through autograd (`--no-fast-path`))." if args.generic else
-           f"the binary tree and `pmi` trained by the hand-written path: pieces of {args.batch_words} words, updated "
+           "the binary tree and `pmi` trained by word2vec's own loop compiled by Numba (`--kernel numba`: one row "
+           f"at a time, in place, no row cap, numba {_numba_version()}); the self-organized head through autograd, "
+           f"{args.batch_words} words a step, at most {args.row_cap:g} rows' worth a step)." if _kernel(args) == "numba"
+           else f"the binary tree and `pmi` trained by the hand-written path in torch (`--kernel torch`): pieces of {args.batch_words} words, updated "
            f"in place {args.update_rows} rows at a time, a vector moving by at most {args.update_row_cap:g} rows' "
            "worth of update at once; the self-organized head through autograd, "
            f"{args.batch_words} words a step, at most {args.row_cap:g} rows' worth a step)."),

@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 import torch
 
+from sohsm.tasks.w2v.kernel import numba_available
 from sohsm.tasks.w2v.vectors import load_vectors
+
+NEEDS_NUMBA = pytest.mark.skipif(not numba_available(), reason="numba (the w2v and dev extras) is not installed")
 
 W2V_SMALL = ["--dim", "16", "--window", "3", "--min-count", "2", "--text-mode", "running", "--batch-words", "200",
              "--eval-rows", "200", "--quiet"]
@@ -72,8 +75,12 @@ def test_negative_sampling_is_word2vecs():
     assert float(head.weight.detach().abs().max()) == 0.0  # word2vec's output layer starts at zero
 
 
-@pytest.mark.parametrize("head, path", [("pmi", []), ("tree_huffman", []), ("pmi", ["--no-fast-path"]),
-                                        ("tree_huffman", ["--model", "skipgram", "--update-rows", "7"])])
+@pytest.mark.parametrize("head, path", [
+    ("pmi", ["--kernel", "torch"]), ("tree_huffman", ["--kernel", "torch"]), ("pmi", ["--no-fast-path"]),
+    ("tree_huffman", ["--model", "skipgram", "--update-rows", "7", "--kernel", "torch"]),
+    pytest.param("tree_huffman", ["--kernel", "numba"], marks=NEEDS_NUMBA),
+    pytest.param("pmi", ["--kernel", "numba"], marks=NEEDS_NUMBA),
+    pytest.param("pmi", ["--kernel", "numba", "--model", "skipgram"], marks=NEEDS_NUMBA)])
 def test_resume_equals_uninterrupted(cli, text, tmp_path, head, path):
     common = ["--corpus", str(text), "--head", head, "--epochs", "2", *path, *W2V_SMALL]
     code, _, err = cli("w2v", "train", *common, "--run-dir", str(tmp_path / "whole"))
@@ -185,8 +192,10 @@ def test_train_from_a_config_file_with_flags_overriding_it(cli, text, tmp_path):
 
 
 @pytest.mark.parametrize("head, argv, says", [
-    ("tree_huffman", [], "updated by hand, 64 rows at a time"),
-    ("pmi", ["--update-rows", "16"], "updated by hand, 16 rows at a time"),
+    ("tree_huffman", ["--kernel", "torch"], "updated by hand, 64 rows at a time"),
+    ("pmi", ["--update-rows", "16", "--kernel", "torch"], "updated by hand, 16 rows at a time"),
+    pytest.param("tree_huffman", [], "updated by a compiled word2vec loop (numba)", marks=NEEDS_NUMBA),
+    pytest.param("pmi", ["--kernel", "numba"], "updated by a compiled word2vec loop (numba)", marks=NEEDS_NUMBA),
     ("tree_huffman", ["--no-fast-path"], "updated through autograd"),
     ("self_organized", [], "updated through autograd"),  # no hand-written step for it: the generic path
 ])
@@ -195,6 +204,21 @@ def test_the_plan_says_which_path_trains(cli, text, tmp_path, head, argv, says):
     code, out, err = cli("w2v", "train", "--corpus", str(text), "--head", head, "--run-dir", str(tmp_path / "run"),
                          "--epochs", "1", "--max-tokens", "300", *argv, *small)
     assert code == 0 and says in out + err, out + err
+
+
+def test_without_numba_auto_takes_the_torch_loop_and_says_how_to_get_the_compiled_one(cli, text, tmp_path,
+                                                                                       monkeypatch):
+    import sohsm.tasks.w2v.task as task_module
+
+    monkeypatch.setattr(task_module, "numba_available", lambda: False)
+    small = [a for a in W2V_SMALL if a != "--quiet"]
+    common = ["w2v", "train", "--corpus", str(text), "--epochs", "1", "--max-tokens", "300", *small]
+    code, out, err = cli(*common, "--run-dir", str(tmp_path / "auto"))
+    assert code == 0 and "updated by hand, 64 rows at a time, in torch (pip install 'sohsm[w2v]' makes it faster" \
+        in out + err, out + err
+    code, out, err = cli(*common, "--run-dir", str(tmp_path / "numba"), "--kernel", "numba")
+    assert code == 2 and "kernel is 'numba' but numba cannot be imported: pip install 'sohsm[w2v]'" in err, err
+    assert not (tmp_path / "numba" / "last.pt").exists()
 
 
 def test_a_diverging_hand_written_step_stops_the_run_without_a_checkpoint(cli, text, tmp_path):

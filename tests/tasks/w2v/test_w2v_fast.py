@@ -65,8 +65,9 @@ def test_one_update_is_the_rate_times_autograds_gradient(architecture, head_name
         torch.testing.assert_close(after.detach(), start - 0.1 * grad, rtol=1e-12, atol=1e-12)
 
 
-def naive_word2vec(model, head, batch, alphas):
-    """word2vec.c's loop, one row at a time, in float64 on dense copies: (syn0, syn1, loss)."""
+def naive_word2vec(model, head, batch, alphas, exact=False, offset=0.0):
+    """word2vec.c's loop, one row at a time, in float64 on dense copies: (syn0, syn1, loss); ``exact``: each context
+    word gets 1 / |context| of the row's error; ``offset`` is subtracted from every score (pmi's shift)."""
     syn0, syn1 = model.embedding.weight.detach().clone(), head.weight.detach().clone()
     if head.__class__.__name__ == "BinaryTreeSoftmax":
         nodes, signs = head.paths()
@@ -85,13 +86,13 @@ def naive_word2vec(model, head, batch, alphas):
             h = syn0[context[0]].clone()
         error = torch.zeros(D, dtype=torch.float64)
         for node, label in pairs[r]:
-            f = float(syn1[node] @ h)
+            f = float(syn1[node] @ h) - offset
             loss -= math.log(1 / (1 + math.exp(-f))) if label else math.log(1 - 1 / (1 + math.exp(-f)))
             g = alpha * (label - 1 / (1 + math.exp(-f)))
             error += g * syn1[node]
             syn1[node] += g * h
         for c in context:
-            syn0[c] += error
+            syn0[c] += error / len(context) if exact else error
     return syn0, syn1, loss
 
 
@@ -178,3 +179,100 @@ def test_the_task_chooses_the_path_and_old_runs_keep_theirs():
     assert W2VConfig.from_saved(W2VConfig().to_dict()).fast_path is True
     with pytest.raises(ValueError, match="update_rows"):
         W2VConfig(update_rows=0).validate()
+
+
+numba_or_skip = pytest.mark.skipif(not __import__("sohsm.tasks.w2v.kernel", fromlist=["x"]).numba_available(),
+                                   reason="numba (the w2v and dev extras) is not installed")
+
+
+@numba_or_skip
+@pytest.mark.parametrize("architecture, exact", [("cbow", False), ("cbow", True), ("skipgram", False)])
+@pytest.mark.parametrize("head_name, options", HEADS)
+def test_the_compiled_loop_is_word2vecs_loop_with_its_falling_rate(architecture, exact, head_name, options):
+    """float64 weights: the compiled loop equals the naive float64 loop (and its exact-mean variant)."""
+    from sohsm.tasks.w2v.fast import CompiledStep
+
+    model, head = make(architecture, head_name, exact, **options)
+    batch = batch_of(architecture)
+    opt = optimizer(model, head, lr=0.2, total=4, min_ratio=1e-4)
+    opt.param_groups[0]["steps_done"] = 1
+    alphas = [0.2 * (1 - (1 + j / 5) / 4) for j in range(5)]
+    state = head.state_dict()
+    syn0, syn1, loss = naive_word2vec(model, head, batch, alphas, exact=exact,
+                                      offset=math.log(3) if options.get("shift") else 0.0)
+    head.load_state_dict(state)
+    loss_sum, rows = CompiledStep(model, head, opt)(batch)
+    assert rows == 5 and loss_sum.dtype == torch.float64
+    torch.testing.assert_close(model.embedding.weight.detach(), syn0, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(head.weight.detach(), syn1, rtol=1e-12, atol=1e-12)
+    assert float(loss_sum) == pytest.approx(loss, rel=1e-12)
+    assert opt.param_groups[0]["steps_done"] == 2 and opt.param_groups[0]["lr"] == pytest.approx(0.15)
+
+
+@numba_or_skip
+@pytest.mark.parametrize("architecture", ["cbow", "skipgram"])
+def test_the_compiled_loop_in_float32_equals_the_torch_path_row_by_row(architecture):
+    """float32 (what runs train): the compiled loop and HandStep with one row per update agree to float rounding."""
+    from sohsm.tasks.w2v.fast import CompiledStep
+
+    twins = []
+    for step in ("compiled", "torch"):
+        model, head = make(architecture)
+        model, head = model.float(), head.float()
+        opt = optimizer(model, head, lr=0.2, total=4, min_ratio=1e-4)
+        (CompiledStep(model, head, opt) if step == "compiled" else HandStep(model, head, opt, update_rows=1))(
+            batch_of(architecture))
+        twins.append([model.embedding.weight.detach(), head.weight.detach()])
+    for compiled, by_torch in zip(*twins):
+        assert compiled.dtype == torch.float32
+        torch.testing.assert_close(compiled, by_torch, rtol=1e-5, atol=1e-6)
+
+
+def test_the_task_picks_the_loop_and_runs_saved_before_kernel_keep_torchs(monkeypatch):
+    import sohsm.tasks.w2v.task as task_module
+    from sohsm.tasks.w2v.fast import CompiledStep
+    from sohsm.tasks.w2v.task import W2VTask, build_w2v_head
+
+    vocab = Vocabulary(["a", "b", "c", "<unk>"], [3, 2, 2, 0], eos=None)
+    for available in (True, False):
+        monkeypatch.setattr(task_module, "numba_available", lambda: available)
+        for kernel, name, fast, expected in [("auto", "tree_huffman", True, "numba" if available else "torch"),
+                                             ("auto", "pmi", True, "numba" if available else "torch"),
+                                             ("torch", "pmi", True, "torch"), ("numba", "tree_huffman", True, "numba"),
+                                             ("numba", "tree_huffman", False, None),
+                                             ("numba", "self_organized", True, None)]:
+            config = W2VConfig(head=HeadConfig(name=name), fast_path=fast, kernel=kernel)
+            task = W2VTask.__new__(W2VTask)  # the choice reads only the config and the device
+            task.config, task.device = config, torch.device("cpu")
+            head = build_w2v_head(config, vocab, steps_per_epoch=10)
+            assert task.kernel(head) == expected, (available, kernel, name)
+            if expected == "numba" and not available:
+                with pytest.raises(ValueError, match="kernel is 'numba' but numba cannot be imported"):
+                    task.step_by_hand(Word2Vec(4, 100), head, optimizer(Word2Vec(4, 100), head))
+            elif expected == "numba" and __import__("sohsm.tasks.w2v.kernel", fromlist=["x"]).numba_available():
+                step = task.step_by_hand(Word2Vec(4, 100), head, optimizer(Word2Vec(4, 100), head))
+                assert isinstance(step, CompiledStep)
+            elif expected == "torch":
+                step = task.step_by_hand(Word2Vec(4, 100), head, optimizer(Word2Vec(4, 100), head))
+                assert isinstance(step, HandStep)
+    saved = W2VConfig(head=HeadConfig(name="tree_huffman")).to_dict()
+    del saved["kernel"]
+    assert W2VConfig.from_saved(saved).kernel == "torch"  # trained by the torch loop: resumed by it
+    assert W2VConfig.from_saved(W2VConfig().to_dict()).kernel == "auto"
+    with pytest.raises(ValueError, match="kernel"):
+        W2VConfig(kernel="cuda").validate()
+
+
+@numba_or_skip
+def test_the_compiled_loop_refuses_ids_out_of_range_and_other_heads():
+    from sohsm.tasks.w2v.fast import CompiledStep
+
+    model, head = make()
+    step = CompiledStep(model, head, optimizer(model, head))
+    bad = W2VBatch(torch.tensor([1, 2, 30]), torch.tensor([0]), torch.tensor([3]), torch.tensor([5]), 3)
+    with pytest.raises(ValueError, match=r"batch.inputs must hold word ids in \[0, 20\), got \[1, 30\]"):
+        step(bad)
+    with pytest.raises(ValueError, match="head must be a binary tree or pmi"):
+        CompiledStep(model, build_head("full", D, N), optimizer(model, head))
+    with pytest.raises(ValueError, match="must share a dtype"):
+        CompiledStep(model.float(), head, optimizer(model, head))

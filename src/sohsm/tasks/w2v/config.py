@@ -6,7 +6,7 @@
       model: W2VModelConfig      CBOW or skip-gram, vector size, window
       head:  HeadConfig          which output layer (word2vec's: tree_huffman or pmi = negative sampling)
       optim: OptimConfig         SGD at word2vec's rate, falling linearly to zero
-      batch_words, fast_path, update_rows, epochs, max_tokens, time_budget, eval_every, ..., seed, device
+      batch_words, fast_path, kernel, update_rows, epochs, max_tokens, time_budget, eval_every, ..., seed, device
 
 Defaults are word2vec's (Mikolov et al. 2013, the ``word2vec.c`` defaults for CBOW):
 dimension 100, window 5, ``min_count`` 5, sub-sampling 1e-3, 5 epochs, rate 0.05.
@@ -122,6 +122,11 @@ class W2VConfig(RunConfig):
     #: written by hand (no autograd), ``update_rows`` rows at a time, on the CPU; any other head or device: the
     #: generic path (autograd and the optimizer, ``batch_words`` words a step)
     fast_path: bool = True
+    #: the hand-written path's loop: ``"numba"``, word2vec's per-row loop compiled by Numba (one row at a time, no
+    #: row cap; ``pip install 'sohsm[w2v]'``); ``"torch"``, torch operations on ``update_rows`` rows at a time;
+    #: ``"auto"``: numba where it can be imported, else torch (a run resumed where Numba is missing goes on with the
+    #: torch loop; the plan line says which loop runs)
+    kernel: str = field(default="auto", metadata={"choices": ("auto", "numba", "torch")})
     #: the hand-written path: rows per in-place update (word2vec: 1; 64 matched gensim's quality on text8)
     update_rows: int = 64
     #: the hand-written path: a parameter row moves by at most this many rows' worth of update at once (the
@@ -147,9 +152,11 @@ class W2VConfig(RunConfig):
     @classmethod
     def from_saved(cls, data: Mapping[str, Any]) -> W2VConfig:
         """A run's own saved config; one saved before ``fast_path`` existed trained by the generic path and keeps it,
-        so it resumes as it was trained."""
+        one saved before ``kernel`` existed by the torch loop, so it resumes as it was trained."""
         if isinstance(data, Mapping) and "fast_path" not in data:
             data = {**data, "fast_path": False}
+        if isinstance(data, Mapping) and "kernel" not in data:
+            data = {**data, "kernel": "torch"}
         return super().from_saved(data)
 
     @property
@@ -170,6 +177,8 @@ class W2VConfig(RunConfig):
         self._check_at_least(1, "model.dim", "model.window", "epochs", "log_every", "data.min_count", "data.eval_rows")
         if self.row_cap is not None and not self.row_cap > 0:
             raise FieldError.on("row_cap", f"must be positive or None, got {self.row_cap}")
+        if self.kernel not in ("auto", "numba", "torch"):
+            raise FieldError.on("kernel", f"must be 'auto', 'numba' or 'torch', got {self.kernel!r}")
         self._check_at_least(1, "update_rows")
         if self.update_row_cap is not None and not self.update_row_cap > 0:
             raise FieldError.on("update_row_cap", f"must be positive or None, got {self.update_row_cap}")

@@ -4,7 +4,10 @@ The generic path (:class:`~sohsm.tasks.w2v.model.Word2Vec` -> any head -> autogr
 :class:`~sohsm.tasks.w2v.model.LinearDecaySGD`) scores a whole step's rows at one point.
 word2vec updates after every word. This path trains the two output layers word2vec
 has, the binary trees (``tree_huffman``, ``tree_random``, ``tree_file``: hierarchical
-softmax) and ``pmi`` (negative sampling), with word2vec's own update, a few rows at a time::
+softmax) and ``pmi`` (negative sampling), with word2vec's own update. Two loops do it:
+:class:`CompiledStep`, word2vec's per-row loop compiled by Numba (:mod:`sohsm.tasks.w2v.kernel`:
+one row at a time, as word2vec and gensim; taken where Numba imports), and :class:`HandStep`,
+torch operations on a few rows at a time (below; no dependency beyond torch)::
 
     piece (one loop step, batch_words corpus words)  ->  rows r = 0 .. R-1 (CBOW: a centre; skip-gram: a pair)
     each row r: h_r (CBOW: the mean of its context vectors; skip-gram: its context word's vector)
@@ -254,3 +257,95 @@ def _group_sums(values: Tensor, size: int, groups: int) -> list[int]:
     padded = values.new_zeros(groups * size)
     padded[: values.numel()] = values
     return padded.view(groups, size).sum(dim=1).tolist()
+
+
+class CompiledStep:
+    """Train a piece with word2vec's own loop, one row at a time, compiled by Numba (:mod:`~sohsm.tasks.w2v.kernel`).
+
+    The same rows, scored pairs (tree paths; the head's noise words, from its generator)
+    and rate schedule as :class:`HandStep`, updated after every row in place on the
+    weights' memory (``tensor.numpy()``: CPU only), as ``word2vec.c`` and gensim do: no
+    groups of rows, so no row cap. With ``update_rows=1`` :class:`HandStep` computes the
+    same update (up to float rounding; a noise word drawn twice for one row moves between
+    its two scores here, as in word2vec's loop).
+
+    Args:
+        model: the input vectors (CBOW or skip-gram), on the CPU.
+        head: a binary-tree head or ``pmi`` with per-row noise (see :func:`trains_by_hand`).
+        optimizer: the run's :class:`~sohsm.tasks.w2v.model.LinearDecaySGD`: its rate schedule and step
+            count are used and advanced (one step per piece), so a checkpoint resumes the schedule exactly.
+
+    Shape:
+        - batch: CBOW ``inputs [C]``, ``offsets [R]``, ``counts [R]``, ``targets [R]``;
+          skip-gram ``inputs [R]``, ``targets [R]``
+        - returns ``(loss_sum [], rows)``
+
+    Raises:
+        ImportError: Numba is not installed (``pip install 'sohsm[w2v]'``).
+    """
+
+    def __init__(self, model: Word2Vec, head: Head, optimizer: LinearDecaySGD) -> None:
+        from sohsm.tasks.w2v.kernel import compiled_train_rows
+
+        if not trains_by_hand(head):
+            raise ValueError(f"head must be a binary tree or pmi with noise_per_row=True and no bias to be trained "
+                             f"by the compiled loop, got {type(head).__name__}")
+        syn0, syn1 = model.embedding.weight, head.weight
+        for name, weight in (("model.embedding.weight", syn0), ("head.weight", syn1)):
+            if weight.device.type != "cpu" or not weight.is_contiguous() or weight.dtype not in (torch.float32,
+                                                                                                   torch.float64):
+                raise ValueError(f"{name} must be a contiguous float32 or float64 CPU tensor for the compiled loop, "
+                                 f"got {weight.dtype} on {weight.device}")
+        if syn0.dtype != syn1.dtype:
+            raise ValueError(f"the vectors and the head must share a dtype, got {syn0.dtype} and {syn1.dtype}")
+        compiled_train_rows()  # Numba imported now (an ImportError before training starts); compiled on first call
+        self.model, self.head, self.optimizer = model, head, optimizer
+        self.cbow = model.architecture == "cbow"
+        self.divide = self.cbow and model.exact_mean_gradient
+        self.dtype = syn0.dtype
+        #: a tree's paths as flat tables (nodes, labels, starts, lengths), each word's looked up by its id
+        self.tree = None
+        if isinstance(head, BinaryTreeSoftmax):
+            paths, self.offset = _TreePairs(head), 0.0
+            self.tree = (_long(paths.nodes), paths.labels.to(self.dtype).numpy(), _long(paths.start),
+                         _long(paths.length))
+        else:
+            self.pairs = _NoisePairs(head)
+            self.offset = math.log(head.n_samples) if head.shift else 0.0
+
+    @torch.no_grad()
+    def __call__(self, batch: W2VBatch) -> tuple[Tensor, int]:
+        from sohsm.tasks.w2v.kernel import train_rows
+
+        rows = batch.targets.numel()
+        group = self.optimizer.param_groups[0]
+        done, total = group["steps_done"], group["total_steps"]
+        if self.cbow:
+            inputs, offsets, counts = batch.inputs, batch.offsets, batch.counts
+        else:
+            inputs, offsets, counts = batch.inputs, torch.arange(rows), torch.ones(rows, dtype=torch.long)
+        if self.tree is not None:  # every word's path, looked up by the row's target
+            keys, nodes, labels, starts, lengths = batch.targets, *self.tree
+        else:  # the rows' own pairs: the centre and its noise words, drawn as HandStep draws them
+            keys = torch.arange(rows)
+            nodes, labels, lengths = self.pairs(batch.targets)
+            starts = _long(torch.cumsum(lengths, 0) - lengths)
+            nodes, labels, lengths = _long(nodes), labels.to(self.dtype).numpy(), _long(lengths)
+        loss = 0.0
+        if rows:
+            syn0, syn1 = self.model.embedding.weight, self.head.weight
+            for name, ids in (("batch.inputs", inputs), ("batch.targets", batch.targets)):
+                if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < syn0.size(0):
+                    raise ValueError(f"{name} must hold word ids in [0, {syn0.size(0)}), got "
+                                     f"[{int(ids.min())}, {int(ids.max())}]")  # the compiled loop checks no index
+            loss = train_rows(syn0.detach().numpy(), syn1.detach().numpy(), _long(inputs), _long(offsets),
+                              _long(counts), _long(keys), nodes, labels, starts, lengths, group["start_lr"], done,
+                              total, group["min_ratio"], self.offset, self.divide)
+        group["steps_done"] = done + 1
+        group["lr"] = group["start_lr"] * max(1.0 - done / total, group["min_ratio"])
+        return torch.tensor(loss, dtype=torch.float64), rows
+
+
+def _long(values: Tensor):
+    """``values`` as a contiguous int64 numpy array (a view where it already is one)."""
+    return values.to(torch.long).contiguous().numpy()

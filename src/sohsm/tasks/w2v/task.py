@@ -22,7 +22,8 @@ from sohsm.heads import ClusteredHead, Head, head_options
 from sohsm.tasks.heads import build_run_head
 from sohsm.tasks.w2v.config import W2VConfig
 from sohsm.tasks.w2v.data import EpochStream, W2VBatch, eval_examples, word2vec_vocabulary
-from sohsm.tasks.w2v.fast import HandStep, trains_by_hand
+from sohsm.tasks.w2v.fast import CompiledStep, HandStep, trains_by_hand
+from sohsm.tasks.w2v.kernel import INSTALL_HINT, numba_available
 from sohsm.tasks.w2v.model import LinearDecaySGD, Word2Vec
 from sohsm.train.checkpoint import checkpoint_format
 from sohsm.train.task import Task, register_task
@@ -133,16 +134,37 @@ class W2VTask(Task):
                               total_steps=self.config.epochs * self.epoch_length, rows=lambda: self.rows,
                               row_cap=self.config.row_cap)
 
-    def step_by_hand(self, model: Word2Vec, head: Head, optimizer: LinearDecaySGD) -> HandStep | None:
-        """word2vec's hand-written update (:class:`~sohsm.tasks.w2v.fast.HandStep`) where ``fast_path`` is on, the head
-        is a binary tree or ``pmi`` with per-row noise, and the vectors are on the CPU; else ``None`` (generic path)."""
-        if not self.trains_by_hand(head):
-            return None
-        return HandStep(model, head, optimizer, self.config.update_rows, self.config.update_row_cap)
+    def step_by_hand(self, model: Word2Vec, head: Head,
+                     optimizer: LinearDecaySGD) -> CompiledStep | HandStep | None:
+        """word2vec's hand-written update where ``fast_path`` is on, the head is a binary tree or ``pmi`` with per-row
+        noise, and the vectors are on the CPU: the compiled loop (:class:`~sohsm.tasks.w2v.fast.CompiledStep`) or
+        the torch one (:class:`~sohsm.tasks.w2v.fast.HandStep`), as :meth:`kernel` says; else ``None`` (generic path).
+
+        Raises:
+            ValueError: ``kernel`` is ``"numba"`` and Numba cannot be imported.
+        """
+        kernel = self.kernel(head)
+        if kernel == "numba":
+            if not numba_available():
+                raise ValueError(f"kernel is 'numba' but numba cannot be imported: {INSTALL_HINT}, "
+                                 "or --kernel torch")
+            return CompiledStep(model, head, optimizer)
+        if kernel == "torch":
+            return HandStep(model, head, optimizer, self.config.update_rows, self.config.update_row_cap)
+        return None
 
     def trains_by_hand(self, head: Head) -> bool:
         """Whether this run's ``head`` takes the hand-written path (see :meth:`step_by_hand`)."""
         return self.config.fast_path and trains_by_hand(head) and self.device.type == "cpu"
+
+    def kernel(self, head: Head) -> str | None:
+        """The loop that trains ``head`` by hand: ``"numba"`` or ``"torch"`` (``config.kernel``; ``"auto"``: numba
+        where it can be imported), or ``None`` where the run takes the generic path."""
+        if not self.trains_by_hand(head):
+            return None
+        if self.config.kernel == "auto":
+            return "numba" if numba_available() else "torch"
+        return self.config.kernel
 
     # -- training ---------------------------------------------------------------------
     def batches(self, epoch: int, cursor: int) -> Iterator[tuple[W2VBatch, int]]:
@@ -178,8 +200,15 @@ class W2VTask(Task):
                 + f" ({head_params / 1e6:.1f}M parameters) | {device}")
         plan = (f"plan: {c.epochs} epochs of {self.epoch_length:,} steps ({c.batch_words:,} words each), "
                 f"~{planned_tokens:,} rows, rate {c.learning_rate:g} falling linearly to 0")
-        plan += (f"; updated by hand, {c.update_rows} rows at a time" if self.trains_by_hand(head)
-                 else "; updated through autograd")
+        kernel = self.kernel(head)
+        if kernel == "numba":
+            plan += "; updated by a compiled word2vec loop (numba), one row at a time"
+        elif kernel == "torch":
+            plan += f"; updated by hand, {c.update_rows} rows at a time, in torch"
+            if c.kernel == "auto":
+                plan += f" ({INSTALL_HINT} makes it faster: word2vec's loop compiled by numba)"
+        else:
+            plan += "; updated through autograd"
         if done_tokens:
             plan += f"; resuming at {done_tokens:,}"
         return [what, plan]

@@ -1,0 +1,175 @@
+"""word2vec's per-word loop compiled by Numba: one row at a time, in place, as ``word2vec.c`` does.
+
+:class:`~sohsm.tasks.w2v.fast.HandStep` updates a few dozen rows at once in torch
+operations, because each operation costs microseconds whatever its size. A compiled
+loop has no such cost, so this path updates after every row, as word2vec and gensim
+do (sequential SGD: no groups of rows, no row cap)::
+
+    for each row r of the piece (CBOW: a centre; skip-gram: a (context word, centre) pair), in order:
+        alpha = lr * max(1 - (steps_done + r / R) / total_steps, min_ratio)      the linearly falling rate
+        h     = the mean of r's context vectors (skip-gram: its one context vector)
+        e     = 0
+        for each scored pair (n, y) of r (tree: the path's nodes; pmi: the centre, then k noise words):
+            f  = u_n . h - offset;   g = alpha * (y - sigma(f))
+            e += g * u_n;            u_n += g * h                                  word2vec's neu1e, syn1
+        v_c += e for each context word c of r  (the exact mean's gradient: e / |context|)
+
+The rows, their contexts and their scored pairs are those the torch path builds for the
+piece (the same windows, sub-sampling and noise words, from the same generators), so a
+run resumes exactly whichever path trained it. Numba is an optional dependency
+(``pip install 'sohsm[w2v]'``), imported and compiled on first use (the compiled code
+is cached on disk).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+#: what a user runs to get this path
+INSTALL_HINT = "pip install 'sohsm[w2v]'"
+
+_compiled: Callable | None = None
+
+
+def numba_available() -> bool:
+    """Whether Numba can be imported (the compiled path's only dependency)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _train_rows(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_start, pair_length, lr, done, total,
+                floor, offset, divide, hidden, error, cell):  # pragma: no cover - compiled
+    """Train the rows in order, in place; returns the summed loss ``-log sigma(+-f)`` (float64).
+
+    Row ``r``'s pairs are ``nodes[pair_start[k]: pair_start[k] + pair_length[k]]`` with ``k = keys[r]``.
+    ``hidden``, ``error`` ``[d]`` and ``cell`` ``[1]`` are scratch arrays of the weights' dtype
+    (``cell`` casts a float64 value to it, so the vector loops run in the weights' dtype).
+    The dot products sum in eight lanes, in a fixed order (the same result on every run).
+    """
+    rows = offsets.shape[0]
+    dim = syn0.shape[1]
+    wide = dim - dim % 8
+    loss = 0.0
+    kept = 1.0  # the product of the pairs' probabilities not yet in loss (one log per many pairs)
+    cell[0] = 0.0
+    zero = cell[0]
+    for r in range(rows):
+        start, count = offsets[r], counts[r]
+        cell[0] = lr * max(1.0 - (done + r / rows) / total, floor)
+        alpha = cell[0]
+        for k in range(dim):
+            hidden[k] = zero
+            error[k] = zero
+        for c in range(start, start + count):
+            w = inputs[c]
+            for k in range(dim):
+                hidden[k] += syn0[w, k]
+        cell[0] = 1.0 / count if count > 0 else 0.0  # no context (no such row in a piece): h = 0, as an empty mean
+        inv = cell[0]
+        if count > 1:
+            for k in range(dim):
+                hidden[k] *= inv
+        key = keys[r]
+        for p in range(pair_start[key], pair_start[key] + pair_length[key]):
+            n = nodes[p]
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+            for k in range(0, wide, 8):
+                s0 += hidden[k] * syn1[n, k]
+                s1 += hidden[k + 1] * syn1[n, k + 1]
+                s2 += hidden[k + 2] * syn1[n, k + 2]
+                s3 += hidden[k + 3] * syn1[n, k + 3]
+                s4 += hidden[k + 4] * syn1[n, k + 4]
+                s5 += hidden[k + 5] * syn1[n, k + 5]
+                s6 += hidden[k + 6] * syn1[n, k + 6]
+                s7 += hidden[k + 7] * syn1[n, k + 7]
+            for k in range(wide, dim):
+                s0 += hidden[k] * syn1[n, k]
+            f = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) - offset
+            y = labels[p]
+            sigma = 1.0 / (1.0 + math.exp(-f))
+            chance = sigma if y > 0.5 else 1.0 - sigma  # the probability of the pair's label
+            if chance > 1e-30:
+                kept *= chance
+                if kept < 1e-200:
+                    loss -= math.log(kept)
+                    kept = 1.0
+            else:  # far in the tail: -log sigma(x) directly, without overflow
+                x = -f if y > 0.5 else f
+                loss += max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+            cell[0] = alpha * (y - sigma)
+            g = cell[0]
+            for k in range(dim):
+                error[k] += g * syn1[n, k]
+                syn1[n, k] += g * hidden[k]
+        if divide:
+            for k in range(dim):
+                error[k] *= inv
+        for c in range(start, start + count):
+            w = inputs[c]
+            for k in range(dim):
+                syn0[w, k] += error[k]
+    return loss - math.log(kept)
+
+
+def compiled_train_rows() -> Callable:
+    """The Numba-compiled :func:`_train_rows` (compiled on the first call, then cached on disk).
+
+    Raises:
+        ImportError: Numba is not installed (the message says how to install it).
+    """
+    global _compiled
+    if _compiled is None:
+        try:
+            import numba
+        except ImportError as error:
+            raise ImportError(f"the compiled word2vec loop needs numba: {INSTALL_HINT}") from error
+        _compiled = numba.njit(cache=True, nogil=True, fastmath=False)(_train_rows)
+    return _compiled
+
+
+def train_rows(syn0: np.ndarray, syn1: np.ndarray, inputs: np.ndarray, offsets: np.ndarray, counts: np.ndarray,
+               keys: np.ndarray, nodes: np.ndarray, labels: np.ndarray, pair_start: np.ndarray,
+               pair_length: np.ndarray, lr: float, done: int, total: int, floor: float, offset: float,
+               divide: bool) -> float:
+    """Run word2vec's loop over a piece's rows with the compiled kernel, updating ``syn0`` and ``syn1`` in place.
+
+    Args:
+        syn0: the input vectors, updated in place (C-contiguous, float32 or float64).
+        syn1: the output vectors (the tree's nodes or the words' output vectors), same dtype.
+        inputs: the context words of all rows, row after row (int64).
+        offsets: where each row's context starts in ``inputs``.
+        counts: each row's number of context words (at least 1).
+        keys: which pair list each row scores: row ``r``'s pairs are ``nodes[pair_start[keys[r]]:][:
+            pair_length[keys[r]]]`` (a tree: the target word, indexing every word's path; negative sampling:
+            ``r``, indexing the rows' own lists).
+        nodes: the scored output rows, list after list (int64).
+        labels: each pair's label, 1 or 0, in ``syn0``'s dtype.
+        pair_start: where each list starts in ``nodes``.
+        pair_length: each list's number of pairs.
+        lr: the run's starting rate.
+        done: pieces trained before this one.
+        total: the run's pieces.
+        floor: the rate's floor, a fraction of ``lr``.
+        offset: subtracted from every score (the ``pmi`` head's shift, else 0).
+        divide: the exact mean's gradient (each context word gets ``1 / |context|`` of the row's error).
+
+    Shape:
+        - syn0: ``[N, d]``, syn1: ``[M, d]``
+        - inputs: ``[C]``; offsets, counts, keys: ``[R]``; pair_start, pair_length: ``[K]``; nodes, labels: ``[P]``
+
+    Returns:
+        the summed loss ``-log sigma(+-f)`` over every pair, each at the weights it was scored with (summed as
+        the log of products of the pairs' probabilities, one logarithm per many pairs).
+    """
+    dim = syn0.shape[1]
+    hidden = np.zeros(dim, dtype=syn0.dtype)
+    error = np.zeros(dim, dtype=syn0.dtype)
+    cell = np.zeros(1, dtype=syn0.dtype)
+    kernel = compiled_train_rows()
+    return float(kernel(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_start, pair_length, float(lr),
+                        int(done), int(total), float(floor), float(offset), bool(divide), hidden, error, cell))
