@@ -264,9 +264,9 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
         log.write(record)
         last_eval, last_eval_step = result, p.step
         if progress:
-            write_line(f"step {p.step:,} | epoch {epoch_float():.2f} | valid ppl {result.ppl:.2f} | "
-                       f"cluster ppl {_fmt(result.ppl_cluster)} | in-cluster ppl {_fmt(result.ppl_in_cluster)}",
-                       guard)
+            parts = ("" if result.ppl_cluster is None else  # a head without clusters has no parts to show
+                     f" | cluster ppl {_fmt(result.ppl_cluster)} | in-cluster ppl {_fmt(result.ppl_in_cluster)}")
+            write_line(f"step {p.step:,} | epoch {epoch_float():.2f} | valid ppl {result.ppl:.2f}{parts}", guard)
         if p.best_ppl is None or result.ppl < p.best_ppl:
             p.best_ppl = result.ppl
             save(BEST)
