@@ -13,6 +13,9 @@ not kept. That mean, rather than (say) their maximum, keeps each row's sum over 
 clusters equal to the dense row's sum (the update is linear in the row), so ``rest``
 is the dense row's average over the clusters it stands for, were their entries known.
 With ``M == C`` nothing is dropped and the result is the dense ``q``'s, bit for bit.
+The ``M`` are chosen once per batch: a word's tokens in one batch are all folded into its
+row first (as the dense update folds them), so a word seen once in a batch gets the rule
+applied token by token, and a word seen several times loses no cluster between its tokens.
 
 Algorithm 1 reads the compact ``q`` a block of rows at a time (:meth:`CompactRows.rows`).
 """
