@@ -75,7 +75,7 @@ def test_all_clusters_kept_equals_the_dense_head_bit_for_bit(shortlist, counts_g
 
 def _per_token_top_m(index, values, rest, target, cluster_log_probs, counts, m):
     """The top-M rule one token at a time, float64: kept clusters and ``rest`` smoothed, then the M best
-    of the row's C updated values kept and ``rest`` the mean of the others."""
+    of the row's C updated values kept and ``rest`` the highest of the others."""
     index, values, rest = index.clone().long(), values.clone(), rest.clone()
     samples = cluster_log_probs / math.log(2.0)
     for t, w in enumerate(target.tolist()):
@@ -86,7 +86,7 @@ def _per_token_top_m(index, values, rest, target, cluster_log_probs, counts, m):
         order = sorted(range(C), key=lambda c: -float(row[c]))
         kept, others = order[:m], order[m:]
         values[w], index[w] = row[kept], torch.tensor(kept)
-        rest[w] = row[others].mean()
+        rest[w] = row[others].max()
     return index, values, rest
 
 
@@ -108,12 +108,35 @@ def test_top_m_update_equals_the_rule_applied_token_by_token():
         torch.testing.assert_close(head.q_rest, expected[2], rtol=0, atol=1e-12)
 
 
-def test_row_sums_stay_those_of_the_dense_q():
-    """``rest`` is the mean of the clusters not kept: the row sum follows the dense update exactly."""
+def test_rest_is_the_best_value_dropped_and_never_above_a_kept_one():
     dense, compact = make_head(None, update_every=0), make_head(2, update_every=0)
     _train_together([dense, compact], steps=6)
-    torch.testing.assert_close(_dense_q(compact).sum(dim=1), dense.q.sum(dim=1), rtol=0, atol=1e-10)
-    assert not torch.equal(_dense_q(compact), dense.q)  # but it is no longer the dense q
+    assert bool((compact.q_values >= compact.q_rest[:, None]).all())
+    assert not torch.equal(_dense_q(compact), dense.q)  # information was dropped
+
+
+def test_a_cluster_that_becomes_best_for_a_frequent_word_enters_its_kept_clusters_in_time():
+    """A cluster not kept becomes a frequent word's best: it must enter the word's kept clusters about
+    when it enters the dense q's top M (a ``rest`` standing for the dropped clusters' mean keeps it out
+    far longer: it restarts from the row's average at every batch; here it entered at step 2561, the
+    dense top M at 1489)."""
+    counts = torch.full((N,), 1000.0)  # smoothing 0.999: one batch moves a row by a thousandth
+    dense, compact = (make_head(m, counts=counts, update_every=0) for m in (None, 2))
+    word, entered = torch.tensor([5]), {}
+    for step in range(3000):
+        probs = torch.full((C,), 0.2 / (C - 2), dtype=torch.float64)
+        probs[:2] = 0.4
+        if step >= 1000:  # cluster 7 takes over from cluster 1
+            probs[1], probs[7] = probs[7], 0.4
+        for head in (dense, compact):
+            head.update_statistics(word, probs.log()[None])
+        if "dense" not in entered and 7 in dense.q[5].topk(2).indices.tolist():
+            entered["dense"] = step
+        if "compact" not in entered and 7 in compact.q_index[5].tolist():
+            entered["compact"] = step
+    assert set(entered) == {"dense", "compact"}, entered
+    assert abs(entered["compact"] - entered["dense"]) <= 10, entered
+    assert sorted(compact.q_index[5].tolist()) == [0, 7]
 
 
 def test_compact_head_trains_reclusters_and_round_trips_its_state():

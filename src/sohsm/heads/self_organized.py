@@ -127,10 +127,15 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             44k); on a GPU the deferred one spares the copy of ``q`` and the host loop, not
             yet measured, so it is not the default.
         q_clusters: ``M``, keep ``q`` compact: per word only the ``M`` clusters with the highest
-            ``q`` (ids and values) and one value standing for every other cluster, their mean
+            ``q`` (ids and values) and one value standing for every other cluster, the best of them
             (:mod:`sohsm.heads.compact_statistics`): ``N (2M + 1)`` 4-byte numbers in place of
-            ``N * n_clusters`` floats. Algorithm 1 reads it as dense rows, a block at a time
-            (``solver="deferred_acceptance"`` builds all rows at once). The sync-free path refuses it.
+            ``N * n_clusters`` floats (PTB, 10k words and 100 learned clusters: 1.26 MiB against
+            3.81 MiB; at a million words and 1,000 clusters, ``M = 16``: 126 MiB against 3.7 GiB).
+            Algorithm 1 reads it as dense rows, a block at a time (``solver="deferred_acceptance"``
+            builds all rows at once). The sync-free path refuses it. Measured no loss: PTB, LSTM 256,
+            2 epochs, seeds 1-3, dev ppl 130.68 with ``q_clusters=16`` against 130.78 with the dense
+            ``q`` (``sohsm lm train --corpus ptb --head self_organized --head-option q_clusters=16
+            --emb-size 256 --hidden-size 256 --epochs 2 --seed S``; docs/results/lm.md).
             Default ``None``: the dense ``q``.
 
     Example::
