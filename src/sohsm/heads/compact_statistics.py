@@ -14,8 +14,8 @@ best one dropped, so that one whose samples beat the weakest kept cluster comes 
 in at once. Their mean, which keeps each row's sum equal to the dense row's, was
 measured worse: a dropped cluster restarts from the row's average at every batch, and a
 frequent word (smoothing near 1) can then never climb back in; on PTB (LSTM 256, 2
-epochs, 3 seeds, ``q_clusters=16`` of 100 clusters) the clusters froze (2-4% of the
-words moved at the last re-clusterings against 12-13% with the dense ``q``) and dev
+epochs, 3 seeds, ``q_clusters=16`` of 100 clusters) the clusters froze (2.5-2.8% of the
+words moved at the last re-clustering against 11.5-12.5% with the dense ``q``) and dev
 perplexity was 1.35% worse than the dense head's (132.55 against 130.78), where the
 maximum is within 0.1% (130.68).
 With ``M == C`` nothing is dropped and the result is the dense ``q``'s, bit for bit.
