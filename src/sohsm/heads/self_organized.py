@@ -12,7 +12,8 @@ live beside it, one idea a file, each mixed into the class:
 
 * :mod:`sohsm.heads.cluster_statistics`: the statistics ``q`` (Eq. 9-10), folded in
   after every training batch (:mod:`sohsm.heads.device_statistics`: the same on the
-  sync-free path);
+  sync-free path; :mod:`sohsm.heads.compact_statistics`: ``q`` kept as each word's top
+  ``q_clusters`` clusters);
 * :mod:`sohsm.heads.recluster_schedule`: when it re-clusters (attached to an
   optimizer, every ``K`` steps, growing) and when it stops;
 * :mod:`sohsm.heads.freezing`: freezing the clusters, and what it does to the weights;
