@@ -42,6 +42,7 @@ def _train_together(heads, steps: int, seed: int = 5, check=None):
     generator = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         hidden, target = _batch(generator)
+        hidden = hidden.to(heads[0].weight.dtype)
         for head, optimizer in zip(heads, optimizers):
             head(hidden, target).loss.backward()
             optimizer.step()
@@ -55,11 +56,12 @@ def _dense_q(head) -> torch.Tensor:
     return head.statistics_rows().dense() if head.q_clusters is not None else head.q
 
 
-@pytest.mark.parametrize("shortlist, counts_given", [(0, True), (0, False), (3, True)])  # a shortlist needs counts
-def test_all_clusters_kept_equals_the_dense_head_bit_for_bit(shortlist, counts_given):
-    counts = _counts() if counts_given else None
-    dense = make_head(None, shortlist=shortlist, counts=counts)
-    compact = make_head(C, shortlist=shortlist, counts=counts)
+@pytest.mark.parametrize("shortlist, counts_given, dtype", [(0, True, torch.float64), (0, False, torch.float64),
+                                                         (3, True, torch.float64), (3, True, torch.float32)])
+def test_all_clusters_kept_equals_the_dense_head_bit_for_bit(shortlist, counts_given, dtype):
+    counts = _counts() if counts_given else None  # (a shortlist needs counts)
+    dense = make_head(None, shortlist=shortlist, counts=counts).to(dtype)
+    compact = make_head(C, shortlist=shortlist, counts=counts).to(dtype)
     assert compact.q is None and compact.q_values.shape == (N, C)
 
     def same():

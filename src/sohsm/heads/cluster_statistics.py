@@ -44,7 +44,9 @@ class ClusterStatistics:
     """Mixin of :class:`~sohsm.heads.SelfOrganizedSoftmax`: folds training batches into ``q``.
 
     ``q`` (``[N, C_learned]`` floats, log2) is saved in the state dict like a buffer but not
-    registered as one (DDP would broadcast all of it every forward); the head's ``counts``,
+    registered as one (DDP would broadcast all of it every forward). With ``q_clusters`` set, ``q`` is
+    ``None`` and ``q_index``, ``q_values`` and ``q_rest`` hold it compact
+    (:mod:`sohsm.heads.compact_statistics`); :meth:`statistics_rows` reads either. The head's ``counts``,
     ``counts_given``, ``smoothing``, ``shortlist``, ``tokens_seen`` and ``frozen`` say how a
     batch is folded in.
     """
@@ -129,8 +131,9 @@ class ClusterStatistics:
         # log P(c | h) of an empty cluster is -inf: floor it so that q stays finite
         samples = (cluster_log_probs[by_word] / _LN2).clamp(min=-1e4)
         if self.q_clusters is not None:  # the compact form: the same update of the rows it stands for
+            dtype = self.q_values.dtype  # the products in q's dtype, as below: M == C is the dense q bit for bit
             compact_statistics.fold(self.q_index, self.q_values, self.q_rest, words, decay, inverse[by_word],
-                                    samples * weight[:, None])
+                                    samples.to(dtype) * weight.to(dtype)[:, None])
             return
         self.q[words] *= decay.to(self.q.dtype)[:, None]
         self.q.index_add_(0, target[by_word], samples.to(self.q.dtype) * weight.to(self.q.dtype)[:, None])
