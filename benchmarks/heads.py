@@ -179,10 +179,11 @@ def large_vocabulary(n: int, d: int, tokens: int, names: list[str], device, repe
 
 def statistics_bytes(head: nn.Module) -> int:
     """Bytes a head holds besides its parameters: its buffers and, for a self-organizing head, its
-    statistics ``q`` (N x learned clusters floats, kept out of the buffers so that DDP does not broadcast it)."""
+    statistics ``q`` (N x learned clusters floats, kept out of the buffers so that DDP does not broadcast it;
+    N (2M + 1) 4-byte numbers when the head keeps it compact, ``q_clusters=M``)."""
     held = sum(b.numel() * b.element_size() for b in head.buffers())
     if isinstance(head, SelfOrganizingHead):
-        held += head.q.numel() * head.q.element_size()
+        held += head.statistics_bytes()
     return held
 
 

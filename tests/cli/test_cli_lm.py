@@ -205,6 +205,24 @@ def test_option_a_head_does_not_take(tmp_path, ptb_slice, small, cli):
     assert not (tmp_path / "run").exists()
 
 
+def test_compact_statistics_from_the_command_line(tmp_path, ptb_slice, small, cli):
+    run_dir = tmp_path / "run"
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "self_organized", "--head-option",
+                       "q_clusters=16", "--update-every", 10, "--run-dir", run_dir, *small, "--max-tokens",
+                       30 * TOKENS_PER_STEP, "--eval-every", 0)
+    assert code == 0, err
+    checkpoint = torch.load(run_dir / "last.pt", weights_only=True)
+    head = checkpoint["head"]
+    assert "q" not in head and head["q_values"].shape[1] == head["q_index"].shape[1] == 16
+    assert head["q_index"].dtype == torch.int32 and head["q_rest"].dim() == 1
+    assert len(head["_extra_state"]["history"]) == 3
+    assert any(r["change_rate"] > 0 for r in head["_extra_state"]["history"])
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "self_organized", "--head-option",
+                       "q_clusters=0", "--run-dir", tmp_path / "bad", *small)
+    assert "q_clusters must be None or an integer in [1," in _one_line_error(code, err)
+    assert not (tmp_path / "bad").exists()
+
+
 def test_unwritable_run_directory(tmp_path, ptb_slice, small, cli):
     (tmp_path / "a-file").write_text("x")
     code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--run-dir", tmp_path / "a-file" / "run",

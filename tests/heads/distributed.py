@@ -107,21 +107,26 @@ def _so_state(head, optimizer) -> dict:
     """What a re-clustering must keep equal: assignment, q, counts, word vectors and Adagrad sums in word order."""
     slot = head._layout.slot_of_word
     return {
-        "assignment": head.assignment.clone(), "q": head.q.clone(), "counts": head.counts.clone(),
+        "assignment": head.assignment.clone(),
+        "q": head.q.clone() if head.q_clusters is None else head.statistics_rows().dense(),
+        "counts": head.counts.clone(),
         "word_vectors": head.weight.detach()[slot].clone(),
         "sums": optimizer.state[head.weight]["sum"][slot].clone(),
         "history": [{k: v for k, v in r.items()} for r in head.history], "tokens_seen": head.tokens_seen,
     }
 
 
-def ddp_reclustering(rank: int, world_size: int, counts_given: bool, steps: int = 4, rows: int = 24) -> dict:
+def ddp_reclustering(rank: int, world_size: int, counts_given: bool, q_clusters: int | None = None, steps: int = 4,
+                     rows: int = 24) -> dict:
     """A self-organized head re-clustering every 2 steps, under DDP (``rows`` rows per rank) and, as
-    the reference, in one process on the union batches (the ranks' shares concatenated in rank order)."""
+    the reference, in one process on the union batches (the ranks' shares concatenated in rank order);
+    ``q_clusters``: the head's option, q kept compact."""
     counts = torch.arange(N, 0, -1) * 5 if counts_given else None
     heads = []
     for _ in range(2):
         torch.manual_seed(0)
-        heads.append(build_head("self_organized", D, N, counts=counts, update_every=2, n_clusters=8, gamma=2.0))
+        heads.append(build_head("self_organized", D, N, counts=counts, update_every=2, n_clusters=8, gamma=2.0,
+                                 q_clusters=q_clusters))
     head, reference = heads
     # rank 1 starts from other clusters and weights: DDP's broadcast at construction must fix both
     if rank == 1:

@@ -90,9 +90,9 @@ def test_ddp_gradients_of_every_head_equal_one_process_on_the_union_batch(tmp_pa
         assert not bad, bad
 
 
-@pytest.mark.parametrize("counts_given", [True, False])
-def test_reclustering_under_ddp_gives_every_rank_the_one_process_assignment(tmp_path, counts_given):
-    ranks = spawn(ddp_reclustering, tmp_path, counts_given)
+@pytest.mark.parametrize("counts_given, q_clusters", [(True, None), (False, None), (True, 3)])
+def test_reclustering_under_ddp_gives_every_rank_the_one_process_assignment(tmp_path, counts_given, q_clusters):
+    ranks = spawn(ddp_reclustering, tmp_path, counts_given, q_clusters)
     for result in ranks:
         ddp, one = result["ddp"], result["one_process"]
         assert len(ddp["history"]) == len(one["history"]) == 2

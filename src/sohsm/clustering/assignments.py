@@ -172,12 +172,24 @@ def greedy_assignment(
     the number of steps is about ``N / block_size + n_clusters``.
 
     Args:
-        q: ``[N, n_clusters]`` cluster statistics (higher = better cluster for the word).
+        q: ``[N, n_clusters]`` cluster statistics (higher = better cluster for the word), or an
+            object with ``shape`` and ``rows(words)`` (``[len(words), n_clusters]``), read a block
+            of rows at a time (:class:`sohsm.heads.compact_statistics.CompactRows`).
         tf: ``[N]`` relative term frequencies (or raw counts, scaled alike with ``freq_budget``).
         max_size: most words a cluster may hold.
         freq_budget: ``f_b``, the token mass above which a cluster takes no more words.
     """
-    q, tf = _check_greedy_args(q, tf, max_size, freq_budget)
+    if isinstance(q, Tensor):
+        q, tf = _check_greedy_args(q, tf, max_size, freq_budget)
+        read_rows = q.__getitem__
+    else:  # compact statistics: a block of dense rows at a time, checked as a dense q would be
+        source = q
+        _check_greedy_args(torch.empty(q.shape[0], q.shape[1], device="meta"), tf, max_size, freq_budget,
+                           on_device=True)
+        tf = torch.as_tensor(tf).reshape(-1).detach().to(device="cpu", dtype=torch.float64)
+
+        def read_rows(words: Tensor) -> Tensor:
+            return _check_greedy_args(source.rows(words), tf[words], max_size, freq_budget)[0]
     n_words, n_clusters = q.shape
     order = torch.sort(tf, descending=True, stable=True).indices
     sizes = torch.zeros(n_clusters, dtype=torch.long)
@@ -188,7 +200,7 @@ def greedy_assignment(
     start = 0
     while start < n_words:
         words = order[start : start + block_size]
-        scores = q[words]  # [n, C]
+        scores = read_rows(words)  # [n, C]
         word_tf = tf[words]
         while words.numel():
             closed = (sizes >= max_size) | (masses >= freq_budget)

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from sohsm.heads import device_statistics
+from sohsm.heads import compact_statistics, device_statistics
 
 _LN2 = math.log(2.0)
 
@@ -44,7 +44,9 @@ class ClusterStatistics:
     """Mixin of :class:`~sohsm.heads.SelfOrganizedSoftmax`: folds training batches into ``q``.
 
     ``q`` (``[N, C_learned]`` floats, log2) is saved in the state dict like a buffer but not
-    registered as one (DDP would broadcast all of it every forward); the head's ``counts``,
+    registered as one (DDP would broadcast all of it every forward). With ``q_clusters`` set, ``q`` is
+    ``None`` and ``q_index``, ``q_values`` and ``q_rest`` hold it compact
+    (:mod:`sohsm.heads.compact_statistics`); :meth:`statistics_rows` reads either. The head's ``counts``,
     ``counts_given``, ``smoothing``, ``shortlist``, ``tokens_seen`` and ``frozen`` say how a
     batch is folded in.
     """
@@ -78,6 +80,9 @@ class ClusterStatistics:
             self._pending.append((target.detach().clone(), cluster_log_probs.detach().float()))
 
     def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        if self.q_clusters is not None:
+            raise ValueError(f"the sync-free path keeps the dense statistics only: q_clusters must be None there, "
+                             f"got q_clusters={self.q_clusters}")
         device_statistics.observe(self, target, cluster_log_probs)
 
     @torch.no_grad()
@@ -125,30 +130,56 @@ class ClusterStatistics:
         weight = (1.0 - lam) * (log_lam[last][inverse[by_word]] - log_lam).exp()  # [n]
         # log P(c | h) of an empty cluster is -inf: floor it so that q stays finite
         samples = (cluster_log_probs[by_word] / _LN2).clamp(min=-1e4)
+        if self.q_clusters is not None:  # the compact form: the same update of the rows it stands for
+            dtype = self.q_values.dtype  # the products in q's dtype, as below: M == C is the dense q bit for bit
+            compact_statistics.fold(self.q_index, self.q_values, self.q_rest, words, decay, inverse[by_word],
+                                    samples.to(dtype) * weight.to(dtype)[:, None])
+            return
         self.q[words] *= decay.to(self.q.dtype)[:, None]
         self.q.index_add_(0, target[by_word], samples.to(self.q.dtype) * weight.to(self.q.dtype)[:, None])
     # -- q is kept in the state dict, moved by .to() and the like, but not a buffer ------------
+    def _statistics(self) -> dict[str, Tensor]:
+        """The tensors of ``q`` by state-dict name: ``q`` (dense), or ``q_index``, ``q_values``, ``q_rest``."""
+        if self.q_clusters is None:
+            return {"q": self.q}
+        return {"q_index": self.q_index, "q_values": self.q_values, "q_rest": self.q_rest}
+
+    def statistics_rows(self):
+        """``q`` as Algorithm 1 reads it: the dense tensor, or a :class:`CompactRows` view of the compact one."""
+        if self.q_clusters is None:
+            return self.q
+        return compact_statistics.CompactRows(self.q_index, self.q_values, self.q_rest,
+                                              self.n_clusters - self.shortlist)
+
+    def statistics_bytes(self) -> int:
+        """Bytes ``q`` holds: ``N * C_learned * 4`` dense, ``N * (2M + 1) * 4`` compact (float32)."""
+        return sum(t.numel() * t.element_size() for t in self._statistics().values())
+
     def _apply(self, fn, recurse=True):
         result = super()._apply(fn, recurse)
-        self.q = fn(self.q)
+        for name, tensor in self._statistics().items():
+            setattr(self, name, fn(tensor))
         return result
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
-        destination[prefix + "q"] = self.q
+        for name, tensor in self._statistics().items():
+            destination[prefix + name] = tensor
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
-        key = prefix + "q"
-        if key in unexpected_keys:
-            unexpected_keys.remove(key)
-        if key not in state_dict:
-            missing_keys.append(key)
-        elif state_dict[key].shape != self.q.shape:
-            error_msgs.append(f"size mismatch for {key}: copying a param with shape {tuple(state_dict[key].shape)} "
-                              f"from checkpoint, the shape in current model is {tuple(self.q.shape)}.")
-        else:
-            with torch.no_grad():
-                self.q.copy_(state_dict[key])
+        for name, tensor in self._statistics().items():
+            key = prefix + name
+            if key in unexpected_keys:
+                unexpected_keys.remove(key)
+            if key not in state_dict:
+                missing_keys.append(key)
+            elif state_dict[key].shape != tensor.shape:
+                error_msgs.append(f"size mismatch for {key}: copying a param with shape "
+                                  f"{tuple(state_dict[key].shape)} from checkpoint, the shape in current model is "
+                                  f"{tuple(tensor.shape)}.")
+            else:
+                with torch.no_grad():
+                    tensor.copy_(state_dict[key])

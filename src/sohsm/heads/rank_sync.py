@@ -77,7 +77,7 @@ class RankSync:
         if group is None:
             return
         pending, self._pending = self._pending, []
-        device = self.q.device
+        device = self.counts.device
         target = torch.cat([t for t, _ in pending]) if pending else torch.zeros(0, dtype=torch.long, device=device)
         log_probs = (torch.cat([lp for _, lp in pending]) if pending
                      else torch.zeros(0, self.n_clusters, dtype=torch.float32, device=device))

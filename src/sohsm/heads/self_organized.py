@@ -12,7 +12,8 @@ live beside it, one idea a file, each mixed into the class:
 
 * :mod:`sohsm.heads.cluster_statistics`: the statistics ``q`` (Eq. 9-10), folded in
   after every training batch (:mod:`sohsm.heads.device_statistics`: the same on the
-  sync-free path);
+  sync-free path; :mod:`sohsm.heads.compact_statistics`: ``q`` kept as each word's top
+  ``q_clusters`` clusters);
 * :mod:`sohsm.heads.recluster_schedule`: when it re-clusters (attached to an
   optimizer, every ``K`` steps, growing) and when it stops;
 * :mod:`sohsm.heads.freezing`: freezing the clusters, and what it does to the weights;
@@ -126,6 +127,17 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             (``benchmarks/recluster.py``: 486 and 436 ms at 100k words, 132 and 147 ms at
             44k); on a GPU the deferred one spares the copy of ``q`` and the host loop, not
             yet measured, so it is not the default.
+        q_clusters: ``M``, keep ``q`` compact: per word only the ``M`` clusters with the highest
+            ``q`` (ids and values) and one value standing for every other cluster, the best of them
+            (:mod:`sohsm.heads.compact_statistics`): ``N (2M + 1)`` 4-byte numbers in place of
+            ``N * n_clusters`` floats (PTB, 10k words and 100 learned clusters: 1.26 MiB against
+            3.81 MiB; at a million words and 1,000 clusters, ``M = 16``: 126 MiB against 3.7 GiB).
+            Algorithm 1 reads it as dense rows, a block at a time (``solver="deferred_acceptance"``
+            builds all rows at once). The sync-free path refuses it. Measured no loss: PTB, LSTM 256,
+            2 epochs, seeds 1-3, dev ppl 130.68 with ``q_clusters=16`` against 130.78 with the dense
+            ``q`` (``sohsm lm train --corpus ptb --head self_organized --head-option q_clusters=16
+            --emb-size 256 --hidden-size 256 --epochs 2 --seed S``; docs/results/lm.md).
+            Default ``None``: the dense ``q``.
 
     Example::
 
@@ -168,6 +180,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         shortlist: int | None = None,
         word_dim: int | None = None,
         solver: str = "sequential",
+        q_clusters: int | None = None,
     ) -> None:
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
@@ -252,7 +265,19 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         # a buffer, but not registered as one: DDP would broadcast all N x C of it every forward.
         # Only the learned clusters need statistics: a shortlist word never moves, and no word moves to a
         # shortlist word's cluster, so q has a column per learned cluster (N x (n_clusters - S) floats).
-        self.q = torch.full((n_classes, self.n_clusters - self.shortlist), -math.log2(self.n_clusters))
+        learned = self.n_clusters - self.shortlist
+        if q_clusters is not None and (isinstance(q_clusters, bool) or not isinstance(q_clusters, int)
+                                       or not 1 <= q_clusters <= learned):
+            raise ValueError(f"q_clusters must be None or an integer in [1, {learned}] (the learned clusters), "
+                             f"got {q_clusters!r}")
+        self.q_clusters = q_clusters
+        if q_clusters is None:
+            self.q = torch.full((n_classes, learned), -math.log2(self.n_clusters))
+        else:  # every cluster starts at the uniform value; the first M are the ones kept
+            self.q = None
+            self.q_index = torch.arange(q_clusters, dtype=torch.int32).repeat(n_classes, 1)
+            self.q_values = torch.full((n_classes, q_clusters), -math.log2(self.n_clusters))
+            self.q_rest = torch.full((n_classes,), -math.log2(self.n_clusters))
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
         #: one dict per re-assignment: step, change_rate, moved_tf_mass, empty_clusters, fallback_words
         self.history: list[dict] = []
@@ -288,13 +313,19 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         tf = counts / total if total > 0 else torch.full_like(counts, 1.0 / self.n_classes)
         solve = greedy_assignment if self.solver == "sequential" else greedy_assignment_deferred
         if self._group is None or dist.get_rank(self._group) == 0:
+            q = self.statistics_rows()  # compact: read a block of dense rows at a time
             if self.shortlist:  # the shortlist words keep their own clusters; the rest share the learned ones
                 s, tail = self.shortlist, self.tail_words
-                result = solve(self.q[tail], tf[tail.to(tf.device)], self.max_cluster_size, self.freq_budget)
+                q = q[tail] if self.q_clusters is None else q.take(tail)
+                if self.solver != "sequential" and self.q_clusters is not None:
+                    q = q.dense()  # the deferred solver reads whole columns: the rows are built at once
+                result = solve(q, tf[tail.to(tf.device)], self.max_cluster_size, self.freq_budget)
                 assignment = self.assignment.clone()
                 assignment[tail] = result.assignment.to(assignment.device) + s
             else:
-                result = solve(self.q, tf, self.max_cluster_size, self.freq_budget)
+                if self.solver != "sequential" and self.q_clusters is not None:
+                    q = q.dense()
+                result = solve(q, tf, self.max_cluster_size, self.freq_budget)
                 assignment = result.assignment
             fallback_words = int(result.fallback_words)
         else:
@@ -335,6 +366,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             f"smoothing={self.smoothing!r}"
             + (f", update_growth={self.update_growth}" if self.update_growth != 1.0 else "")
             + (f", shortlist={self.shortlist}" if self.shortlist else "")
+            + (f", q_clusters={self.q_clusters}" if self.q_clusters is not None else "")
         )
 
 
