@@ -14,6 +14,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def shuffled_zipf_counts(n: int) -> Tensor:
+    """Word counts ``round(2000 / rank)`` in a fixed random word order (the self-organized head's tests)."""
+    g = torch.Generator().manual_seed(321)
+    zipf = (2000.0 / torch.arange(1, n + 1, dtype=torch.float64)).round()
+    return zipf[torch.randperm(n, generator=g)]
+
+
 def slot_of_word(head) -> Tensor:
     """Row of ``head.weight`` that holds each word, from the public ``clusters()``.
 

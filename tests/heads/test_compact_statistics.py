@@ -11,14 +11,14 @@ from sohsm.clustering import greedy_assignment
 from sohsm.heads import SelfOrganizedSoftmax
 from sohsm.heads.compact_statistics import CompactRows
 
+from .reference import shuffled_zipf_counts
+
 D, N = 6, 64
 C = 8  # ceil(sqrt(64))
 
 
 def _counts(n: int = N) -> torch.Tensor:
-    g = torch.Generator().manual_seed(321)
-    zipf = (2000.0 / torch.arange(1, n + 1, dtype=torch.float64)).round()
-    return zipf[torch.randperm(n, generator=g)]
+    return shuffled_zipf_counts(n)
 
 
 def make_head(q_clusters=None, seed: int = 0, **kwargs) -> SelfOrganizedSoftmax:

@@ -17,6 +17,7 @@ from sohsm.clustering import default_max_cluster_size, greedy_assignment
 from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax
 
 from .reference import (
+    shuffled_zipf_counts,
     in_word_order,
     ref_params,
     sequential_q_update,
@@ -29,9 +30,7 @@ C = 8  # ceil(sqrt(64))
 
 
 def _counts(n: int = N) -> torch.Tensor:
-    g = torch.Generator().manual_seed(321)
-    zipf = (2000.0 / torch.arange(1, n + 1, dtype=torch.float64)).round()
-    return zipf[torch.randperm(n, generator=g)]
+    return shuffled_zipf_counts(n)
 
 
 def make_head(seed: int = 0, **kwargs) -> SelfOrganizedSoftmax:
