@@ -156,7 +156,7 @@ def score(head, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor, backen
     target_cluster = head.assignment[target]
     cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
     word_part = in_cluster_log_prob(
-        hidden_w, head.weight, target_cluster, layout.position_of_word[target], layout.offsets_t,
+        hidden_w, head._word_weight(), target_cluster, layout.position_of_word[target], layout.offsets_t,
         layout.sizes_t, head._sync_free_width(), backend,
     )
     if head.training:

@@ -162,9 +162,12 @@ def _accumulate_weight_grad(head, grad_logits: Tensor, hidden_sorted: Tensor, gr
     sizes, row_counts = layout.sizes, groups.row_counts
     known = grad is head._grad.tensor and head._grad.known()
     grad_blocks = grad.split(sizes)
+    banded = head.band_projections is not None  # differentiated dimensions: keep each row inside its band
     for c, g_c, h_c in zip(groups.clusters, grad_logits.split(row_counts), hidden_sorted.split(row_counts)):
         if sizes[c] > 1:
             grad_blocks[c].addmm_(g_c[:, : sizes[c]].t(), h_c, beta=beta)
+            if banded:
+                grad_blocks[c].mul_(head._band_mask(layout.offsets[c], layout.offsets[c + 1]))
     if fresh:
         weight.grad = grad
     if grad is head._grad.tensor:

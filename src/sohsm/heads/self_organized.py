@@ -23,6 +23,7 @@ live beside it, one idea a file, each mixed into the class:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -119,6 +120,8 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             of 455 words did no better (121.8). ``0`` is the paper's head (every word
             in a learned cluster); see docs/results/lm.md.
         word_dim: in-cluster scores in ``word_dim`` dimensions (:class:`TwoLevelSoftmax`).
+        div_value, cutoffs: differentiated dimensions: a word of frequency band ``i`` is scored in
+            ``d // div_value**i`` dimensions (:mod:`sohsm.heads.word_bands`; :class:`TwoLevelSoftmax`).
         solver: how Algorithm 1 is computed; both give the same assignment.
             ``"sequential"`` (default): word by word on the host (``q`` is copied there from a
             GPU); ``"deferred_acceptance"``: in rounds of tensor operations on ``q``'s device
@@ -179,6 +182,8 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         update_growth: float = 1.0,
         shortlist: int | None = None,
         word_dim: int | None = None,
+        div_value: float | None = None,
+        cutoffs: Sequence[int] | None = None,
         solver: str = "sequential",
         q_clusters: int | None = None,
     ) -> None:
@@ -233,7 +238,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             assignment[tail] = tail_clusters + shortlist
         super().__init__(
             in_features, n_classes, assignment=assignment, n_clusters=shortlist + n_clusters, counts=counts,
-            projection=projection, seed=seed, word_dim=word_dim,
+            projection=projection, seed=seed, word_dim=word_dim, div_value=div_value, cutoffs=cutoffs,
         )
         self.shortlist = shortlist
         if shortlist:

@@ -19,13 +19,15 @@ statistics and re-assignment on top of it.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
-from sohsm.heads import grouped
+from sohsm.heads import grouped, word_bands
+from sohsm.heads.adaptive import check_cutoffs, frequency_ranks
 from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, upcast
 from sohsm.heads.device_topk import exact_topk
 from sohsm.heads.best_first import TopKResult, best_first_topk
@@ -65,6 +67,14 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
             its tail clusters ``d / 4`` and ``d / 16``). Fewer parameters to train per
             word and fewer bytes a step; the cluster softmax keeps all ``d``.
             Default: ``None`` (``d``, no map). Not with ``projection``.
+        div_value: differentiated dimensions (:mod:`sohsm.heads.word_bands`): words of
+            frequency band ``i`` (ranks between ``cutoffs``) are scored in
+            ``d // div_value**i`` dimensions, as adaptive softmax scores its tail
+            clusters, while clusters stay free to mix bands. Default: ``None``
+            (every word in ``d`` dimensions, the paper). Not with ``projection`` or ``word_dim``.
+        cutoffs: frequency ranks where the bands of ``div_value`` start. Default:
+            adaptive softmax's (:func:`~sohsm.heads.adaptive.default_cutoffs`, 2k and 10k
+            of 44k words scaled to ``N``). Words are ranked by ``counts`` (else by id).
 
     Shape:
         - hidden: ``[B, d]`` (``[*, d]`` is flattened)
@@ -102,6 +112,8 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         projection: bool = False,
         seed: int = 0,
         word_dim: int | None = None,
+        div_value: float | None = None,
+        cutoffs: Sequence[int] | None = None,
     ) -> None:
         super().__init__(in_features, n_classes)
         if word_dim is not None and (isinstance(word_dim, bool) or int(word_dim) != word_dim
@@ -110,6 +122,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         word_dim = None if word_dim is None or int(word_dim) == in_features else int(word_dim)
         if word_dim is not None and projection:
             raise ValueError("word_dim and projection cannot be combined: Eq. 1's projection keeps d dimensions")
+        bands = self._word_bands(div_value, cutoffs, counts, projection or word_dim is not None)
         if isinstance(assignment, str):
             n_clusters = default_n_clusters(n_classes) if n_clusters is None else int(n_clusters)
             if not 1 <= n_clusters <= n_classes:
@@ -133,6 +146,15 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         #: ``d -> word_dim`` map of the hidden state before the in-cluster softmax (``None``: all ``d`` dimensions)
         self.word_projection = nn.Linear(in_features, word_dim, bias=False) if word_dim is not None else None
         self.word_dim = in_features if word_dim is None else word_dim
+        #: ``d -> d // div_value**i`` maps of the hidden state for bands 1, 2, ... (``None``: no bands)
+        self.band_projections = None
+        if bands is not None:
+            band_of_word, self.band_dims = bands
+            self.band_projections = nn.ModuleList(nn.Linear(in_features, dim, bias=False)
+                                                  for dim in self.band_dims[1:])
+            self.register_buffer("band_of_word", band_of_word)
+            self.register_buffer("_band_columns", word_bands.column_bands(self.band_dims), persistent=False)
+            self.word_dim = sum(self.band_dims)
         self.cluster_weight = nn.Parameter(torch.empty(self.n_clusters, in_features))
         #: word vectors U^V, rows grouped by cluster (see the module docstring)
         self.weight = nn.Parameter(torch.empty(n_classes, self.word_dim))
@@ -152,7 +174,42 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         if self.word_projection is not None:
             self.word_projection.reset_parameters()
         nn.init.uniform_(self.cluster_weight, -bound, bound)
-        nn.init.uniform_(self.weight, -(self.word_dim ** -0.5), self.word_dim ** -0.5)
+        if self.band_projections is None:
+            nn.init.uniform_(self.weight, -(self.word_dim ** -0.5), self.word_dim ** -0.5)
+            return
+        for projection in self.band_projections:
+            projection.reset_parameters()
+        with torch.no_grad():  # each block as a word vector of its band's width; zero outside the word's band
+            bounds = torch.tensor(self.band_dims, dtype=self.weight.dtype, device=self.weight.device) ** -0.5
+            self.weight.uniform_(-1.0, 1.0).mul_(bounds[self._band_columns]).mul_(self._band_mask())
+
+    # -- differentiated dimensions (sohsm.heads.word_bands) ----------------------------------------
+    def _word_bands(self, div_value, cutoffs, counts, excluded: bool) -> tuple[Tensor, list[int]] | None:
+        """``(band of every word, dimensions of each band)`` for ``div_value``, or ``None`` without bands."""
+        if cutoffs is not None and div_value is None:
+            raise ValueError("cutoffs set the bands of div_value: give div_value too (e.g. div_value=4)")
+        if div_value is None:
+            return None
+        if isinstance(div_value, bool) or not isinstance(div_value, (int, float)) or not div_value >= 1:
+            raise ValueError(f"div_value must be a number >= 1 or None, got {div_value!r}")
+        if excluded:
+            raise ValueError("div_value cannot be combined with projection or word_dim: it sets every word's "
+                             "dimensions itself")
+        cutoffs = check_cutoffs(cutoffs, self.n_classes)
+        ranks = frequency_ranks(None if counts is None else check_counts(counts, self.n_classes), self.n_classes)
+        dims = word_bands.band_dims(self.in_features, len(cutoffs) + 1, div_value)
+        return word_bands.band_of_words(ranks, cutoffs), dims
+
+    def _band_mask(self, start: int = 0, stop: int | None = None) -> Tensor:
+        """``[stop - start, word_dim]`` bool: which entries of the rows (slots) ``start .. stop - 1`` may be non-zero."""
+        words = self._layout.word_of_slot[start:stop]
+        return self.band_of_word[words][:, None] == self._band_columns
+
+    def _word_weight(self) -> Tensor:
+        """:attr:`weight` as the products use it: with bands, its gradient is kept inside each word's block."""
+        if self.band_projections is None or not (torch.is_grad_enabled() and self.weight.requires_grad):
+            return self.weight
+        return word_bands.MaskRows.apply(self.weight, self._band_mask())
 
     @property
     def _layout(self) -> ClusterLayout:
@@ -253,6 +310,8 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         """``(h_c, h_w)``: the inputs of the cluster softmax and of the word softmax."""
         if self.word_projection is not None:
             return hidden, self.word_projection(hidden)  # [B, d], [B, word_dim]
+        if self.band_projections is not None:  # [B, d + d/div + ...]: every band's view of h
+            return hidden, torch.cat([hidden, *(p(hidden) for p in self.band_projections)], dim=1)
         if self.projection is None:
             return hidden, hidden
         projected = F.relu(self.projection(hidden))  # [B, 2d]
@@ -327,7 +386,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         hidden = self._flatten_hidden(hidden)
         hidden_c, hidden_w = self._split_hidden(hidden)
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        logits = upcast(F.linear(hidden_w, self.weight))  # [B, N], slot order
+        logits = upcast(F.linear(hidden_w, self._word_weight()))  # [B, N], slot order
         layout = self._layout
         index = layout.cluster_of_slot.expand_as(logits)
         shape = (logits.size(0), self.n_clusters)
@@ -386,6 +445,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
             f"in_features={self.in_features}, n_classes={self.n_classes}, n_clusters={self.n_clusters}, "
             f"max_cluster_size={self._layout.max_size}, projection={self.projection is not None}"
             + (f", word_dim={self.word_dim}" if self.word_projection is not None else "")
+            + (f", band_dims={self.band_dims}" if self.band_projections is not None else "")
         )
 
 

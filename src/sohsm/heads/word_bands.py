@@ -1,0 +1,70 @@
+"""Differentiated dimensions for the two-level heads: each word scored in as many dimensions as its frequency earns.
+
+Adaptive softmax (Grave et al. 2017) and differentiated softmax (Chen et al. 2016)
+give rare words fewer dimensions than frequent ones: ranks ``[0, c_1)`` keep all
+``d``, ranks ``[c_1, c_2)`` get ``d // div``, the next band ``d // div**2``, and so
+on. On a small corpus a rare word's ``d``-dimensional vector overfits; a short one
+does not, and costs fewer parameters to train.
+
+A two-level head's cluster may mix bands (its clusters are learned, not frequency
+bins), so a row computes every band's view of the hidden state once::
+
+    h_w = [h ; P_1 h ; P_2 h]            # [d + d/div + d/div^2], P_i: d -> d/div^i, no bias
+
+and a word of band ``i`` keeps non-zero entries only in band ``i``'s block of its
+row of ``U^V``. Then ``h_w . U^V_w = (P_i h) . u_w``: the word is scored in ``d_i``
+dimensions, and every backend (per-cluster kernel, sync-free path, exact
+``log_prob``, top-k) computes it unchanged, as one product with a wider hidden
+state. The gradient outside a word's block is masked to zero (:class:`MaskRows`,
+and in the per-cluster kernel block by block), so those entries stay zero under
+any optimizer whose step maps a zero gradient on a zero entry to zero (SGD, Adagrad,
+Adam, AdamW, with or without weight decay).
+
+The cost: the stored weight is ``N x (d + d/div + ...)`` (1.31 d at ``div = 4``
+with two tail bands) and a product scores that width; the parameters that learn
+are ``sum_i |band_i| d_i``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+
+def band_dims(in_features: int, n_bands: int, div_value: float) -> list[int]:
+    """``[d, d // div, d // div**2, ...]``: the dimensions of each band, as torch's adaptive softmax sizes its tails."""
+    dims = [int(in_features // (float(div_value) ** i)) for i in range(n_bands)]
+    if dims[-1] < 1:
+        raise ValueError(f"div_value={div_value} leaves band {n_bands - 1} no dimension "
+                         f"(in_features // div_value**{n_bands - 1} = {dims[-1]}); use a smaller div_value "
+                         "or fewer cutoffs")
+    return dims
+
+
+def band_of_words(word_of_rank: Tensor, cutoffs: Sequence[int]) -> Tensor:
+    """``[N]`` band of every word: band ``i`` holds the frequency ranks ``[cutoffs[i-1], cutoffs[i])``."""
+    n_words = word_of_rank.numel()
+    band_of_rank = torch.bucketize(torch.arange(n_words), torch.tensor(list(cutoffs)), right=True)
+    bands = torch.empty(n_words, dtype=torch.long)
+    bands[word_of_rank] = band_of_rank
+    return bands
+
+
+def column_bands(dims: Sequence[int]) -> Tensor:
+    """``[sum(dims)]`` the band each column of the widened word vectors belongs to."""
+    return torch.repeat_interleave(torch.arange(len(dims)), torch.tensor(list(dims)))
+
+
+class MaskRows(torch.autograd.Function):
+    """Identity forward; the backward keeps a row's gradient only inside its band's block (``mask``)."""
+
+    @staticmethod
+    def forward(ctx, weight: Tensor, mask: Tensor) -> Tensor:
+        ctx.save_for_backward(mask)
+        return weight.view_as(weight)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None
