@@ -1,8 +1,10 @@
 """Output layers on a CUDA GPU: the two-level heads against fused cross-entropy and the other peers.
 
 For each vocabulary size N, hidden size d and token count B, every method takes
-the same bf16 hidden states and Zipf-distributed targets (word id = frequency
-rank) and runs, under ``torch.autocast(bfloat16)`` with float32 master weights:
+the same bf16 hidden states, which require a gradient as a model's do (a method
+that skipped the gradient of its input would be timing half a step), and
+Zipf-distributed targets (word id = frequency rank) and runs, under
+``torch.autocast(bfloat16)`` with float32 master weights:
 
 * forward + backward of the mean NLL (median of ``--repeats`` timed steps, CUDA events);
 * forward + backward + a fused AdamW step (``fused=True``);
@@ -15,23 +17,32 @@ Liger Kernel's ``LigerFusedLinearCrossEntropyLoss``, Cut Cross-Entropy's
 ``linear_cross_entropy`` (both never materialise the logits), torch's adaptive
 softmax (through ``sohsm``'s ``adaptive`` head, which wraps
 ``nn.AdaptiveLogSoftmaxWithLoss``), and sohsm's ``two_level_frequency`` and
-``self_organized`` heads on their sync-free path (``sohsm.heads.grouped``, the
-Triton kernels when Triton is installed), with the per-cluster kernel beside
-them. A peer whose package is not installed is listed as skipped, with the reason.
+``self_organized`` heads with their defaults (``backend="auto"``: the sync-free
+Triton kernels on CUDA), with the per-cluster kernel (``backend="per_cluster"``)
+beside them. A peer whose package is not installed is listed as skipped, with the
+reason. *best peer* is the fastest step of the four peers at that size, and each
+row's step time is compared with it.
 
 For each sohsm head one training step also runs under
 ``torch.cuda.set_sync_debug_mode("error")``: the ``sync-free`` column says whether
 it passed (no host synchronisation in forward, backward and optimizer step).
 
-``--lm`` adds a whole-model comparison: ``sohsm lm train`` on WikiText-2 (LSTM
-512, cuDNN, bf16 autocast, batch 128, BPTT 20) for ``--lm-tokens`` tokens per head,
-and reports training tokens/s (evaluation excluded).
+``--lm`` adds the whole-model comparison: ``sohsm lm train --device cuda --amp bf16``
+with every head's defaults (batch 128, BPTT 20) for ``--lm-tokens`` tokens per head,
+each run alone on the GPU, on WikiText-2 (LSTM 512) and on a synthetic Zipf corpus
+of ``--zipf-words`` words (256k, LSTM 1024; written into a temporary folder), and
+reports training tokens/s (evaluation excluded; re-clusterings included).
+
+Before measuring, the GPU tests of the sync-free path run (``pytest`` on
+``tests/heads/test_grouped_kernels.py``, ``test_grouped.py``, ``test_device_topk.py``,
+``test_word_bands.py`` and ``test_two_level.py``) and their result heads the report, so a
+GPU run also proves the kernels correct on that GPU (``--no-tests`` skips them).
 
 Usage::
 
     python benchmarks/gpu.py                                  # all sizes, writes docs/benchmarks/gpu.md
     python benchmarks/gpu.py --sizes 50000 --dims 1024 --tokens 8192 --output /tmp/gpu.md
-    python benchmarks/gpu.py --lm --lm-tokens 2000000         # adds the WikiText-2 tokens/s table
+    python benchmarks/gpu.py --lm --lm-tokens 2000000         # adds the whole-model tokens/s tables
 
 It needs a CUDA device; without one it says so in one line and exits with status 1.
 """
@@ -103,12 +114,10 @@ def make_cce(n, d, counts, device):
     return [linear], lambda h, t: linear_cross_entropy(h, linear.weight.to(h.dtype), t)
 
 
-def make_head(name, sync_free, **options):
+def make_head(name, **options):
     def make(n, d, counts, device):
         head = build_head(name, d, n, counts=counts, **options).to(device)
         head.check_targets = False  # the range check reads a bool back; the targets here are in range
-        if hasattr(head, "sync_free"):
-            head.sync_free = sync_free
         return [head], lambda h, t: head(h, t).loss
     return make
 
@@ -118,12 +127,14 @@ METHODS = (
     ("linear", "linear + F.cross_entropy", make_linear, False),
     ("liger", "Liger fused linear CE", make_liger, False),
     ("cce", "Cut Cross-Entropy", make_cce, False),
-    ("adaptive", "torch adaptive softmax", make_head("adaptive", None), False),
-    ("two_level", "two_level_frequency (sync-free)", make_head("two_level_frequency", None), True),
-    ("self_organized", "self_organized (sync-free)", make_head("self_organized", None, update_every=0), True),
-    ("two_level_per_cluster", "two_level_frequency (per-cluster kernel)", make_head("two_level_frequency", False),
-     False),
+    ("adaptive", "torch adaptive softmax", make_head("adaptive"), False),
+    ("two_level", "two_level_frequency (default: Triton)", make_head("two_level_frequency"), True),
+    ("self_organized", "self_organized (default: Triton)", make_head("self_organized", update_every=0), True),
+    ("two_level_per_cluster", "two_level_frequency (per-cluster kernel)",
+     make_head("two_level_frequency", backend="per_cluster"), False),
 )
+#: the peers a sohsm head is compared with at each size (the best of them is the *best peer*)
+PEERS = ("linear", "liger", "cce", "adaptive")
 
 
 def cuda_time_ms(fn, warmup: int, repeats: int) -> float:
@@ -145,7 +156,8 @@ def measure(builder, check_sync: bool, n: int, d: int, tokens: int, args, device
     counts = (probs * 1e9).round().long().cpu()
     generator = torch.Generator(device=device).manual_seed(args.seed)
     target = torch.multinomial(probs, tokens, replacement=True, generator=generator)
-    hidden = torch.randn(tokens, d, device=device, generator=generator, dtype=torch.bfloat16)
+    # a model's hidden states require a gradient: without it Liger computes none and autograd skips grad_h
+    hidden = torch.randn(tokens, d, device=device, generator=generator, dtype=torch.bfloat16).requires_grad_(True)
     modules, loss_fn = builder(n, d, counts, device)
     params = [p for m in modules for p in m.parameters()]
     optimizer = torch.optim.AdamW(params, lr=1e-4, fused=True)
@@ -154,6 +166,7 @@ def measure(builder, check_sync: bool, n: int, d: int, tokens: int, args, device
             m.attach(optimizer)
 
     def forward_backward():
+        hidden.grad = None
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = loss_fn(hidden, target)
         loss.backward()
@@ -197,7 +210,7 @@ def run_heads(args, device) -> list[dict]:
                 for key, name, builder, check_sync in METHODS:
                     if args.methods and key not in args.methods:
                         continue
-                    row = {"N": n, "d": d, "tokens": tokens, "method": name}
+                    row = {"N": n, "d": d, "tokens": tokens, "method": name, "key": key}
                     try:
                         row.update(measure(builder, check_sync, n, d, tokens, args, device))
                     except Skipped as reason:
@@ -210,49 +223,108 @@ def run_heads(args, device) -> list[dict]:
                             traceback.print_exc()
                     torch.cuda.empty_cache()
                     rows.append(row)
-                    print(format_row(row, None), flush=True)
+                    print(format_row(row, best_peer(rows, row)), flush=True)
     return rows
 
 
-def format_row(row: dict, liger: dict | None) -> str:
+def best_peer(rows: list[dict], row: dict) -> dict | None:
+    """The peer with the fastest step at ``row``'s size (``None`` before any peer ran there)."""
+    same = [r for r in rows if r["key"] in PEERS and "step_ms" in r
+            and (r["N"], r["d"], r["tokens"]) == (row["N"], row["d"], row["tokens"])]
+    return min(same, key=lambda r: r["step_ms"], default=None)
+
+
+def format_row(row: dict, best: dict | None) -> str:
     def num(key, fmt="{:.2f}"):
         return fmt.format(row[key]) if key in row else "-"
 
-    ratio = "-"
-    if liger and "step_ms" in row and "step_ms" in liger:
-        ratio = f"{liger['step_ms'] / row['step_ms']:.2f}x"
+    best_name = best_ms = ratio = "-"
+    if best is not None:
+        best_name, best_ms = best["method"], f"{best['step_ms']:.2f}"
+        if "step_ms" in row:
+            ratio = f"{best['step_ms'] / row['step_ms']:.2f}x"
     return (f"| {row['N']:,} | {row['d']} | {row['tokens']:,} | {row['method']} | {num('fwd_bwd_ms')} | "
-            f"{num('step_ms')} | {ratio} | {num('peak_mib', '{:,.0f}')} | {row.get('sync_free', '-')} | "
-            f"{row.get('note', '')} |")
+            f"{num('step_ms')} | {best_name} | {best_ms} | {ratio} | {num('peak_mib', '{:,.0f}')} | "
+            f"{row.get('sync_free', '-')} | {row.get('note', '')} |")
+
+
+#: the whole-model settings: (name, corpus, LSTM size, extra `lm train` arguments)
+LM_SETTINGS = (
+    ("WikiText-2", "wikitext-2", 512, ()),
+    ("Zipf", None, 1024, ("--min-count", "1")),  # the synthetic corpus, written by write_zipf_corpus
+)
+
+
+def write_zipf_corpus(folder: Path, n_words: int, n_tokens: int, seed: int) -> Path:
+    """A folder with train/valid/test text of Zipf-distributed words ``w0 .. w{n_words-1}``, every word at least once.
+
+    The whole-model benchmark at a vocabulary no public corpus of this size gives in minutes.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    probs = zipf_probabilities(n_words, "cpu")
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, tokens in (("train", n_tokens), ("valid", n_tokens // 50), ("test", n_tokens // 50)):
+        ids = torch.multinomial(probs, tokens, replacement=True, generator=generator)
+        if split == "train":  # every word once, so the vocabulary has all n_words
+            ids = torch.cat([ids, torch.arange(n_words)])[torch.randperm(tokens + n_words, generator=generator)]
+        words = [f"w{i}" for i in ids.tolist()]
+        lines = (" ".join(words[i : i + 50]) for i in range(0, len(words), 50))
+        (folder / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
 
 
 def run_lm(args, device) -> list[dict]:
-    """``sohsm lm train`` on WikiText-2 for each head, on the GPU; tokens/s of training."""
+    """``sohsm lm train`` for each head and setting, one run at a time on the GPU; tokens/s of training."""
     from sohsm.cli.main import main as sohsm_main
     from sohsm.runs.report import summarise_run
 
     rows = []
-    for head in args.lm_heads:
-        with tempfile.TemporaryDirectory() as tmp:
-            argv = ["lm", "train", "--corpus", "wikitext-2", "--head", head, "--run-dir", str(Path(tmp) / head),
-                    "--device", "cuda", "--amp", "bf16", "--batch-size", "128", "--bptt", "20",
-                    "--emb-size", "512", "--hidden-size", "512", "--max-tokens", str(args.lm_tokens),
-                    "--eval-every", "0", "--checkpoint-every", "0", "--quiet"]
-            if args.compile:
-                argv.append("--compile")
-            code = sohsm_main(argv)
-            row = {"head": head, "command": "sohsm " + " ".join(a for a in argv if not a.startswith(tmp))}
-            if code == 0:
-                summary = summarise_run(Path(tmp) / head)
-                row.update(tokens=summary.tokens, train_s=summary.train_s, tokens_per_s=summary.tokens_per_s)
-            else:
-                row["note"] = f"sohsm lm train exited with status {code}"
-            rows.append(row)
-            print(row, flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for setting, corpus, size, extra in LM_SETTINGS:
+            if corpus is None:
+                corpus = str(write_zipf_corpus(Path(tmp) / f"zipf-{args.zipf_words}", args.zipf_words,
+                                               args.zipf_tokens, args.seed))
+            for head in args.lm_heads:
+                run_dir = Path(tmp) / f"{setting}-{head}"
+                argv = ["lm", "train", "--corpus", corpus, "--head", head, "--run-dir", str(run_dir),
+                        "--device", "cuda", "--amp", "bf16", "--batch-size", "128", "--bptt", "20",
+                        "--emb-size", str(size), "--hidden-size", str(size), "--max-tokens", str(args.lm_tokens),
+                        "--eval-every", "0", "--checkpoint-every", "0", "--quiet", *extra]
+                if args.compile:
+                    argv.append("--compile")
+                code = sohsm_main(argv)
+                command = "sohsm " + " ".join("ZIPF_FOLDER" if a == corpus and setting == "Zipf" else a
+                                              for a in argv if not a.startswith(str(run_dir)))
+                row = {"setting": setting, "size": size, "head": head, "command": command}
+                if code == 0:
+                    summary = summarise_run(run_dir)
+                    row.update(tokens=summary.tokens, train_s=summary.train_s, tokens_per_s=summary.tokens_per_s)
+                else:
+                    row["note"] = f"sohsm lm train exited with status {code}"
+                rows.append(row)
+                print(row, flush=True)
     return rows
 
 
-def write_report(path: Path, args, device, rows: list[dict], lm_rows: list[dict]) -> None:
+#: the GPU tests of the sync-free path, run before measuring (``--no-tests`` skips them)
+GPU_TESTS = ("tests/heads/test_grouped_kernels.py", "tests/heads/test_grouped.py", "tests/heads/test_device_topk.py",
+             "tests/heads/test_word_bands.py", "tests/heads/test_two_level.py")
+
+
+def run_gpu_tests() -> str:
+    """The last line of ``pytest`` on :data:`GPU_TESTS` (on this machine's GPU), and whether it passed."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *GPU_TESTS], cwd=root,
+                          capture_output=True, text=True)
+    last = (done.stdout.strip().splitlines() or ["no output"])[-1]
+    verdict = "passed" if done.returncode == 0 else f"FAILED (exit status {done.returncode})"
+    print(f"GPU tests: {verdict}: {last}", flush=True)
+    return f"{verdict}: {last}"
+
+
+def write_report(path: Path, args, device, rows: list[dict], lm_rows: list[dict], tests: str | None) -> None:
     props = torch.cuda.get_device_properties(device)
     versions = ", ".join(f"{p} {package_version(p)}" for p in ("triton", "liger-kernel", "cut-cross-entropy")
                          if package_version(p))
@@ -265,29 +337,43 @@ def write_report(path: Path, args, device, rows: list[dict], lm_rows: list[dict]
         "",
         "Command: `python benchmarks/gpu.py " + " ".join(sys.argv[1:]) + "`",
         "",
-        "bf16 autocast, float32 master weights, Zipf targets (word id = frequency rank). Times are medians of "
-        f"{args.repeats} steps after {args.warmup} warm-up steps; *step* adds a fused AdamW step to forward + "
-        "backward; *vs Liger* is Liger's step time over the row's; *peak* is the memory of one forward + backward "
-        "beyond the parameters and optimizer state (the gradients, set to None between steps, count in it). "
-        "*sync-free*: the step ran under "
+        f"GPU tests of the sync-free path ({', '.join(GPU_TESTS)}): {tests or 'not run (--no-tests)'}.",
+        "",
+        "bf16 autocast, float32 master weights, hidden states that require a gradient, Zipf targets (word id = "
+        f"frequency rank). Times are medians of {args.repeats} steps after {args.warmup} warm-up steps; *step* adds "
+        "a fused AdamW step to forward + backward; *best peer* is the fastest step among the full softmax, Liger, "
+        "Cut Cross-Entropy and adaptive softmax at that size, and *vs best* its step time over the row's; *peak* is "
+        "the memory of one forward + backward beyond the parameters and optimizer state (the gradients, set to "
+        "None between steps, count in it). *sync-free*: the step ran under "
         "`torch.cuda.set_sync_debug_mode(\"error\")`.",
         "",
-        "| N | d | tokens | method | fwd+bwd ms | step ms | vs Liger | peak MiB | sync-free | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| N | d | tokens | method | fwd+bwd ms | step ms | best peer | its step ms | vs best | peak MiB | sync-free "
+        "| note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        liger = next((r for r in rows if r["method"] == "Liger fused linear CE" and
-                      (r["N"], r["d"], r["tokens"]) == (row["N"], row["d"], row["tokens"])), None)
-        lines.append(format_row(row, liger))
+        lines.append(format_row(row, best_peer(rows, row)))
     if lm_rows:
-        lines += ["", "## Whole LM on WikiText-2 (LSTM 512, cuDNN, bf16, batch 128, BPTT 20)", "",
-                  "| head | tokens | train s | tokens/s | note |", "|---|---|---|---|---|"]
+        lines += ["", "## Whole language model, training tokens/s (each run alone on the GPU)", "",
+                  f"`sohsm lm train` with every head's defaults, bf16, batch 128, BPTT 20, {args.lm_tokens:,} tokens "
+                  "per run, no evaluation; re-clusterings included. Zipf: a synthetic corpus of "
+                  f"{args.zipf_words:,} words ({args.zipf_tokens:,} training tokens, every word at least once).", "",
+                  "| corpus | LSTM | head | tokens | train s | tokens/s | vs full | note |",
+                  "|---|---|---|---|---|---|---|---|"]
         for row in lm_rows:
-            lines.append(f"| {row['head']} | {row.get('tokens', '-')} | "
-                         f"{row['train_s']:.1f} | {row['tokens_per_s']:,.0f} | |" if "tokens_per_s" in row else
-                         f"| {row['head']} | - | - | - | {row.get('note', '')} |")
-        lines += ["", "Each row: `" + lm_rows[0]["command"].replace(f"--head {lm_rows[0]['head']}", "--head HEAD")
-                  + "` (in a temporary run directory)."]
+            full = next((r for r in lm_rows if r["setting"] == row["setting"] and r["head"] == "full"
+                         and "tokens_per_s" in r), None)
+            if "tokens_per_s" in row:
+                ratio = f"{row['tokens_per_s'] / full['tokens_per_s']:.2f}x" if full else "-"
+                lines.append(f"| {row['setting']} | {row['size']} | {row['head']} | {row['tokens']:,} | "
+                             f"{row['train_s']:.1f} | {row['tokens_per_s']:,.0f} | {ratio} | |")
+            else:
+                lines.append(f"| {row['setting']} | {row['size']} | {row['head']} | - | - | - | - | "
+                             f"{row.get('note', '')} |")
+        lines += ["", "Commands (`--head HEAD` each; ZIPF_FOLDER is the synthetic corpus' folder):", ""]
+        for setting in dict.fromkeys(r["setting"] for r in lm_rows):
+            first = next(r for r in lm_rows if r["setting"] == setting)
+            lines.append("- `" + first["command"].replace(f"--head {first['head']}", "--head HEAD") + "`")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -307,6 +393,10 @@ def main(argv=None) -> int:
     parser.add_argument("--lm", action="store_true", help="add the WikiText-2 whole-LM tokens/s comparison")
     parser.add_argument("--lm-tokens", type=int, default=2_000_000, help="training tokens per head (--lm)")
     parser.add_argument("--lm-heads", nargs="+", default=list(LM_HEADS), help="heads of the --lm comparison")
+    parser.add_argument("--zipf-words", type=int, default=256_000, help="vocabulary of the synthetic corpus (--lm)")
+    parser.add_argument("--zipf-tokens", type=int, default=10_000_000,
+                        help="training tokens of the synthetic corpus (--lm)")
+    parser.add_argument("--no-tests", action="store_true", help="do not run the GPU tests first")
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "benchmarks"
                         / "gpu.md")
     parser.add_argument("--verbose", action="store_true", help="print the traceback of a method that fails")
@@ -317,9 +407,10 @@ def main(argv=None) -> int:
         return 1
     device = torch.device("cuda")
     print(f"device: {torch.cuda.get_device_name(device)}", flush=True)
+    tests = None if args.no_tests else run_gpu_tests()
     rows = run_heads(args, device)
     lm_rows = run_lm(args, device) if args.lm else []
-    write_report(args.output, args, device, rows, lm_rows)
+    write_report(args.output, args, device, rows, lm_rows, tests)
     print(f"wrote {args.output}")
     return 0
 

@@ -205,7 +205,7 @@ def test_bad_q_clusters_is_refused(value):
 
 def test_sync_free_path_refuses_compact_statistics():
     head = make_head(2)
-    head.sync_free = True
+    head.backend = "grouped_torch"
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.5)
     head.attach(optimizer)
     hidden, target = _batch(torch.Generator().manual_seed(1))

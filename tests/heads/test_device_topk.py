@@ -120,12 +120,12 @@ def test_topk_on_the_sync_free_path_takes_the_device_top_k(kind, monkeypatch):
     original = two_level.exact_topk
     monkeypatch.setattr(two_level, "exact_topk", lambda *a, **k: calls.append(1) or original(*a, **k))
     head = _head(kind, sharp=True)
-    head.sync_free = "torch"
+    head.backend = "grouped_torch"
     hidden = _hidden(40, 9)
     values, indices = head.topk(hidden, 4)
     expected = head.log_prob(hidden).topk(4, dim=1)
     torch.testing.assert_close(values, expected.values, rtol=0, atol=1e-12)
     assert torch.equal(head.predict(hidden), indices[:, 0]) and len(calls) == 2
-    head.sync_free = None
+    head.backend = "auto"
     head.topk(hidden, 4)
     assert len(calls) == 2  # the default path searches

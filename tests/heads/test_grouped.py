@@ -111,7 +111,7 @@ def _head(kind: str, projection: bool) -> TwoLevelSoftmax:
 
 def _sync_free(head: TwoLevelSoftmax) -> TwoLevelSoftmax:
     twin = copy.deepcopy(head)
-    twin.sync_free = "torch"
+    twin.backend = "grouped_torch"
     return twin
 
 
@@ -148,17 +148,30 @@ def test_head_on_sync_free_path_equals_the_per_cluster_kernel_over_training(kind
         assert [r["step"] for r in twin.history] == [r["step"] for r in head.history] == [2]
 
 
-def test_sync_free_option_selects_the_path():
+def test_backend_option_selects_the_path(monkeypatch):
     head = _head("two_level", False)
     hidden, target = torch.randn(4, D, dtype=torch.float64), torch.arange(4)
-    assert grouped.choose_backend(head, hidden) is None  # CPU default: the per-cluster kernel
-    head.sync_free = True
+    assert head.backend == "auto" and grouped.choose_backend(head, hidden) is None  # CPU: the per-cluster kernel
+    head.backend = "grouped_torch"
     assert grouped.choose_backend(head, hidden) == "torch"
-    head.sync_free = False
+    head.backend = "per_cluster"
     assert grouped.choose_backend(head, hidden) is None
-    head.sync_free = "cuda"
-    with pytest.raises(ValueError, match="sync_free must be"):
-        head(hidden, target)
+    head.backend = "triton"
+    assert grouped.choose_backend(head, hidden) == "triton"
+    with pytest.raises(ValueError, match="backend must be one of auto, per_cluster, grouped_torch, triton, got 'cuda'"):
+        head.backend = "cuda"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        TwoLevelSoftmax(D, 20, backend="sync_free")
+    assert TwoLevelSoftmax(D, 20, backend="grouped_torch").backend == "grouped_torch"
+    # auto on CUDA takes the Triton kernels when Triton is there, else the per-cluster kernel
+    head.backend = "auto"
+
+    class _OnCuda:
+        device = torch.device("cuda")
+    monkeypatch.setattr(grouped, "triton_available", lambda: True)
+    assert grouped.choose_backend(head, _OnCuda()) == "triton"
+    monkeypatch.setattr(grouped, "triton_available", lambda: False)
+    assert grouped.choose_backend(head, _OnCuda()) is None
 
 
 def test_sync_free_path_under_bf16_autocast_is_close_to_float32():

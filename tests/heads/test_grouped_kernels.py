@@ -110,7 +110,7 @@ def test_head_on_triton_backend_equals_the_per_cluster_kernel():
     head = TwoLevelSoftmax(12, 60, assignment="random", projection=True)
     twin = TwoLevelSoftmax(12, 60, assignment="random", projection=True)
     twin.load_state_dict(head.state_dict())
-    twin.sync_free = "triton"
+    twin.backend = "triton"
     head, twin = head.to(DEVICE), twin.to(DEVICE)
     g = torch.Generator().manual_seed(1)
     hidden, target = torch.randn(33, 12, generator=g), torch.randint(0, 60, (33,), generator=g)
@@ -133,7 +133,7 @@ def test_kernels_trace_whole_under_torch_compile():
     torch._dynamo.reset()
     torch.manual_seed(0)
     head = TwoLevelSoftmax(8, 40, assignment="random").to(DEVICE)
-    head.sync_free, head.check_targets = "triton", False
+    head.backend, head.check_targets = "triton", False
     counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
 
     def step(hidden, target):

@@ -464,7 +464,7 @@ def test_double_keeps_statistics_and_reassignment_working():
         (dict(counts=-torch.ones(N)), "non-negative"),
         (dict(freq_budget=0.0), "freq_budget"),
         (dict(update_every=-1), "update_every"),
-        (dict(solver="hungarian"), "solver must be one of sequential, deferred_acceptance"),
+        (dict(solver="hungarian"), "solver must be one of auto, sequential, deferred_acceptance"),
     ],
 )
 def test_bad_constructor_args(kwargs, match):
@@ -546,3 +546,20 @@ def test_bad_shortlist_is_refused(kwargs, match):
     options = {"counts": torch.ones(200), **kwargs}
     with pytest.raises(ValueError, match=match):
         SelfOrganizedSoftmax(6, 200, **options)
+
+
+def test_auto_solver_runs_on_qs_device(monkeypatch):
+    """``solver="auto"``: the sequential solver while ``q`` is on the CPU, deferred acceptance once it is on a GPU."""
+    import sohsm.heads.self_organized as module
+
+    calls = []
+    for name in ("greedy_assignment", "greedy_assignment_deferred"):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    head = make_head(3, update_every=0)
+    assert head.solver == "auto"
+    head.reassign()
+    assert calls == ["greedy_assignment"]
+    monkeypatch.setattr(head, "q_device", lambda: torch.device("cuda"))
+    head.reassign()
+    assert calls == ["greedy_assignment", "greedy_assignment_deferred"]

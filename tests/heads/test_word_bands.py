@@ -75,7 +75,7 @@ class _Reference:
 
 
 @pytest.mark.filterwarnings("ignore:.*without an attached optimizer")
-@pytest.mark.parametrize("backend", [None, "torch", "triton"])
+@pytest.mark.parametrize("backend", ["per_cluster", "grouped_torch", "triton"])
 @pytest.mark.parametrize("kind", ["two_level", "self_organized"])
 def test_output_and_gradients_match_the_dense_reference(kind, backend):
     if backend == "triton":
@@ -83,7 +83,7 @@ def test_output_and_gradients_match_the_dense_reference(kind, backend):
     head = _head(kind)
     if backend == "triton":  # the kernels compute in float32 at most
         head = head.float()
-    head.sync_free = backend
+    head.backend = backend
     head.train()
     ref = _Reference(head)
     hidden, target = _batch(1)
@@ -108,10 +108,10 @@ def test_output_and_gradients_match_the_dense_reference(kind, backend):
     assert not head.weight.grad[~mask].any()
 
 
-@pytest.mark.parametrize("sync_free", [None, "torch"])
-def test_log_prob_and_topk_are_exact(sync_free):
+@pytest.mark.parametrize("backend", ["per_cluster", "grouped_torch"])
+def test_log_prob_and_topk_are_exact(backend):
     head = _head()
-    head.sync_free = sync_free
+    head.backend = backend
     ref = _Reference(head)
     hidden, _ = _batch(2, batch=12)
     with torch.no_grad():

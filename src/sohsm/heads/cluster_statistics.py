@@ -151,6 +151,10 @@ class ClusterStatistics:
         return compact_statistics.CompactRows(self.q_index, self.q_values, self.q_rest,
                                               self.n_clusters - self.shortlist)
 
+    def q_device(self) -> torch.device:
+        """The device ``q`` lives on (the head's, after ``.to()``)."""
+        return next(iter(self._statistics().values())).device
+
     def statistics_bytes(self) -> int:
         """Bytes ``q`` holds: ``N * C_learned * 4`` dense, ``N * (2M + 1) * 4`` compact (float32)."""
         return sum(t.numel() * t.element_size() for t in self._statistics().values())

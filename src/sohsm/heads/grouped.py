@@ -25,12 +25,14 @@ Two implementations compute the same thing:
 * ``"triton"``: the kernels of :mod:`sohsm.heads.grouped_kernels` (one launch
   forward, two backward, whatever the number of clusters), registered as torch
   custom operators so that they trace. The default on CUDA when Triton is installed
-  (see :func:`choose_backend`).
+  (a head's ``backend="auto"``, see :func:`choose_backend`).
 
 Under ``torch.autocast`` the products run in the autocast dtype (bf16, fp16) with
 float32 accumulation, and the log-softmax is normalised in float32.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -109,6 +111,7 @@ def in_cluster_log_prob(
     raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
+@functools.cache
 def triton_available() -> bool:
     """Whether Triton can be imported (it is needed by the ``"triton"`` backend)."""
     try:
@@ -118,25 +121,26 @@ def triton_available() -> bool:
     return True
 
 
-def choose_backend(head, hidden: Tensor) -> str | None:
-    """The sync-free backend ``head`` uses for ``hidden``, or ``None`` for the per-cluster kernel.
+#: the values of a two-level head's ``backend`` option
+HEAD_BACKENDS = ("auto", "per_cluster", "grouped_torch", "triton")
 
-    ``head.sync_free``: ``None`` (default) the per-cluster kernel: the Triton kernels are
-    tested on the CPU through Triton's interpreter but have not yet been measured on a
-    GPU, so they are not the default until they have (and the torch backend gathers every
-    tile's word vectors, too much memory for a default at large sizes); ``True`` the
-    sync-free path on any device (Triton on CUDA when installed, else torch);
-    ``"torch"`` or ``"triton"`` that backend; ``False`` always the per-cluster kernel.
-    """
-    option = head.sync_free
-    on_cuda = hidden.device.type == "cuda"
-    if option is None or option is False:
-        return None
-    if option is True:
-        return "triton" if on_cuda and triton_available() else "torch"
-    if option in BACKENDS:
-        return option
-    raise ValueError(f"sync_free must be None, True, False, 'torch' or 'triton', got {option!r}")
+
+def check_backend(value: str) -> str:
+    """``value`` if it names a backend of :data:`HEAD_BACKENDS`, else a ``ValueError`` that lists them."""
+    if value not in HEAD_BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(HEAD_BACKENDS)}, got {value!r}")
+    return value
+
+
+def choose_backend(head, hidden: Tensor) -> str | None:
+    """The sync-free implementation ``head`` uses for ``hidden`` (``"torch"`` or ``"triton"``), or ``None`` for the
+    per-cluster kernel, by ``head.backend``: ``"auto"`` takes Triton on CUDA when it is installed, else the
+    per-cluster kernel (the faster on the CPU)."""
+    option = head.backend
+    if option == "auto":  # compact statistics (q_clusters) are folded in by the per-cluster path only
+        compact = getattr(head, "q_clusters", None) is not None
+        return "triton" if hidden.device.type == "cuda" and triton_available() and not compact else None
+    return {"per_cluster": None, "grouped_torch": "torch", "triton": "triton"}[option]
 
 
 def score(head, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor, backend: str):

@@ -13,7 +13,7 @@ cannot drift apart.
 Example::
 
     >>> sorted(head_options("two_level_random"))
-    ['cutoffs', 'div_value', 'n_clusters', 'projection', 'seed', 'word_dim']
+    ['backend', 'cutoffs', 'div_value', 'n_clusters', 'projection', 'seed', 'word_dim']
     >>> build_head("full", 8, 100, gamma=2.0)
     Traceback (most recent call last):
     ...

@@ -75,6 +75,17 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         cutoffs: frequency ranks where the bands of ``div_value`` start. Default:
             adaptive softmax's (:func:`~sohsm.heads.adaptive.default_cutoffs`, 2k and 10k
             of 44k words scaled to ``N``). Words are ranked by ``counts`` (else by id).
+        backend: how the in-cluster softmax is computed, in training, :meth:`topk` and
+            :meth:`predict` (:meth:`log_prob` scores every word, the same on all):
+            ``"per_cluster"``, one product per cluster a batch holds
+            (:mod:`~sohsm.heads.per_cluster_kernel`; reads the clusters' row counts back);
+            ``"triton"``, the sync-free path's kernels (:mod:`~sohsm.heads.grouped_kernels`:
+            static shapes, nothing read back, traces whole under ``torch.compile``);
+            ``"grouped_torch"``, the same sync-free path in plain torch ops (any device; it
+            gathers every tile's word vectors, so it is for small sizes and tests);
+            ``"auto"`` (default): ``"triton"`` on CUDA when Triton is installed, else
+            ``"per_cluster"`` (on the CPU the per-cluster kernel is the faster:
+            ``benchmarks/heads.py``; on a GPU the Triton kernels, ``benchmarks/gpu.py``).
 
     Shape:
         - hidden: ``[B, d]`` (``[*, d]`` is flattened)
@@ -96,9 +107,9 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         in-cluster kernel scores in the weight's dtype. Under ``torch.compile`` the
         data-dependent part (which clusters a batch holds) runs eagerly; set
         ``head.check_targets = False`` to drop the host-side target check as well.
-        The sync-free path (``head.sync_free = True``; not yet the default, as its
-        Triton kernels have not been measured on a GPU) reads nothing back, traces
-        whole, and scores in the autocast dtype. :attr:`weight`
+        The sync-free path (``backend="triton"``, the default on CUDA, or
+        ``"grouped_torch"``) reads nothing back, traces whole, and scores in the
+        autocast dtype. :attr:`weight`
         cannot be tied to an embedding: its rows are grouped by cluster (use :meth:`word_vectors`).
     """
 
@@ -114,8 +125,10 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         word_dim: int | None = None,
         div_value: float | None = None,
         cutoffs: Sequence[int] | None = None,
+        backend: str = "auto",
     ) -> None:
         super().__init__(in_features, n_classes)
+        self.backend = backend
         if word_dim is not None and (isinstance(word_dim, bool) or int(word_dim) != word_dim
                                      or not 1 <= int(word_dim) <= in_features):
             raise ValueError(f"word_dim must be an integer in [1, {in_features}] or None, got {word_dim!r}")
@@ -320,20 +333,21 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
     def _parts(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
         hidden_c, hidden_w = self._split_hidden(hidden)
-        # -- sync-free path (sohsm.heads.grouped): chosen by `sync_free` -----------------------------
-        backend = grouped.choose_backend(self, hidden_w)
+        backend = grouped.choose_backend(self, hidden_w)  # None: the per-cluster kernel
         if backend is not None:
             return grouped.score(self, F.linear(hidden_c, self.cluster_weight), hidden_w, target, backend)
-        # -- end of the sync-free path ----------------------------------------------------------------
         return self._score(F.linear(hidden_c, self.cluster_weight), hidden_w, target)
 
-    # -- sync-free path (sohsm.heads.grouped) ------------------------------------------------------
-    #: The in-cluster kernel: ``None`` (default) the per-cluster kernel (the sync-free path's Triton
-    #: kernels are not the default until they are measured on a GPU); ``True`` the sync-free path on any
-    #: device (Triton on CUDA when installed, else torch);
-    #: ``"torch"`` / ``"triton"`` that backend of it; ``False`` always the per-cluster kernel.
-    #: See :mod:`sohsm.heads.grouped`.
-    sync_free: bool | str | None = None
+    # -- how the in-cluster softmax is computed (the backend) -------------------------------------
+    @property
+    def backend(self) -> str:
+        """How the in-cluster softmax is computed: ``"auto"``, ``"per_cluster"``, ``"grouped_torch"`` or
+        ``"triton"`` (see the constructor); settable."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, value: str) -> None:
+        self._backend = grouped.check_backend(value)
 
     def _sync_free_width(self) -> int:
         """Static width of the sync-free path's logits: the largest cluster (fixed clusters)."""
@@ -432,10 +446,10 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         return best_first_topk(cluster_log_probs, hidden_w, self.weight, self._layout, k, chunk_pairs)
 
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        """Same as ``log_prob(hidden).topk(k)``: by best-first search over clusters (:meth:`search_topk`), or,
-        on the sync-free path (``sync_free`` set), by :func:`~sohsm.heads.device_topk.exact_topk` (static shapes,
-        one read-back of its certificate; the search for the rows it cannot certify)."""
-        if self.sync_free:
+        """Same as ``log_prob(hidden).topk(k)``: by best-first search over clusters (:meth:`search_topk`) with the
+        per-cluster backend, or, with a sync-free one, by :func:`~sohsm.heads.device_topk.exact_topk` (static
+        shapes, one read-back of its certificate; the search for the rows it cannot certify)."""
+        if grouped.choose_backend(self, self._flatten_hidden(hidden)) is not None:
             return exact_topk(self, hidden, k)
         result = self.search_topk(hidden, k)
         return result.values, result.indices
@@ -444,6 +458,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         return (
             f"in_features={self.in_features}, n_classes={self.n_classes}, n_clusters={self.n_clusters}, "
             f"max_cluster_size={self._layout.max_size}, projection={self.projection is not None}"
+            + (f", backend={self.backend!r}" if self.backend != "auto" else "")
             + (f", word_dim={self.word_dim}" if self.word_projection is not None else "")
             + (f", band_dims={self.band_dims}" if self.band_projections is not None else "")
         )
