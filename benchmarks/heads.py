@@ -124,10 +124,13 @@ def optimizer_step_time(head: nn.Module, hidden: torch.Tensor, target: torch.Ten
 
 
 def adagrad(head: nn.Module) -> torch.optim.Optimizer:
-    """Adagrad (lr 0.1) as `sohsm lm train` builds it: the fused step, unless the head hands out row-sparse
-    gradients, which only the default step takes."""
-    fused = {} if getattr(head, "sparse", False) else {"fused": True}
-    return torch.optim.Adagrad(head.parameters(), lr=0.1, **fused)
+    """Adagrad (lr 0.1) as `sohsm lm train` builds it: the fused step where torch has one for the device (the
+    CPU, not CUDA), unless the head hands out row-sparse gradients, which only the default step takes."""
+    from sohsm.train.builders import fused_step_supported
+
+    device = next(head.parameters()).device.type
+    fused = not getattr(head, "sparse", False) and fused_step_supported(torch.optim.Adagrad, device)
+    return torch.optim.Adagrad(head.parameters(), lr=0.1, **({"fused": True} if fused else {}))
 
 
 def full_softmax_bytes(n: int, d: int, tokens: int) -> int:

@@ -145,3 +145,25 @@ def test_each_task_makes_its_declared_locations_absolute(tmp_path, monkeypatch):
     s2s = S2STask.absolute_locations(given)
     assert s2s["data.corpus"] == "mytext" and s2s["data.data_dir"] == str(tmp_path / "d")
     assert given["data.data_dir"] == "d"  # the overrides given are not changed
+
+
+def test_the_optimizer_step_is_one_the_device_supports(monkeypatch):
+    """Fused where torch fuses that optimizer on that device (Adagrad on the CPU), torch's default step elsewhere
+    (CUDA has no fused Adagrad: asking for one there fails at the first step), found by trying one."""
+    from sohsm.train import builders
+
+    assert builders.fused_step_supported(torch.optim.Adagrad, "cpu")
+    assert builders.fused_step_supported(torch.optim.Adam, "cpu")
+    assert not builders.fused_step_supported(torch.optim.Adagrad, "meta")  # no fused step on this device
+    config = apply_overrides(small_config(), {"optim.optimizer": "adagrad"})
+    model, head = build_model_and_head(config, small_vocab())
+    assert build_optimizer(config, model, head).defaults["fused"] is True
+    # a device whose torch has no fused Adagrad (as CUDA's): the default step, which takes a step there
+    monkeypatch.setattr(builders, "fused_step_supported", lambda cls, device: cls is not torch.optim.Adagrad)
+    optimizer = build_optimizer(config, model, head)
+    assert not optimizer.defaults["fused"]
+    for p in optimizer.param_groups[0]["params"]:
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    adam = build_optimizer(apply_overrides(config, {"optim.optimizer": "adam"}), model, head)
+    assert adam.defaults["fused"] is True

@@ -5,6 +5,7 @@ head of any task is built by :func:`sohsm.tasks.heads.build_run_head`.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
 
@@ -65,9 +66,28 @@ def build_optimizer(config: RunConfig, model: nn.Module, head: Head) -> torch.op
     rest = [p for p in unique_parameters(model, head) if id(p) not in decay_ids]
     groups = [{"params": decay, "weight_decay": config.optim.weight_decay},
               {"params": rest, "weight_decay": 0.0}]
-    fused = config.optim.fused and can_fuse([*decay, *rest], head)
-    return OPTIMIZER_CLASSES[config.optim.optimizer](groups, lr=config.optim.learning_rate,
-                                                     **({"fused": True} if fused else {}))
+    optimizer_class = OPTIMIZER_CLASSES[config.optim.optimizer]
+    params = [*decay, *rest]
+    fused = (config.optim.fused and can_fuse(params, head)
+             and all(fused_step_supported(optimizer_class, p.device.type) for p in params))
+    return optimizer_class(groups, lr=config.optim.learning_rate, **({"fused": True} if fused else {}))
+
+
+@functools.cache
+def fused_step_supported(optimizer_class: type[torch.optim.Optimizer], device_type: str) -> bool:
+    """Whether torch has a fused step of ``optimizer_class`` on ``device_type``, found by taking one.
+
+    Which optimizer torch fuses where changes between releases (torch 2.11 to 2.13 fuse Adam,
+    AdamW and SGD on CUDA but not Adagrad, and all four on the CPU), so a tiny step is tried
+    rather than a table kept. Where it fails, torch's default step is used (foreach on CUDA).
+    """
+    try:
+        param = torch.zeros(1, device=device_type, requires_grad=True)
+        param.grad = torch.zeros_like(param)
+        optimizer_class([param], lr=0.1, fused=True).step()
+    except (RuntimeError, ValueError, TypeError):
+        return False
+    return True
 
 
 def can_fuse(params: list[nn.Parameter], head: Head) -> bool:

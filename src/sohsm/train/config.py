@@ -75,8 +75,9 @@ class OptimConfig:
     #: divide the rate by this whenever a dev evaluation is no better than the best so far (pytorch/examples'
     #: language model divides by 4); 1: never
     anneal: float = field(default=1.0, metadata={"metavar": "F"})
-    #: the optimizer's fused kernel where torch has one (one pass over each weight: on the CPU the Adagrad step
-    #: of a 44k x 512 weight takes 31 ms instead of 206); false: torch's default step (equal to 1e-6)
+    #: the optimizer's fused step where torch has one for the device (one pass over each weight: on the CPU the
+    #: Adagrad step of a 44k x 512 weight takes 31 ms instead of 206; CUDA has none for Adagrad, which then takes
+    #: torch's default, foreach, step); false: always torch's default step (its results differ by rounding only)
     fused: bool = True
 
     @property
