@@ -68,14 +68,14 @@ def test_sigterm_and_sighup_save_a_checkpoint_and_exit_like_ctrl_c(signum, tmp_p
 
 
 def test_ctrl_c_before_any_evaluation_lists_no_best_checkpoint(tmp_path, ptb_slice, small, cli, monkeypatch):
-    check_step = train_step.check_step
+    note = train_step.DivergenceWatch.note
 
-    def interrupt_at_step_3(loss, norm, step):
+    def interrupt_at_step_3(self, loss, norm, step):
         if step == 3:
             signal.raise_signal(signal.SIGINT)
-        return check_step(loss, norm, step)
+        return note(self, loss, norm, step)
 
-    monkeypatch.setattr(train_step, "check_step", interrupt_at_step_3)
+    monkeypatch.setattr(train_step.DivergenceWatch, "note", interrupt_at_step_3)
     code, out, err = _train(cli, tmp_path / "run", ptb_slice, small, "--eval-every", 0)
     assert code == 130 and "interrupted (SIGINT): step 3" in out
     assert f"checkpoints {tmp_path / 'run' / 'last.pt'}\n" in out and not (tmp_path / "run" / "best.pt").exists()
@@ -116,9 +116,13 @@ def test_a_diverging_learning_rate_stops_with_one_line_and_saves_nothing(tmp_pat
     assert not (run_dir / "last.pt").exists() and not (run_dir / "best.pt").exists()
 
 
-def test_divergence_keeps_the_last_good_checkpoints(tmp_path, ptb_slice, small, cli, monkeypatch):
+@pytest.mark.parametrize("fused, log_every", [(True, 1), (True, 1000), (False, 1000)])
+def test_divergence_keeps_the_last_good_checkpoints(tmp_path, ptb_slice, small, cli, monkeypatch, fused, log_every):
+    """The flag is read at the next log line, evaluation or checkpoint (every step with --log-every 1; at step 10
+    otherwise); the bad steps in between change nothing (the fused step skips on the device, the default one
+    gets zero gradients) and the error names the first bad step."""
     run_dir = tmp_path / "run"
-    options = ["--eval-every", 5, "--checkpoint-every", 5, "--log-every", 1]
+    options = ["--eval-every", 5, "--checkpoint-every", 5, "--log-every", log_every, "--fused" if fused else "--no-fused"]
     code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "self_organized", "--run-dir", run_dir,
                        *small, *options, "--max-tokens", 5 * TOKENS_PER_STEP)
     assert code == 0, err

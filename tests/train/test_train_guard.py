@@ -96,3 +96,42 @@ def test_clip_gradients_scales_row_sparse_gradients_as_their_dense_form():
     torch.testing.assert_close(norm, expected)
     torch.testing.assert_close(dense_a.grad, ref_a.grad)
     torch.testing.assert_close(sparse_b.grad.to_dense(), ref_b.grad)
+
+
+def test_the_divergence_watch_keeps_the_first_bad_step_on_the_device():
+    from sohsm.train.guard import DivergenceWatch
+
+    watch = DivergenceWatch(torch.device("cpu"))
+    assert not bool(watch.note(torch.tensor(2.0), torch.tensor(1.0), 1))
+    watch.raise_if_diverged()  # nothing yet
+    assert bool(watch.note(torch.tensor(1.0), torch.tensor(float("inf")), 4))
+    watch.note(torch.tensor(float("nan")), torch.tensor(1.0), 5)  # a later bad step does not replace the first
+    with pytest.raises(DivergenceError, match="diverged at step 4: the gradient norm is inf"):
+        watch.raise_if_diverged()
+
+
+@pytest.mark.parametrize("optimizer, fused", [("Adagrad", True), ("Adagrad", False), ("Adam", True)])
+def test_a_bad_step_changes_no_weight(optimizer, fused):
+    """What TrainStep does with the device flag: the fused step takes it as found_inf, another gets zero gradients."""
+    from sohsm.train.step import TrainStep
+
+    param = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
+    opt = getattr(torch.optim, optimizer)([param], lr=0.1, fused=fused)
+    step = TrainStep.__new__(TrainStep)
+    step.optimizer, step.params, step.fused = opt, [param], fused
+    param.grad = torch.tensor([0.5, 0.5, 0.5])
+    opt.step()  # a good step: the state exists and the weights moved
+    state = {k: v.clone() for k, v in opt.state[param].items()}
+    before = param.detach().clone()
+    param.grad = torch.tensor([float("nan"), 1.0, 1.0])
+    step._skip_if(torch.tensor(True))
+    opt.step()
+    vars(opt).pop("found_inf", None)
+    assert torch.equal(param.detach(), before)
+    for key, value in opt.state[param].items():
+        if key != "step" or fused:  # the default step counts a step it took with zero gradients
+            assert torch.equal(value, state[key]), key
+    param.grad = torch.tensor([0.5, 0.5, 0.5])
+    step._skip_if(torch.tensor(False))  # a good step after it moves the weights again
+    opt.step()
+    assert not torch.equal(param.detach(), before)

@@ -4,10 +4,11 @@
   preemption (SIGTERM) and a closed terminal (SIGHUP) all ask the loop to stop
   after the step in flight; the loop then writes ``last.pt`` and returns, so
   nothing since the last checkpoint is lost. A second signal aborts at once.
-* :func:`check_step` and :func:`check_finite_parameters`: a non-finite loss,
-  gradient or parameter stops the run with :class:`DivergenceError` before
-  anything non-finite is stepped into the model or written to a checkpoint,
-  so ``last.pt`` and ``best.pt`` stay the last good ones.
+* :class:`DivergenceWatch` (without a device sync per step), :func:`check_step`
+  (one per step) and :func:`check_finite_parameters`: a non-finite loss,
+  gradient or parameter stops the run with :class:`DivergenceError`; nothing
+  non-finite is stepped into the model or written to a checkpoint, so
+  ``last.pt`` and ``best.pt`` stay the last good ones.
 * :func:`write_line`: a progress line whose reader went away (``sohsm lm train
   ... | head``) stops the run like a signal instead of killing it mid-step.
 """
@@ -181,6 +182,45 @@ def check_step(loss: Tensor, grad_norm: Tensor, step: int) -> None:
     what = (f"the loss is {loss_value}" if not math.isfinite(loss_value)
             else f"the gradient norm is {norm_value}")
     raise DivergenceError(f"training diverged at step {step}: {what}; {_KEPT}")
+
+
+class DivergenceWatch:
+    """Notes on the device whether a step's loss or gradient is not finite; the host reads it only when asked.
+
+    :func:`check_step` reads one flag back every step, a device synchronisation that on
+    a GPU costs as much as a small model's step. Here each step only updates two
+    device tensors (the first bad step and its loss and gradient norm), the caller
+    keeps the bad step from changing the model on the device (:meth:`TrainStep
+    <sohsm.train.step.TrainStep>`: the fused optimizers' ``found_inf``, else zeroed
+    gradients), and :meth:`raise_if_diverged` is called where the loop reads values
+    anyway: at each log line, dev evaluation and checkpoint. So nothing non-finite is
+    stepped into the model or saved, and a run that diverged stops at its next log
+    point (at most ``log_every`` steps later) with the same message as before.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.first_step = torch.full((), -1, dtype=torch.long, device=device)
+        self.values = torch.zeros(2, dtype=torch.float32, device=device)  # loss and gradient norm at that step
+
+    def note(self, loss: Tensor, grad_norm: Tensor, step: int) -> Tensor:
+        """Record step ``step``; returns a 0-dim bool tensor on the device: whether it is bad. Reads nothing back."""
+        values = torch.stack([loss.detach().float().reshape(()),
+                              grad_norm.detach().float().reshape(()).to(loss.device)])
+        bad = ~torch.isfinite(values).all()
+        first = bad & (self.first_step < 0)
+        self.first_step.copy_(torch.where(first, step, self.first_step))
+        self.values.copy_(torch.where(first, values, self.values))
+        return bad
+
+    def raise_if_diverged(self) -> None:
+        """Raise :class:`DivergenceError` naming the first bad step, if there was one (one read of the flag)."""
+        step = int(self.first_step)
+        if step < 0:
+            return
+        loss_value, norm_value = self.values.tolist()
+        what = (f"the loss is {loss_value}" if not math.isfinite(loss_value)
+                else f"the gradient norm is {norm_value}")
+        raise DivergenceError(f"training diverged at step {step}: {what}; {_KEPT}")
 
 
 def check_eval(nll_nats: float, step: int) -> None:

@@ -221,6 +221,7 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
         return None
 
     def write_train_record(log: MetricsLog, partial: bool = False) -> None:
+        step.raise_if_diverged()  # the divergence flag is read where the loop reads values anyway
         nll = log_sum.item() / p.log_tokens  # the sync of a log point
         seconds = clock.now() - p.log_start_s
         record = base("train")
@@ -240,6 +241,7 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
         p.log_start_s = clock.now()
 
     def save(name: str) -> None:
+        step.raise_if_diverged()
         checkpoint = _checkpoint(config, task, model, head, optimizer, signature, p, log_sum, device, ranks,
                                  step.precision.state_dict())
         if ranks.is_writer:
@@ -247,6 +249,7 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
 
     def run_eval(log: MetricsLog) -> None:
         nonlocal last_eval, last_eval_step
+        step.raise_if_diverged()
         clock.pause()
         p.elapsed_s = clock.total
         # a stop signal abandons the evaluation (one process; several must finish the collective sum together)

@@ -6,9 +6,15 @@
     precision.backward(loss); precision.unscale_(optimizer)
     norm = clip(params)                               # the same on every rank
     loss_sum = all-reduce(loss x tokens)              # for the records and the check
-    check_step(...); precision.step(optimizer)        # every rank raises or steps together
+    bad = watch.note(loss, norm); precision.step(optimizer)  # a bad step changes nothing, on every rank
 
-With one process the collective is skipped and nothing else changes.
+With one process the collective is skipped and nothing else changes. Nothing in a
+step reads a value back to the host (on a GPU each read is a synchronisation): the
+divergence flag stays on the device until the loop's next log line, evaluation or
+checkpoint (:class:`~sohsm.train.guard.DivergenceWatch`), and the head skips its
+per-call target check (a task's targets are vocabulary ids, in range by
+construction). Two cases still read one flag a step: fp16, whose loss scaler reads
+its overflow flag anyway, and row-sparse gradients, which cannot be zeroed on the device.
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from torch import Tensor, nn
 from sohsm.heads import Head
 from sohsm.train.builders import unique_parameters
 from sohsm.train.distributed import Ranks
-from sohsm.train.guard import DivergenceError, check_step, clip_gradients, gradient_norm
+from sohsm.train.guard import DivergenceError, DivergenceWatch, check_step, clip_gradients, gradient_norm
 from sohsm.train.precision import MIN_SCALE, Precision
 from sohsm.train.task import Task
 
@@ -38,8 +44,9 @@ class Forward(nn.Module):
     def __init__(self, task: Task, model: nn.Module, head: Head, precision: Precision, compile: bool = False):
         super().__init__()
         self.model, self.head = model, head
-        if compile:
-            head.check_targets = False
+        # a task's targets are ids of its vocabulary, so in range by construction: the head's per-call check
+        # would read a bool back every step (and break a compiled graph)
+        head.check_targets = False
         # kept out of the module tree: the compiled wrappers share the eager modules' parameters
         self.__dict__["_calls"] = ((torch.compile(model), torch.compile(head)) if compile else (model, head))
         self.__dict__["_task"], self.__dict__["_precision"] = task, precision
@@ -86,6 +93,29 @@ class TrainStep:
         plain = ranks.world == 1 and amp is None and not compile
         #: the task's own step (:meth:`~sohsm.train.task.Task.step_by_hand`), if it has one for this run
         self.by_hand = task.step_by_hand(model, head, optimizer) if plain else None
+        #: the divergence flag kept on the device (see the module docstring); ``None``: checked every step
+        self.watch = (DivergenceWatch(ranks.device) if self.by_hand is None and amp != "fp16" and not head.sparse
+                      else None)
+        self.fused = all(group.get("fused") for group in optimizer.param_groups)
+
+    def raise_if_diverged(self) -> None:
+        """Raise :class:`~sohsm.train.guard.DivergenceError` if a step since the start was not finite (one read)."""
+        if self.watch is not None:
+            self.watch.raise_if_diverged()
+
+    def _skip_if(self, bad: Tensor) -> None:
+        """Make the coming optimizer step leave the model alone where ``bad`` (a device flag) is set, reading nothing.
+
+        A fused step takes the flag as ``found_inf`` (as under a GradScaler) and skips on the device; any
+        other step gets zero gradients, so nothing non-finite reaches the weights (its weight decay or
+        momentum may still move them a little: the run stops at the next check and saves nothing of it).
+        """
+        if self.fused:
+            self.optimizer.found_inf = bad.float()  # 0-dim, as a GradScaler gives it
+            return
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.masked_fill_(bad, 0.0)
 
     def __call__(self, batch: Any, step: int) -> StepResult:
         """Train on ``batch`` as step number ``step`` (every rank on its share).
@@ -106,6 +136,13 @@ class TrainStep:
         n = targets.numel()
         loss_sum = self.ranks.sum_(loss.detach().to(torch.float64) * n)  # a new tensor: summed in place
         tokens = n * self.ranks.world  # every rank reads an equal share of the columns
+        if self.watch is not None:
+            self._skip_if(self.watch.note(loss_sum / tokens, norm, step))
+            try:
+                stepped = self.precision.step(self.optimizer)
+            finally:
+                vars(self.optimizer).pop("found_inf", None)
+            return StepResult(loss_sum, tokens, not stepped)
         overflow_ok = self.precision.skips_overflow()
         check_step(loss_sum / tokens, torch.zeros(()) if overflow_ok else norm, step)
         stepped = self.precision.step(self.optimizer)
