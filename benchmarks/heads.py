@@ -56,7 +56,7 @@ from torch.profiler import ProfilerActivity, profile
 import sohsm
 from sohsm import BinaryTreeSoftmax, FullSoftmax, SelfOrganizedSoftmax, build_head
 from sohsm.heads import SelfOrganizingHead
-from sohsm.heads.device_topk import DEFAULT_CLUSTERS, device_topk, exact_topk
+from sohsm.heads.two_level.device_topk import DEFAULT_CLUSTERS, device_topk, exact_topk
 
 #: (row name, registered head, options), in table order
 HEADS = (

@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 
 from sohsm.heads.registry import register_head
-from sohsm.heads.two_level import TwoLevelSoftmax
+from sohsm.heads.two_level.softmax import TwoLevelSoftmax
 from sohsm.tasks.lm import LMConfig, load_lm_corpus
 from sohsm.train import apply_overrides, train
 from sohsm.train.checkpoint import load_checkpoint

@@ -13,7 +13,7 @@ import collections
 import pytest
 import torch
 
-from sohsm.heads.self_organized import SelfOrganizedSoftmax
+from sohsm.heads.two_level.self_organizing.self_organized import SelfOrganizedSoftmax
 from sohsm.train import step as train_step
 
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy")

@@ -9,7 +9,7 @@ import torch
 
 from sohsm.clustering import greedy_assignment
 from sohsm.heads import SelfOrganizedSoftmax
-from sohsm.heads.compact_statistics import CompactRows
+from sohsm.heads.two_level.self_organizing.compact_statistics import CompactRows
 
 from .reference import shuffled_zipf_counts
 

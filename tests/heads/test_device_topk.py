@@ -1,4 +1,4 @@
-"""Top-k on the device (sohsm.heads.device_topk) against the dense float64 reference ``log_prob().topk``."""
+"""Top-k on the device (sohsm.heads.two_level.device_topk) against the dense float64 reference ``log_prob().topk``."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ import torch._dynamo
 import torch._dynamo.testing
 
 from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax
-from sohsm.heads.device_topk import device_topk, exact_topk
+from sohsm.heads.two_level.device_topk import device_topk, exact_topk
 
 N, D = 80, 8
 
@@ -114,7 +114,7 @@ def test_device_topk_compiles_with_fullgraph():
 @pytest.mark.parametrize("kind", ["two_level", "self_organized"])
 def test_topk_on_the_sync_free_path_takes_the_device_top_k(kind, monkeypatch):
     """``sync_free`` set: ``topk`` and ``predict`` go through exact_topk and still equal the reference."""
-    import sohsm.heads.two_level as two_level
+    import sohsm.heads.two_level.softmax as two_level
 
     calls = []
     original = two_level.exact_topk

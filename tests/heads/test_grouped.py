@@ -1,4 +1,4 @@
-"""The sync-free path of the two-level heads (sohsm.heads.grouped, device_statistics) on the CPU.
+"""The sync-free path of the two-level heads (sohsm.heads.two_level.in_cluster.grouped, device_statistics) on the CPU.
 
 Its torch backend against the dense float64 reference, the heads on it against the
 per-cluster kernel, the static-shape statistics against ``update_statistics``, and the
@@ -14,8 +14,10 @@ import torch
 import torch._dynamo
 import torch._dynamo.testing
 
-from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax, device_statistics, grouped
-from sohsm.heads.per_cluster_kernel import ClusterLayout
+from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax
+from sohsm.heads.two_level.self_organizing import device_statistics
+from sohsm.heads.two_level.in_cluster import grouped
+from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout
 
 from .reference import sequential_q_update
 

@@ -12,10 +12,11 @@ import torch
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton, or the dev extra)")
 
-from sohsm.heads import TwoLevelSoftmax, grouped, grouped_kernels  # noqa: E402
-from sohsm.heads.per_cluster_kernel import ClusterLayout  # noqa: E402
+from sohsm.heads import TwoLevelSoftmax  # noqa: E402
+from sohsm.heads.two_level.in_cluster import grouped, triton_kernels
+from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout  # noqa: E402
 
-if grouped_kernels._interpreted():
+if triton_kernels._interpreted():
     DEVICE = "cpu"
 elif torch.cuda.is_available():  # pragma: no cover - a machine with a GPU
     DEVICE = "cuda"

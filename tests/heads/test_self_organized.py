@@ -550,7 +550,7 @@ def test_bad_shortlist_is_refused(kwargs, match):
 
 def test_auto_solver_runs_on_qs_device(monkeypatch):
     """``solver="auto"``: the sequential solver while ``q`` is on the CPU, deferred acceptance once it is on a GPU."""
-    import sohsm.heads.self_organized as module
+    import sohsm.heads.two_level.self_organizing.self_organized as module
 
     calls = []
     for name in ("greedy_assignment", "greedy_assignment_deferred"):

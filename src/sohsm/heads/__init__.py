@@ -2,8 +2,8 @@
 from sohsm.heads.base import ClusteredHead, ClusterScores, Head, HeadOutput, HierarchicalHead, SelfOrganizingHead
 from sohsm.heads.registry import HeadOption, build_head, check_head_options, head_names, head_options, register_head
 from sohsm.heads.full import FullSoftmax
-from sohsm.heads.two_level import TopKResult, TwoLevelSoftmax
-from sohsm.heads.self_organized import SelfOrganizedSoftmax
+from sohsm.heads.two_level.softmax import TopKResult, TwoLevelSoftmax
+from sohsm.heads.two_level.self_organizing.self_organized import SelfOrganizedSoftmax
 from sohsm.heads.adaptive import AdaptiveSoftmax
 from sohsm.heads.binary_tree import BinaryTreeSoftmax, TreeTopK
 from sohsm.heads.nary_tree import NodeTopK, TreeSoftmax

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from sohsm.heads import device_statistics
-from sohsm.heads.rank_sync import is_zero_redundancy
+from sohsm.heads.two_level.self_organizing import device_statistics
+from sohsm.heads.two_level.self_organizing.rank_sync import is_zero_redundancy
 
 
 class ReclusterSchedule:

@@ -8,12 +8,12 @@ forward pass and exact evaluation, and :meth:`TwoLevelSoftmax.set_assignment`,
 which moves every word's row, its gradient and its optimizer state together when
 the clusters change. Its parts live beside it, one idea a file:
 
-* :mod:`sohsm.heads.per_cluster_kernel`: the in-cluster softmax, one product per
+* :mod:`sohsm.heads.two_level.in_cluster.per_cluster`: the in-cluster softmax, one product per
   present cluster on the word vectors stored grouped by cluster;
-* :mod:`sohsm.heads.grouped`: the same scores with static shapes (the sync-free path);
-* :mod:`sohsm.heads.best_first`: exact top-k by best-first search over the clusters.
+* :mod:`sohsm.heads.two_level.in_cluster.grouped`: the same scores with static shapes (the sync-free path);
+* :mod:`sohsm.heads.two_level.best_first`: exact top-k by best-first search over the clusters.
 
-The self-organized head (:mod:`sohsm.heads.self_organized`) adds cluster
+The self-organized head (:mod:`sohsm.heads.two_level.self_organizing.self_organized`) adds cluster
 statistics and re-assignment on top of it.
 """
 from __future__ import annotations
@@ -26,12 +26,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
-from sohsm.heads import grouped, word_bands
+from sohsm.heads.two_level.in_cluster import grouped
+from sohsm.heads.two_level import word_bands
 from sohsm.heads.adaptive import check_cutoffs, frequency_ranks
 from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, upcast
-from sohsm.heads.device_topk import exact_topk
-from sohsm.heads.best_first import TopKResult, best_first_topk
-from sohsm.heads.per_cluster_kernel import ClusterLayout, InClusterLogProb
+from sohsm.heads.two_level.device_topk import exact_topk
+from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
+from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout, InClusterLogProb
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 
@@ -67,7 +68,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
             its tail clusters ``d / 4`` and ``d / 16``). Fewer parameters to train per
             word and fewer bytes a step; the cluster softmax keeps all ``d``.
             Default: ``None`` (``d``, no map). Not with ``projection``.
-        div_value: differentiated dimensions (:mod:`sohsm.heads.word_bands`): words of
+        div_value: differentiated dimensions (:mod:`sohsm.heads.two_level.word_bands`): words of
             frequency band ``i`` (ranks between ``cutoffs``) are scored in
             ``d // div_value**i`` dimensions, as adaptive softmax scores its tail
             clusters, while clusters stay free to mix bands. Default: ``None``
@@ -78,8 +79,8 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         backend: how the in-cluster softmax is computed, in training, :meth:`topk` and
             :meth:`predict` (:meth:`log_prob` scores every word, the same on all):
             ``"per_cluster"``, one product per cluster a batch holds
-            (:mod:`~sohsm.heads.per_cluster_kernel`; reads the clusters' row counts back);
-            ``"triton"``, the sync-free path's kernels (:mod:`~sohsm.heads.grouped_kernels`:
+            (:mod:`~sohsm.heads.two_level.in_cluster.per_cluster`; reads the clusters' row counts back);
+            ``"triton"``, the sync-free path's kernels (:mod:`~sohsm.heads.two_level.in_cluster.triton_kernels`:
             static shapes, nothing read back, traces whole under ``torch.compile``);
             ``"grouped_torch"``, the same sync-free path in plain torch ops (any device; it
             gathers every tile's word vectors, so it is for small sizes and tests);
@@ -196,7 +197,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
             bounds = torch.tensor(self.band_dims, dtype=self.weight.dtype, device=self.weight.device) ** -0.5
             self.weight.uniform_(-1.0, 1.0).mul_(bounds[self._band_columns]).mul_(self._band_mask())
 
-    # -- differentiated dimensions (sohsm.heads.word_bands) ----------------------------------------
+    # -- differentiated dimensions (sohsm.heads.two_level.word_bands) ----------------------------------------
     def _word_bands(self, div_value, cutoffs, counts, excluded: bool) -> tuple[Tensor, list[int]] | None:
         """``(band of every word, dimensions of each band)`` for ``div_value``, or ``None`` without bands."""
         if cutoffs is not None and div_value is None:

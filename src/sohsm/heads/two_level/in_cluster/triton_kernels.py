@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from sohsm.heads.tiles import tile_map
+from sohsm.heads.two_level.in_cluster.tiles import tile_map
 
 #: compute dtypes of the kernels (their accumulators are float32, so float64 inputs are refused)
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -8,7 +8,7 @@ log-probabilities of the forward pass update the rows of the batch's target word
 
 Algorithm 1 (:meth:`SelfOrganizedSoftmax.reassign`) reads ``q`` to re-assign the
 words. This is the eager update, which reads back to the host;
-:mod:`sohsm.heads.device_statistics` is the same update with static shapes (the
+:mod:`sohsm.heads.two_level.self_organizing.device_statistics` is the same update with static shapes (the
 sync-free path). With several processes a batch's statistics wait for
 :meth:`~sohsm.heads.rank_sync.RankSync.merge_statistics`.
 """
@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from sohsm.heads import compact_statistics, device_statistics
+from sohsm.heads.two_level.self_organizing import compact_statistics, device_statistics
 
 _LN2 = math.log(2.0)
 
@@ -46,7 +46,7 @@ class ClusterStatistics:
     ``q`` (``[N, C_learned]`` floats, log2) is saved in the state dict like a buffer but not
     registered as one (DDP would broadcast all of it every forward). With ``q_clusters`` set, ``q`` is
     ``None`` and ``q_index``, ``q_values`` and ``q_rest`` hold it compact
-    (:mod:`sohsm.heads.compact_statistics`); :meth:`statistics_rows` reads either. The head's ``counts``,
+    (:mod:`sohsm.heads.two_level.self_organizing.compact_statistics`); :meth:`statistics_rows` reads either. The head's ``counts``,
     ``counts_given``, ``smoothing``, ``shortlist``, ``tokens_seen`` and ``frozen`` say how a
     batch is folded in.
     """

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sohsm.heads.tiles import tile_map
+from sohsm.heads.two_level.in_cluster.grouped import tiled_logits
 
 #: clusters a row scores by default: a trained head puts most of a row's mass in a few
 DEFAULT_CLUSTERS = 4
@@ -46,7 +46,7 @@ def device_topk(head, hidden: Tensor, k: int, clusters: int = DEFAULT_CLUSTERS, 
 
     Reads nothing back to the host: every shape follows from ``hidden``'s, ``k``, ``clusters``
     and the head's largest cluster. The (row, cluster) pairs are laid out in tiles of one
-    cluster each (:func:`sohsm.heads.tiles.tile_map`, the sync-free training path's layout),
+    cluster each (:func:`~sohsm.heads.two_level.in_cluster.grouped.tiled_logits`, the sync-free training path's product),
     so the word vectors are gathered once per tile, not once per pair.
 
     Args:
@@ -113,17 +113,7 @@ def device_topk(head, hidden: Tensor, k: int, clusters: int = DEFAULT_CLUSTERS, 
 def _pair_logits(hidden: Tensor, weight: Tensor, pair_row: Tensor, pair_cluster: Tensor, offsets: Tensor,
                  width: int, block_m: int) -> Tensor:
     """``[P, width]`` scores of pair ``p``'s row against the first ``width`` word vectors of its cluster's block."""
-    n_pairs, d = pair_row.numel(), hidden.size(1)
-    n_clusters = offsets.numel() - 1
-    tiles = tile_map(pair_cluster, n_clusters, block_m)
-    n_tiles = tiles.tile_cluster.numel()
-    padded_rows = torch.cat([pair_row, pair_row.new_zeros(1)])
-    pairs = torch.where(tiles.tile_rows < 0, n_pairs, tiles.tile_rows)
-    hidden_tiles = hidden[padded_rows[pairs]].view(n_tiles, block_m, d)
-    cluster = tiles.tile_cluster.clamp(max=n_clusters - 1)
-    slots = (offsets[cluster][:, None] + torch.arange(width, device=weight.device)).clamp(max=weight.size(0) - 1)
-    logits = torch.bmm(hidden_tiles, weight[slots].transpose(1, 2))  # [T, block_m, width]
-    logits = logits.reshape(n_tiles * block_m, width)[tiles.row_position]
+    logits = tiled_logits(hidden[pair_row], weight, pair_cluster, offsets, width, block_m)
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
 

@@ -10,15 +10,15 @@ This file holds the module: its options, its state, the E-step
 (:meth:`SelfOrganizedSoftmax.reassign`) and what a checkpoint keeps. Its parts
 live beside it, one idea a file, each mixed into the class:
 
-* :mod:`sohsm.heads.cluster_statistics`: the statistics ``q`` (Eq. 9-10), folded in
-  after every training batch (:mod:`sohsm.heads.device_statistics`: the same on the
-  sync-free path; :mod:`sohsm.heads.compact_statistics`: ``q`` kept as each word's top
+* :mod:`sohsm.heads.two_level.self_organizing.cluster_statistics`: the statistics ``q`` (Eq. 9-10), folded in
+  after every training batch (:mod:`sohsm.heads.two_level.self_organizing.device_statistics`: the same on the
+  sync-free path; :mod:`sohsm.heads.two_level.self_organizing.compact_statistics`: ``q`` kept as each word's top
   ``q_clusters`` clusters);
-* :mod:`sohsm.heads.recluster_schedule`: when it re-clusters (attached to an
+* :mod:`sohsm.heads.two_level.self_organizing.recluster_schedule`: when it re-clusters (attached to an
   optimizer, every ``K`` steps, growing) and when it stops;
-* :mod:`sohsm.heads.freezing`: freezing the clusters, and what it does to the weights;
-* :mod:`sohsm.heads.moved_words`: what a moved word's vector becomes;
-* :mod:`sohsm.heads.rank_sync`: several processes, one set of statistics and clusters.
+* :mod:`sohsm.heads.two_level.self_organizing.freezing`: freezing the clusters, and what it does to the weights;
+* :mod:`sohsm.heads.two_level.self_organizing.moved_words`: what a moved word's vector becomes;
+* :mod:`sohsm.heads.two_level.self_organizing.rank_sync`: several processes, one set of statistics and clusters.
 """
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ from sohsm.clustering import (
 )
 from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
 from sohsm.heads.base import SelfOrganizingHead, check_counts
-from sohsm.heads.cluster_statistics import SMOOTHING, ClusterStatistics
-from sohsm.heads.freezing import Freezing
-from sohsm.heads.moved_words import MOVED_VECTORS, give_cluster_means
-from sohsm.heads.rank_sync import RankSync
-from sohsm.heads.recluster_schedule import ReclusterSchedule
+from sohsm.heads.two_level.self_organizing.cluster_statistics import SMOOTHING, ClusterStatistics
+from sohsm.heads.two_level.self_organizing.freezing import Freezing
+from sohsm.heads.two_level.self_organizing.moved_words import MOVED_VECTORS, give_cluster_means
+from sohsm.heads.two_level.self_organizing.rank_sync import RankSync
+from sohsm.heads.two_level.self_organizing.recluster_schedule import ReclusterSchedule
 from sohsm.heads.registry import register_head
-from sohsm.heads.two_level import TwoLevelSoftmax
+from sohsm.heads.two_level.softmax import TwoLevelSoftmax
 
 #: how Algorithm 1 is computed (:class:`SelfOrganizedSoftmax`'s ``solver``)
 SOLVERS = ("auto", "sequential", "deferred_acceptance")
@@ -121,7 +121,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             in a learned cluster); see docs/results/lm.md.
         word_dim: in-cluster scores in ``word_dim`` dimensions (:class:`TwoLevelSoftmax`).
         div_value, cutoffs: differentiated dimensions: a word of frequency band ``i`` is scored in
-            ``d // div_value**i`` dimensions (:mod:`sohsm.heads.word_bands`; :class:`TwoLevelSoftmax`).
+            ``d // div_value**i`` dimensions (:mod:`sohsm.heads.two_level.word_bands`; :class:`TwoLevelSoftmax`).
         backend: how the in-cluster softmax is computed (:class:`TwoLevelSoftmax`): ``"auto"`` (default)
             the sync-free Triton kernels on CUDA, the per-cluster kernel on the CPU.
         solver: how Algorithm 1 is computed; all give the same assignment.
@@ -135,7 +135,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             words against 148 / 574 / 2,057 ms for the sequential one.
         q_clusters: ``M``, keep ``q`` compact: per word only the ``M`` clusters with the highest
             ``q`` (ids and values) and one value standing for every other cluster, the best of them
-            (:mod:`sohsm.heads.compact_statistics`): ``N (2M + 1)`` 4-byte numbers in place of
+            (:mod:`sohsm.heads.two_level.self_organizing.compact_statistics`): ``N (2M + 1)`` 4-byte numbers in place of
             ``N * n_clusters`` floats (PTB, 10k words and 100 learned clusters: 1.26 MiB against
             3.81 MiB; at a million words and 1,000 clusters, ``M = 16``: 126 MiB against 3.7 GiB).
             Algorithm 1 reads it as dense rows, a block at a time (``solver="deferred_acceptance"``

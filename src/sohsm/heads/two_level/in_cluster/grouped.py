@@ -1,6 +1,6 @@
 """The in-cluster softmax of the two-level heads without host synchronisation (the sync-free path).
 
-The default kernel (:mod:`sohsm.heads.per_cluster_kernel`) groups a batch's rows by cluster
+The default kernel (:mod:`sohsm.heads.two_level.in_cluster.per_cluster`) groups a batch's rows by cluster
 on the host: it reads the cluster counts back (``.tolist()``) and runs one matrix
 product per present cluster. On a GPU that is a synchronisation and hundreds of
 small launches a step. This path keeps every shape static, so a step runs without
@@ -22,7 +22,7 @@ Two implementations compute the same thing:
   word vectors gathered into a ``[T, width, d]`` tensor), differentiated by
   autograd. It runs anywhere and is the reference the kernels are tested against;
   it materialises the gathered weights, so it is meant for small sizes and the CPU.
-* ``"triton"``: the kernels of :mod:`sohsm.heads.grouped_kernels` (one launch
+* ``"triton"``: the kernels of :mod:`sohsm.heads.two_level.in_cluster.triton_kernels` (one launch
   forward, two backward, whatever the number of clusters), registered as torch
   custom operators so that they trace. The default on CUDA when Triton is installed
   (a head's ``backend="auto"``, see :func:`choose_backend`).
@@ -38,10 +38,33 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sohsm.heads.tiles import TileMap, max_tiles, tile_map  # noqa: F401  (the tiles are laid out there)
+from sohsm.heads.two_level.in_cluster.tiles import TileMap, max_tiles, tile_map  # noqa: F401  (the tiles are laid out there)
 
 #: implementations of the sync-free in-cluster softmax
 BACKENDS = ("torch", "triton")
+
+
+def tiled_logits(hidden: Tensor, weight: Tensor, row_cluster: Tensor, offsets: Tensor, width: int,
+                 block_m: int) -> Tensor:
+    """``[B, width]`` scores of each row against the first ``width`` word vectors of its cluster's block.
+
+    The rows are laid out in tiles of one cluster each (:func:`~sohsm.heads.two_level.in_cluster.tiles.tile_map`),
+    each tile's word vectors gathered once into a ``[T, width, d]`` tensor, and one batched product scores all
+    tiles; columns past a cluster's size hold the next blocks' words (the caller masks them). The ``"torch"``
+    backend's forward and the device top-k (:mod:`sohsm.heads.two_level.device_topk`) share it.
+    """
+    batch, d = hidden.shape
+    n_clusters = offsets.numel() - 1
+    tiles = tile_map(row_cluster, n_clusters, block_m)
+    n_tiles = tiles.tile_cluster.numel()
+    padded_hidden = torch.cat([hidden, hidden.new_zeros(1, d)])  # row B: zeros for padding
+    rows = torch.where(tiles.tile_rows < 0, batch, tiles.tile_rows)
+    hidden_tiles = padded_hidden[rows].view(n_tiles, block_m, d)
+    cluster = tiles.tile_cluster.clamp(max=n_clusters - 1)  # an unused tile scores zeros against any cluster
+    columns = torch.arange(width, device=weight.device)
+    slots = (offsets[cluster][:, None] + columns).clamp(max=weight.size(0) - 1)  # [T, width]
+    logits = torch.bmm(hidden_tiles, weight[slots].transpose(1, 2))  # [T, block_m, width]
+    return logits.reshape(n_tiles * block_m, width)[tiles.row_position]  # the batch's order
 
 
 def in_cluster_log_prob_torch(
@@ -63,21 +86,9 @@ def in_cluster_log_prob_torch(
     Returns:
         ``[B]`` log-probabilities, float32 or wider; differentiable in ``hidden`` and ``weight``.
     """
-    batch, d = hidden.shape
-    n_clusters = sizes.numel()
-    tiles = tile_map(row_cluster, n_clusters, block_m)
-    n_tiles = tiles.tile_cluster.numel()
-    padded_hidden = torch.cat([hidden, hidden.new_zeros(1, d)])  # row B: zeros for padding
-    rows = torch.where(tiles.tile_rows < 0, batch, tiles.tile_rows)
-    hidden_tiles = padded_hidden[rows].view(n_tiles, block_m, d)
-    cluster = tiles.tile_cluster.clamp(max=n_clusters - 1)  # an unused tile scores zeros against any cluster
-    columns = torch.arange(width, device=weight.device)
-    slots = (offsets[cluster][:, None] + columns).clamp(max=weight.size(0) - 1)  # [T, width]
-    weight_tiles = weight[slots]  # [T, width, d]
-    logits = torch.bmm(hidden_tiles, weight_tiles.transpose(1, 2))  # [T, block_m, width]
-    logits = logits.reshape(n_tiles * block_m, width)[tiles.row_position]  # [B, width], the batch's order
+    logits = tiled_logits(hidden, weight, row_cluster, offsets, width, block_m)  # [B, width]
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-    outside = columns >= sizes[row_cluster][:, None]
+    outside = torch.arange(width, device=logits.device) >= sizes[row_cluster][:, None]
     log_probs = F.log_softmax(logits.masked_fill(outside, float("-inf")), dim=1)
     return log_probs.gather(1, row_target[:, None]).squeeze(1)
 
@@ -103,9 +114,9 @@ def in_cluster_log_prob(
         return in_cluster_log_prob_torch(hidden, weight, row_cluster, row_target, offsets, sizes, width,
                                          block_m or 16)
     if backend == "triton":
-        from sohsm.heads import grouped_kernels
+        from sohsm.heads.two_level.in_cluster import triton_kernels
 
-        return grouped_kernels.in_cluster_log_prob_triton(
+        return triton_kernels.in_cluster_log_prob_triton(
             hidden, weight, row_cluster, row_target, offsets, sizes, width, block_m or 64,
             compute_dtype(hidden, weight))
     raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")

@@ -10,9 +10,9 @@ backward, and its gradient is one contiguous block, written straight into
 ``weight.grad``.
 
 The kernel reads the cluster counts of a batch back to the host (``.tolist()``)
-and runs one product per present cluster; :mod:`sohsm.heads.grouped` computes the
+and runs one product per present cluster; :mod:`sohsm.heads.two_level.in_cluster.grouped` computes the
 same scores with static shapes (the sync-free path). The best-first search
-(:mod:`sohsm.heads.best_first`) scores (row, cluster) pairs with the same kernel.
+(:mod:`sohsm.heads.two_level.best_first`) scores (row, cluster) pairs with the same kernel.
 """
 from __future__ import annotations
 

@@ -1,0 +1,16 @@
+"""The two-level family: a softmax over clusters, then over the words of the target's cluster.
+
+* :mod:`~sohsm.heads.two_level.softmax`: :class:`TwoLevelSoftmax`, the module (fixed clusters):
+  its parameters, the rows of its word vectors grouped by cluster, exact evaluation;
+* :mod:`~sohsm.heads.two_level.in_cluster`: the in-cluster softmax of a training step, one
+  dispatcher over its backends (which runs when is said there);
+* :mod:`~sohsm.heads.two_level.best_first` and :mod:`~sohsm.heads.two_level.device_topk`: exact top-k;
+* :mod:`~sohsm.heads.two_level.word_bands`: differentiated dimensions (``div_value``);
+* :mod:`~sohsm.heads.two_level.self_organizing`: :class:`SelfOrganizedSoftmax` and the machinery
+  that re-learns the clusters (statistics, schedule, freezing, moved words, several processes).
+"""
+from sohsm.heads.two_level.best_first import TopKResult
+from sohsm.heads.two_level.softmax import TwoLevelSoftmax
+from sohsm.heads.two_level.self_organizing import SelfOrganizedSoftmax
+
+__all__ = ["SelfOrganizedSoftmax", "TopKResult", "TwoLevelSoftmax"]
