@@ -159,6 +159,15 @@ def test_settings_that_cannot_train_are_refused_before_the_run_directory_exists(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_backend_the_device_cannot_run_is_refused_before_the_run_directory_exists(tmp_path, ptb_slice, small,
+                                                                                    cli, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the tests' interpreter would run Triton on the CPU
+    line = _one_line_error(*cli("lm", "train", "--corpus", ptb_slice, "--head", "self_organized", "--run-dir",
+                                tmp_path / "run", *small, "--head-option", "backend=triton")[::2])
+    assert "backend='triton' runs on CUDA devices, not on cpu" in line
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_whitespace_only_text_is_refused_before_the_run_directory_exists(tmp_path, small, cli):
     text = tmp_path / "blank.txt"
     text.write_text("   \n\t\n \n" * 50)

@@ -153,13 +153,21 @@ def test_head_on_sync_free_path_equals_the_per_cluster_kernel_over_training(kind
 def test_backend_option_selects_the_path(monkeypatch):
     head = _head("two_level", False)
     hidden, target = torch.randn(4, D, dtype=torch.float64), torch.arange(4)
-    assert head.backend == "auto" and grouped.choose_backend(head, hidden) is None  # CPU: the per-cluster kernel
+    assert head.backend == "auto" and grouped.choose_backend(head, hidden.device) is None  # CPU: the per-cluster kernel
     head.backend = "grouped_torch"
-    assert grouped.choose_backend(head, hidden) == "torch"
+    assert grouped.choose_backend(head, hidden.device) == "torch"
     head.backend = "per_cluster"
-    assert grouped.choose_backend(head, hidden) is None
+    assert grouped.choose_backend(head, hidden.device) is None
     head.backend = "triton"
-    assert grouped.choose_backend(head, hidden) == "triton"
+    monkeypatch.setattr(grouped, "triton_available", lambda: True)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert grouped.choose_backend(head, hidden.device) == "triton"
+    monkeypatch.delenv("TRITON_INTERPRET")  # compiled kernels need a GPU: one line says so
+    with pytest.raises(ValueError, match="backend='triton' runs on CUDA devices, not on cpu"):
+        head(hidden, target)
+    monkeypatch.setattr(grouped, "triton_available", lambda: False)
+    with pytest.raises(ValueError, match=r"backend='triton' needs Triton \(pip install triton\)"):
+        head(hidden, target)
     with pytest.raises(ValueError, match="backend must be one of auto, per_cluster, grouped_torch, triton, got 'cuda'"):
         head.backend = "cuda"
     with pytest.raises(ValueError, match="backend must be one of"):
@@ -167,13 +175,10 @@ def test_backend_option_selects_the_path(monkeypatch):
     assert TwoLevelSoftmax(D, 20, backend="grouped_torch").backend == "grouped_torch"
     # auto on CUDA takes the Triton kernels when Triton is there, else the per-cluster kernel
     head.backend = "auto"
-
-    class _OnCuda:
-        device = torch.device("cuda")
     monkeypatch.setattr(grouped, "triton_available", lambda: True)
-    assert grouped.choose_backend(head, _OnCuda()) == "triton"
+    assert grouped.choose_backend(head, torch.device("cuda")) == "triton"
     monkeypatch.setattr(grouped, "triton_available", lambda: False)
-    assert grouped.choose_backend(head, _OnCuda()) is None
+    assert grouped.choose_backend(head, torch.device("cuda")) is None
 
 
 def test_sync_free_path_under_bf16_autocast_is_close_to_float32():

@@ -176,6 +176,13 @@ class Head(nn.Module):
         """Cluster and in-cluster log-probabilities of the targets; ``None`` for heads without clusters."""
         return None
 
+    def check_device(self, device: torch.device) -> None:
+        """Refuse, before a run writes anything, a device this head's settings cannot compute on (any, by default).
+
+        Raises:
+            ValueError: naming the setting and the device.
+        """
+
     def attach(self, optimizer: torch.optim.Optimizer):
         """Let the head act after every ``optimizer.step()`` (re-clustering, for instance).
 

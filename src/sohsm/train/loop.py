@@ -114,6 +114,7 @@ def _load_task(task_class: type[Task], config: RunConfig, ranks: Ranks) -> tuple
 def _model_head_optimizer(task: Task, config: RunConfig, ranks: Ranks, device: torch.device):
     """The model and head (the same on every rank) and the optimizer attached to the head."""
     model, head = task.build(device)
+    head.check_device(device)
     ranks.seed_own_stream(config.seed)
     optimizer = task.build_optimizer(model, head)
     head.attach(optimizer)

@@ -334,7 +334,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
     def _parts(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
         hidden_c, hidden_w = self._split_hidden(hidden)
-        backend = grouped.choose_backend(self, hidden_w)  # None: the per-cluster kernel
+        backend = grouped.choose_backend(self, hidden_w.device)  # None: the per-cluster kernel
         if backend is not None:
             return grouped.score(self, F.linear(hidden_c, self.cluster_weight), hidden_w, target, backend)
         return self._score(F.linear(hidden_c, self.cluster_weight), hidden_w, target)
@@ -349,6 +349,10 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
     @backend.setter
     def backend(self, value: str) -> None:
         self._backend = grouped.check_backend(value)
+
+    def check_device(self, device: torch.device) -> None:
+        """Refuse a ``backend`` that cannot run on ``device`` (``"triton"`` on the CPU, or without Triton)."""
+        grouped.choose_backend(self, device)
 
     def _sync_free_width(self) -> int:
         """Static width of the sync-free path's logits: the largest cluster (fixed clusters)."""
@@ -450,7 +454,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         """Same as ``log_prob(hidden).topk(k)``: by best-first search over clusters (:meth:`search_topk`) with the
         per-cluster backend, or, with a sync-free one, by :func:`~sohsm.heads.device_topk.exact_topk` (static
         shapes, one read-back of its certificate; the search for the rows it cannot certify)."""
-        if grouped.choose_backend(self, self._flatten_hidden(hidden)) is not None:
+        if grouped.choose_backend(self, hidden.device) is not None:
             return exact_topk(self, hidden, k)
         result = self.search_topk(hidden, k)
         return result.values, result.indices

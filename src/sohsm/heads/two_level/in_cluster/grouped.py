@@ -33,6 +33,7 @@ float32 accumulation, and the log-softmax is normalised in float32.
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import torch.nn.functional as F
@@ -143,14 +144,25 @@ def check_backend(value: str) -> str:
     return value
 
 
-def choose_backend(head, hidden: Tensor) -> str | None:
-    """The sync-free implementation ``head`` uses for ``hidden`` (``"torch"`` or ``"triton"``), or ``None`` for the
+def choose_backend(head, device: torch.device) -> str | None:
+    """The sync-free implementation ``head`` uses on ``device`` (``"torch"`` or ``"triton"``), or ``None`` for the
     per-cluster kernel, by ``head.backend``: ``"auto"`` takes Triton on CUDA when it is installed, else the
-    per-cluster kernel (the faster on the CPU)."""
+    per-cluster kernel (the faster on the CPU).
+
+    Raises:
+        ValueError: ``backend="triton"`` without Triton, or on a device its compiled kernels do not run on.
+    """
+    device = torch.device(device)
     option = head.backend
     if option == "auto":  # compact statistics (q_clusters) are folded in by the per-cluster path only
         compact = getattr(head, "q_clusters", None) is not None
-        return "triton" if hidden.device.type == "cuda" and triton_available() and not compact else None
+        return "triton" if device.type == "cuda" and triton_available() and not compact else None
+    if option == "triton":
+        if not triton_available():
+            raise ValueError("backend='triton' needs Triton (pip install triton); backend='auto' runs without it")
+        if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError(f"backend='triton' runs on CUDA devices, not on {device.type} (TRITON_INTERPRET=1 runs the kernels on the CPU, slowly, for "
+                             "tests); backend='auto' picks the per-cluster kernel there")
     return {"per_cluster": None, "grouped_torch": "torch", "triton": "triton"}[option]
 
 
