@@ -196,9 +196,9 @@ class RunConfig:
             if value is not None and not math.isfinite(value):  # inf passes ``> 0`` and diverges at the first step
                 raise FieldError.on(path, f"must be a finite number, got {value}")
         if self.optim.lr is not None and not self.optim.lr > 0:
-            raise FieldError.on("optim.lr", f"must be positive or None, got {self.optim.lr}")
+            raise FieldError.on("optim.lr", f"must be positive (or none: the optimizer's usual rate), got {self.optim.lr}")
         if self.optim.clip is not None and not self.optim.clip > 0:
-            raise FieldError.on("optim.clip", f"must be positive or None, got {self.optim.clip}")
+            raise FieldError.on("optim.clip", f"must be positive (or none: no clipping), got {self.optim.clip}")
         if not self.optim.weight_decay >= 0:
             raise FieldError.on("optim.weight_decay", f"must be >= 0, got {self.optim.weight_decay}")
         if not self.optim.lr_decay >= 1:
@@ -208,9 +208,9 @@ class RunConfig:
         if self.optim.lr_decay_after < 0:
             raise FieldError.on("optim.lr_decay_after", f"must be >= 0, got {self.optim.lr_decay_after}")
         if self.max_tokens is not None and self.max_tokens < 1:
-            raise FieldError.on("max_tokens", f"must be >= 1 or None, got {self.max_tokens}")
+            raise FieldError.on("max_tokens", f"must be >= 1 (or none: no limit), got {self.max_tokens}")
         if self.time_budget is not None and not self.time_budget > 0:
-            raise FieldError.on("time_budget", f"must be positive or None, got {self.time_budget}")
+            raise FieldError.on("time_budget", f"must be positive (or none: no limit), got {self.time_budget}")
         try:
             torch.device(self.device)
         except (RuntimeError, ValueError):
@@ -312,11 +312,11 @@ CLUSTERS_FORMATS = ("json", "brown", "tsv", "run")
 def check_clusters_source(data: Any) -> None:
     """Check ``clusters_format`` and ``clusters_cut`` of a data section; raises ValueError naming the field."""
     if data.clusters_format not in (None, *CLUSTERS_FORMATS):
-        raise FieldError.on("data.clusters_format", f"must be one of {', '.join(CLUSTERS_FORMATS)} or None, "
+        raise FieldError.on("data.clusters_format", f"must be one of {', '.join(CLUSTERS_FORMATS)} (or none: detected), "
                          f"got {data.clusters_format!r}")
     if data.clusters_cut is not None:
         if data.clusters_cut < 1:
-            raise FieldError.on("data.clusters_cut", f"must be >= 1 or None, got {data.clusters_cut}")
+            raise FieldError.on("data.clusters_cut", f"must be >= 1 (or none: the whole tree), got {data.clusters_cut}")
         if data.clusters_from is None:
             raise FieldError("{} needs {} (a brown paths file)", "data.clusters_cut", "data.clusters_from")
         if data.clusters_format not in (None, "brown"):

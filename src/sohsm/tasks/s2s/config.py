@@ -131,5 +131,5 @@ class S2SConfig(RunConfig):
             raise FieldError("{} is a folder of headline pairs: it needs {}, got " + escape(repr(self.data.dataset)),
                              "data.pairs", suggest("data.dataset", "gigaword"))
         if self.data.max_size is not None and self.data.max_size < 3:
-            raise FieldError.on("data.max_size", f"must be >= 3 or None, got {self.data.max_size}")
+            raise FieldError.on("data.max_size", f"must be >= 3 (or none: no cap), got {self.data.max_size}")
         check_clusters_source(self.data)
