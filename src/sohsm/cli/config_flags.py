@@ -28,6 +28,7 @@ import json
 import textwrap
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Union
 
@@ -37,8 +38,20 @@ from sohsm.fields import Field, FieldError
 FLAG_NAMES = {"head.name": "head", "head.options": "head_option"}
 #: fields that have no flag (fixed per task)
 NO_FLAG = frozenset({"task"})
-#: argument groups, by config section
-GROUPS = {"data": "data", "model": "model", "head": "head", "optim": "optimization", "": "budgets, evaluation and files"}
+#: the groups of the help, in order, the common first: each takes the fields of the sections and the loop's
+#: settings it names; a setting of the loop named nowhere (a task's own) goes to "optimisation". "run" also
+#: holds the command's own flags (``--run-dir``, ``--resume``, ``--quiet``) and ``--config``.
+GROUPS = (
+    ("run", ("epochs", "max_tokens", "time_budget", "device", "seed")),
+    ("data", ("data",)),
+    ("head", ("head",)),
+    ("model", ("model",)),
+    ("optimisation", ("optim", "bptt", "batch_size")),
+    ("evaluation, checkpoints, logging and speed",
+     ("eval_every", "eval_batch_size", "checkpoint_every", "log_every", "amp", "compile")),
+)
+#: a flag with more choices than this many characters shows NAME and lists them in its help
+LONG_CHOICES = 40
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +72,8 @@ class Flag:
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """The ``#:`` comment lines above each field of dataclass ``cls``, joined: its documentation."""
+    """The ``#:`` comment lines above each field of dataclass ``cls``, joined: its documentation (``None``
+    written ``none``, the word its flag takes)."""
     lines = textwrap.dedent(inspect.getsource(cls)).splitlines()
     out: dict[str, str] = {}
     for node in ast.parse("\n".join(lines)).body[0].body:
@@ -68,7 +82,7 @@ def field_comments(cls: type) -> dict[str, str]:
             while i >= 0 and lines[i].strip().startswith("#:"):
                 comment.insert(0, lines[i].strip()[2:].strip())
                 i -= 1
-            out[node.target.id] = " ".join(comment).replace("``", "")
+            out[node.target.id] = " ".join(comment).replace("``None``", "none").replace("``", "")
     return out
 
 
@@ -131,21 +145,39 @@ def _reader(flag: Flag):
     return read
 
 
-def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, leave_out: tuple[str, ...] = ()) -> list[Flag]:
-    """Add a flag for every field of ``config_class`` (but those in ``leave_out``), grouped by section, and
-    ``--config FILE``; returns the flags added."""
+def group_of(path: str) -> str:
+    """The title of the help group that lists the field at ``path`` (:data:`GROUPS`)."""
+    for title, names in GROUPS:
+        if path in names or path.partition(".")[0] in names:
+            return title
+    return "optimisation"
+
+
+def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, leave_out: tuple[str, ...] = (),
+                     command_flags: Callable[[argparse._ArgumentGroup], None] = lambda group: None) -> list[Flag]:
+    """Add a flag for every field of ``config_class`` (but those in ``leave_out``) and ``--config FILE``, in the
+    groups of :data:`GROUPS`; ``command_flags(group)`` first adds the command's own flags to the "run" group.
+    Returns the flags added.
+
+    A field that a new run must be given shows no default (the library's stands where the flag is not asked).
+    """
     flags = [f for f in config_flags(config_class) if f.path not in leave_out]
-    groups = {}
-    for section, title in GROUPS.items():
-        if any(f.path.partition(".")[0] == section or (not section and "." not in f.path) for f in flags):
-            groups[section] = parser.add_argument_group(title)
-    groups[""].add_argument("--config", metavar="FILE", help="a run config (YAML or JSON, the shape of a run's "
-                            "config.json, which is accepted as it is); the flags given override its fields")
-    for f in flags:
-        section = f.path.partition(".")[0] if "." in f.path else ""
+    groups = {title: parser.add_argument_group(title) for title, _ in GROUPS
+              if title == "run" or any(group_of(f.path) == title for f in flags)}
+    command_flags(groups["run"])
+    groups["run"].add_argument("--config", metavar="FILE", help="a settings file (YAML or JSON): the flags' names as "
+                               "keys (head: full, hidden_size: 64), or the sections of a run's config.json (which is "
+                               "accepted as it is); the flags given override it")
+    required = {f.path for f in flags if f.metadata.get("required")} - set(config_class.defaulted_fields)
+    for f in sorted(flags, key=lambda f: [t for t, _ in GROUPS].index(group_of(f.path))):
         choices = f.metadata.get("choices")
         choices = choices() if callable(choices) else choices
-        default = "" if f.default is None and "none" in f.help.lower() else f" (default: {_show(f.default)})"
+        if f.path in required:
+            default = " (a new run must name it)"
+        elif f.default is None and "none" in f.help.lower():
+            default = ""
+        else:
+            default = f" (default: {_show(f.default)})"
         kwargs: dict[str, Any] = {"dest": f.dest, "default": None, "help": (f.help + default).strip()}
         if f.type is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
@@ -155,8 +187,11 @@ def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, lea
             kwargs.update(type=_reader(f), metavar=f.metadata.get("metavar", "N" if f.type is int else "X"
                                                                     if f.type is float else f.dest.upper()))
             if choices:
-                kwargs.update(choices=tuple(choices), metavar=None)
-        groups[section].add_argument(f.option, **kwargs)
+                listed = len(",".join(choices)) > LONG_CHOICES
+                kwargs.update(choices=tuple(choices), metavar="NAME" if listed else None)
+                if listed:
+                    kwargs["help"] += f"; one of: {', '.join(choices)}"
+        groups[group_of(f.path)].add_argument(f.option, **kwargs)
     return flags
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shutil
 import sys
 import textwrap
 from typing import NoReturn
@@ -24,8 +25,12 @@ from sohsm.version import __version__
 COMMANDS = ("data", "lm", "s2s", "w2v", "clusters", "tree", "plot")
 
 
-#: formatter of every subcommand parser: descriptions are wrapped by :func:`wrap`, epilogs kept as written
-RAW = argparse.RawDescriptionHelpFormatter
+class RAW(argparse.RawDescriptionHelpFormatter):
+    """Formatter of every subcommand parser: descriptions are wrapped by :func:`wrap`, epilogs kept as written, the
+    options as wide as those (100 columns) where the terminal allows."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=min(100, shutil.get_terminal_size().columns - 2), max_help_position=30)
 
 
 def wrap(text: str) -> str:

@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from sohsm.cli.config_flags import Flag, add_config_flags, read_config_file, render_error, typed_fields
+from sohsm.cli.config_flags import Flag, add_config_flags, config_flags, read_config_file, render_error, typed_fields
 from sohsm.cli.main import RAW, CommandError, wrap
 from sohsm.data.errors import DataError
 from sohsm.heads import check_head_options, head_names, head_options
@@ -57,15 +57,23 @@ def parse_option_list(text: str) -> dict[str, Any]:
 def add_training_options(p: argparse.ArgumentParser, config_class: type, *, compare: bool = False) -> list[Flag]:
     """Add the flags of ``config_class``'s fields to ``p`` (:mod:`sohsm.cli.config_flags`) and the command's own:
     ``--run-dir`` and ``--resume`` (not for `lm compare`, which also takes no ``--head``), ``--quiet``."""
-    flags = add_config_flags(p, config_class, leave_out=("head.name",) if compare else ())
-    files = p.add_argument_group("run directory")
-    if not compare:
-        files.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
-        files.add_argument("--resume", action="store_true",
-                           help="continue the run in --run-dir from last.pt (budgets, logging intervals, the device "
-                           "and data locations may change; other options must match the run)")
-    files.add_argument("--quiet", action="store_true", help="no start-up lines, progress bar or evaluation lines")
-    return flags
+    def command_flags(run: argparse._ArgumentGroup) -> None:
+        if not compare:
+            run.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
+            run.add_argument("--resume", action="store_true",
+                             help="continue the run in --run-dir from last.pt (budgets, logging intervals, the "
+                             "device and data locations may change; other options must match the run)")
+        run.add_argument("--quiet", action="store_true", help="no start-up lines, progress bar or evaluation lines")
+
+    return add_config_flags(p, config_class, leave_out=("head.name",) if compare else (), command_flags=command_flags)
+
+
+def train_usage(config_class: type) -> str:
+    """The usage line of a task's ``train`` command: what a new run needs, or ``--resume``, then the options."""
+    needs = " ".join(f"{f.option} {f.metadata.get('metavar') or 'NAME'}" for f in config_flags(config_class)
+                     if f.metadata.get("required") and f.path not in config_class.defaulted_fields)
+    start = f"[{needs} | --resume]" if needs else "[--resume]"
+    return f"%(prog)s --run-dir DIR {start} [OPTION ...]"
 
 
 def head_options_help() -> str:
@@ -164,7 +172,7 @@ def add_train_command(sub: argparse._SubParsersAction, config_class: type, summa
     Its exit status is 0, or ``128 + N`` when stop signal N interrupted the run (130 for Ctrl-C).
     """
     p = sub.add_parser("train", help=help, formatter_class=RAW, description=wrap(description),
-                       epilog=epilog + "\n" + head_options_help())
+                       epilog=epilog + "\n" + head_options_help(), usage=train_usage(config_class))
 
     def run(args: argparse.Namespace) -> int:
         result = train_command(args, config_class, args.config_flags)

@@ -46,7 +46,7 @@ AMP_CHOICES = ("bf16", "fp16")
 class HeadConfig:
     """Which output layer, built by :func:`sohsm.build_head`."""
 
-    #: the output layer (the paper's method by default; required for a new run on the command line)
+    #: the output layer (self_organized is the paper's method)
     name: str = field(default="self_organized", metadata={"choices": head_names, "required": True})
     #: self-organized head: K, optimizer steps between re-clusterings (0: never); ``None``: about 8 times per
     #: epoch (the epoch length follows from the counts and the batch; the paper's K is 1000)
@@ -75,8 +75,9 @@ class OptimConfig:
     #: divide the rate by this whenever a dev evaluation is no better than the best so far (pytorch/examples'
     #: language model divides by 4); 1: never
     anneal: float = field(default=1.0, metadata={"metavar": "F"})
-    #: the optimizer's fused kernel where torch has one (one pass over each weight: on the CPU the Adagrad step
-    #: of a 44k x 512 weight takes 31 ms instead of 206); false: torch's default step (equal to 1e-6)
+    #: take the optimizer's fused step where torch has one: one pass over each weight (on the CPU, Adagrad's step
+    #: on a 44k x 512 weight takes 31 ms instead of 206 ms); false: torch's default step, whose updates equal the
+    #: fused step's to within 1e-6
     fused: bool = True
 
     @property

@@ -33,8 +33,7 @@ RESUMABLE_FIELDS = frozenset({
 class DataConfig:
     """Which corpus and vocabulary a run trains on."""
 
-    #: a known corpus (ptb, wikitext-2, text8, ...) or your own text file or folder (required for a new run on
-    #: the command line; text8 is the paper's)
+    #: a known corpus (ptb, wikitext-2, text8 (the paper's), ...) or your own text file or folder
     corpus: str = field(default="text8", metadata={"metavar": "NAME_OR_PATH", "required": True})
     #: where known corpora are; ``None``: ``$SOHSM_DATA``, else ``~/.cache/sohsm`` (a location, not an identity)
     data_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
@@ -49,7 +48,7 @@ class DataConfig:
     text_mode: str | None = field(default=None, metadata={"choices": ("lines", "running")})
     #: the head's fixed clusters or tree: a hierarchy file (nested JSON lists of words, Brown paths
     #: 'bits<TAB>word<TAB>count', 'word<TAB>class') or a trained run; the 'tree' head takes the whole tree,
-    #: two-level heads its clusters; vocabulary words it lacks go to a fallback node; ``None``: none
+    #: two-level heads its clusters; vocabulary words it lacks go to a fallback node; ``None``: the head's own
     clusters_from: str | None = field(default=None, metadata={"metavar": "FILE|RUN"})
     #: format of clusters_from (``json``, ``brown``, ``tsv``, ``run``); ``None``: detected
     clusters_format: str | None = field(default=None, metadata={"choices": CLUSTERS_FORMATS})

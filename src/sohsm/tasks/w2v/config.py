@@ -36,8 +36,7 @@ DEFAULT_RATES = {"cbow": 0.05, "skipgram": 0.025}
 class W2VDataConfig:
     """Which text the vectors are trained on."""
 
-    #: a known corpus name or the path of your own text (the training split is used; required for a new run on
-    #: the command line)
+    #: a known corpus name or the path of your own text (the training split is used)
     corpus: str = field(default="text8-small", metadata={"metavar": "NAME_OR_PATH", "required": True})
     #: where known corpora are; ``None``: ``$SOHSM_DATA``, else ``~/.cache/sohsm`` (a location, not an identity)
     data_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
