@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from sohsm.cli.config_flags import config_flags, field_comments, read_config_file
+from sohsm.cli.config_file import read_config_file
+from sohsm.cli.config_flags import config_flags, field_comments
 from sohsm.cli.main import build_parser
 from sohsm.tasks.lm import DataConfig, LMConfig
 from sohsm.tasks.s2s import S2SConfig

@@ -10,8 +10,8 @@ the field's metadata (``field(..., metadata={"choices": OPTIMIZERS})``), and so
 does another name than the field's (``metadata={"flag": "model"}``: ``--model``). A
 flag's parsed default is ``None`` (not given): only the flags a user types
 become overrides, which keeps ``--resume``'s rule (what is not typed is the
-run's). ``--config FILE`` reads a config (YAML or JSON, the shape of a run's
-``config.json``) whose fields the typed flags override.
+run's). ``--config FILE`` reads a settings file whose fields the typed flags
+override (:mod:`sohsm.cli.config_file`).
 
 The values are checked by the config's own strict parsing
 (:meth:`~sohsm.train.config.RunConfig.from_dict`); its errors name fields
@@ -25,11 +25,11 @@ import ast
 import dataclasses
 import inspect
 import json
+import re
 import textwrap
 import types
 import typing
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Union
 
 from sohsm.fields import Field, FieldError
@@ -195,6 +195,41 @@ def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, lea
     return flags
 
 
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_head_option(text: str) -> tuple[str, Any]:
+    """``"gamma=2"`` -> ``("gamma", 2)``: the value read as JSON where it is (numbers, true/false, null), else a string.
+
+    Raises:
+        ValueError: not KEY=VALUE with KEY a Python name.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not _KEY.fullmatch(key):
+        raise ValueError(f"expected KEY=VALUE (e.g. gamma=2 or init=frequency), got {text!r}")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key, value
+
+
+def parse_option_list(text: str) -> dict[str, Any]:
+    """``"gamma=2,init=frequency"`` -> ``{"gamma": 2, "init": "frequency"}`` (an empty text gives ``{}``).
+
+    Raises:
+        ValueError: an item that is not KEY=VALUE, or a key given twice.
+    """
+    options: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, value = parse_head_option(item)
+        if key in options:
+            raise ValueError(f"option {key!r} given twice in {text!r}")
+        options[key] = value
+    return options
+
+
 def typed_fields(args: argparse.Namespace, flags: list[Flag]) -> dict[str, Any]:
     """``{field: value}`` of the flags given on the command line (``head.options`` and ``head.update_every``
     excepted: :func:`sohsm.cli.train_options.requested_head_options` reads them together).
@@ -209,47 +244,6 @@ def typed_fields(args: argparse.Namespace, flags: list[Flag]) -> dict[str, Any]:
         if "none_if" in f.metadata and value == f.metadata["none_if"]:
             value = None
         out[f.path] = value
-    return out
-
-
-def read_config_file(path: str, config_class: type) -> dict[str, Any]:
-    """``{field: value}`` of the fields a config file sets (YAML or JSON; a run's ``config.json`` as it is).
-
-    Raises:
-        ValueError: an unreadable file, not a mapping, an unknown field, a value of the
-            wrong type, or a config of another task.
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise ValueError(f"--config {path}: cannot read it ({error.strerror or error})") from None
-    try:
-        if Path(path).suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml  # PyYAML reads JSON too
-
-            data = yaml.safe_load(text)
-    except ValueError as error:
-        raise ValueError(f"--config {path}: not valid JSON ({error})") from None
-    except Exception as error:  # yaml.YAMLError and its kin
-        raise ValueError(f"--config {path}: not valid YAML ({' '.join(str(error).split())})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"--config {path}: expected a mapping of config fields, got {type(data).__name__}")
-    task = config_class().task
-    if data.get("task", "lm") != task:
-        raise ValueError(f"--config {path}: a config of the {data.get('task', 'lm')!r} task, not of {task!r}")
-    try:
-        config_class.from_dict(data)  # every key known, every value of its type and range
-    except ValueError as error:
-        raise ValueError(f"--config {path}: {error}") from None
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and key != "options":
-            out.update({f"{key}.{k}": v for k, v in value.items()})
-        else:
-            out[key] = value
-    out.pop("task", None)
     return out
 
 

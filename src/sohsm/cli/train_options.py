@@ -8,51 +8,23 @@ the same flags, and :func:`train_command` trains or resumes a run of any task.
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from sohsm.cli.config_flags import Flag, add_config_flags, config_flags, read_config_file, render_error, typed_fields
+from sohsm.cli.config_file import read_config_file
+from sohsm.cli.config_flags import (  # noqa: F401  (parse_option_list: lm compare's too)
+    Flag,
+    add_config_flags,
+    config_flags,
+    parse_head_option,
+    parse_option_list,
+    render_error,
+    typed_fields,
+)
 from sohsm.cli.main import RAW, CommandError, wrap
 from sohsm.data.errors import DataError
 from sohsm.heads import check_head_options, head_names, head_options
-
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def parse_head_option(text: str) -> tuple[str, Any]:
-    """``"gamma=2"`` -> ``("gamma", 2)``: the value read as JSON where it is (numbers, true/false, null), else a string.
-
-    Raises:
-        ValueError: not KEY=VALUE with KEY a Python name.
-    """
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not _KEY.fullmatch(key):
-        raise ValueError(f"expected KEY=VALUE (e.g. gamma=2 or init=frequency), got {text!r}")
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = raw
-    return key, value
-
-
-def parse_option_list(text: str) -> dict[str, Any]:
-    """``"gamma=2,init=frequency"`` -> ``{"gamma": 2, "init": "frequency"}`` (an empty text gives ``{}``).
-
-    Raises:
-        ValueError: an item that is not KEY=VALUE, or a key given twice.
-    """
-    options: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, value = parse_head_option(item)
-        if key in options:
-            raise ValueError(f"option {key!r} given twice in {text!r}")
-        options[key] = value
-    return options
-
 
 def add_training_options(p: argparse.ArgumentParser, config_class: type, *, compare: bool = False) -> list[Flag]:
     """Add the flags of ``config_class``'s fields to ``p`` (:mod:`sohsm.cli.config_flags`) and the command's own:
