@@ -148,6 +148,8 @@ def add_train_command(sub: argparse._SubParsersAction, config_class: type, summa
 
     def run(args: argparse.Namespace) -> int:
         result = train_command(args, config_class, args.config_flags)
+        if result is None:  # resumed with every budget spent: said so, nothing trained
+            return 0
         if result.writer:
             summary(result)
         return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0
@@ -162,12 +164,14 @@ def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag
 
     A new run needs the flags whose field's metadata says ``required`` (unless ``--config`` sets them, or the
     config's ``defaulted_fields`` lets its default stand).
-    Returns the :class:`~sohsm.train.TrainResult`.
+    Returns the :class:`~sohsm.train.TrainResult`, or ``None`` for a resumed run whose budgets are spent,
+    after one line on standard output saying so and which flags ask for more.
 
     Raises:
         CommandError: one line, its fields named by the flags the user typed.
     """
     from sohsm.train import apply_overrides, resume_training, train
+    from sohsm.train.rundir import NothingToTrain
 
     overrides = training_overrides(args, flags, config_class)
     options, update_every = requested_head_options(args)
@@ -193,6 +197,9 @@ def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag
         overrides.update(head_overrides(name, {**file_options, **options}, file_k if update_every is None
                                         else update_every))
         return train(apply_overrides(config_class(), overrides), args.run_dir, progress=not args.quiet)
+    except NothingToTrain as done:
+        print(render_error(done, flags, set()))
+        return None
     except (ValueError, DataError) as error:
         typed = {f.path for f in flags if getattr(args, f.dest, None) not in (None, [])}
         raise CommandError(render_error(error, flags, typed)) from None
