@@ -167,7 +167,8 @@ def _empty_panel_text(kind: str, runs: Sequence[PlottedRun]) -> str:
             return "no dev evaluation yet"
         return "no clusters (the heads have none)"
     if kind == "recluster":
-        reclusters = [run for run in runs if run.head in head_names() and "update_every" in (head_options(run.head) or {})]
+        reclusters = [run for run in runs
+                      if run.head in head_names() and "update_every" in (head_options(run.head) or {})]
         return "no re-clustering yet" if reclusters else "no re-clustering (the heads keep their clusters)"
     return "no training record yet"
 

@@ -197,7 +197,8 @@ class RunConfig:
             if value is not None and not math.isfinite(value):  # inf passes ``> 0`` and diverges at the first step
                 raise FieldError.on(path, f"must be a finite number, got {value}")
         if self.optim.lr is not None and not self.optim.lr > 0:
-            raise FieldError.on("optim.lr", f"must be positive (or none: the optimizer's usual rate), got {self.optim.lr}")
+            raise FieldError.on("optim.lr",
+                                f"must be positive (or none: the optimizer's usual rate), got {self.optim.lr}")
         if self.optim.clip is not None and not self.optim.clip > 0:
             raise FieldError.on("optim.clip", f"must be positive (or none: no clipping), got {self.optim.clip}")
         if not self.optim.weight_decay >= 0:
@@ -313,8 +314,8 @@ CLUSTERS_FORMATS = ("json", "brown", "tsv", "run")
 def check_clusters_source(data: Any) -> None:
     """Check ``clusters_format`` and ``clusters_cut`` of a data section; raises ValueError naming the field."""
     if data.clusters_format not in (None, *CLUSTERS_FORMATS):
-        raise FieldError.on("data.clusters_format", f"must be one of {', '.join(CLUSTERS_FORMATS)} (or none: detected), "
-                         f"got {data.clusters_format!r}")
+        raise FieldError.on("data.clusters_format", f"must be one of {', '.join(CLUSTERS_FORMATS)} (or none: "
+                            f"detected), got {data.clusters_format!r}")
     if data.clusters_cut is not None:
         if data.clusters_cut < 1:
             raise FieldError.on("data.clusters_cut", f"must be >= 1 (or none: the whole tree), got {data.clusters_cut}")

@@ -140,11 +140,14 @@ class LMConfig(RunConfig):
         if self.amp is not None and self.amp not in AMP_CHOICES:
             raise FieldError.on("amp", f"must be one of {', '.join(AMP_CHOICES)} (or none: float32), got {self.amp!r}")
         if self.data.min_count is not None and self.data.min_count < 1:
-            raise FieldError.on("data.min_count", f"must be >= 1 (or none: the corpus's default), got {self.data.min_count}")
+            raise FieldError.on("data.min_count",
+                                f"must be >= 1 (or none: the corpus's default), got {self.data.min_count}")
         if self.data.text_mode not in (None, "lines", "running"):
-            raise FieldError.on("data.text_mode", f"must be 'lines' or 'running' (or none: 'lines'), got {self.data.text_mode!r}")
+            raise FieldError.on("data.text_mode",
+                                f"must be 'lines' or 'running' (or none: 'lines'), got {self.data.text_mode!r}")
         if self.data.max_size is not None and self.data.max_size < 2:
-            raise FieldError.on("data.max_size", f"must be >= 2 (or none: the corpus's default), got {self.data.max_size}")
+            raise FieldError.on("data.max_size",
+                                f"must be >= 2 (or none: the corpus's default), got {self.data.max_size}")
         check_clusters_source(self.data)
         if self.model.tie_weights and self.model.emb_size != self.model.hidden_size:
             raise FieldError(f"{{}} needs {{}} == {{}}, got {self.model.emb_size} and {self.model.hidden_size}",

@@ -52,7 +52,8 @@ class S2SDataConfig:
     min_count: int = 1
     #: the paper's 69k most frequent title words (more than these titles hold)
     max_size: int | None = 69_000
-    #: a ``sohsm lm train`` run on the training titles whose clusters the head takes and keeps fixed; ``None``: the head's own
+    #: a ``sohsm lm train`` run on the training titles whose clusters the head takes and keeps fixed; ``None``: the
+    #: head's own
     clusters_from: str | None = field(default=None, metadata={"metavar": "FILE|RUN"})
     #: its format (``json``, ``brown``, ``tsv``, ``run``); ``None``: detected (a folder is a run)
     clusters_format: str | None = field(default=None, metadata={"choices": CLUSTERS_FORMATS})

@@ -186,7 +186,8 @@ class W2VConfig(RunConfig):
         if not 0 <= self.data.sample < 1:
             raise FieldError.on("data.sample", f"must be in [0, 1), got {self.data.sample}")
         if self.data.text_mode not in (None, "lines", "running"):
-            raise FieldError.on("data.text_mode", f"must be 'lines' or 'running' (or none: 'lines'), got {self.data.text_mode!r}")
+            raise FieldError.on("data.text_mode",
+                                f"must be 'lines' or 'running' (or none: 'lines'), got {self.data.text_mode!r}")
         if self.optim.optimizer != "sgd":
             raise FieldError.on("optim.optimizer", f"must be 'sgd' for word vectors (word2vec's linearly "
                                                   f"falling rate), got {self.optim.optimizer!r}")
