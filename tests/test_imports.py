@@ -10,6 +10,9 @@ inside ``a.b``.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import sohsm
@@ -107,7 +110,7 @@ def test_the_graph_sees_top_level_and_function_level_imports():
     graph = import_graph()
     assert "sohsm.train.task" in graph["sohsm.train.loop"]
     assert "sohsm.train" in graph["sohsm.tasks.lm.task"]  # a package above, outside the importer, runs first
-    assert "sohsm.tasks" in graph["sohsm"]
+    assert "sohsm.heads" in graph["sohsm"]
     assert "sohsm.runs.plots" in graph["sohsm.cli.plot"]  # imported inside a function
 
 
@@ -128,3 +131,47 @@ def test_the_loop_imports_no_task_and_the_tasks_no_report():
             assert not any(t.startswith(("sohsm.tasks", "sohsm.runs", "sohsm.cli")) for t in targets), (name, targets)
         if name.startswith("sohsm.tasks"):
             assert not any(t.startswith(("sohsm.runs", "sohsm.cli")) for t in targets), (name, targets)
+
+
+#: the rooms of the package, each importing only rooms before it (docs/architecture.md says the same)
+LAYERS = (("fields", "version", "rouge"), ("data",), ("clustering",), ("heads",), ("models",), ("train",), ("tasks",),
+          ("runs",), ("cli",), ("__main__",))
+
+
+def _room(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_each_room_imports_only_the_rooms_before_it():
+    level = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
+    graph = import_graph()
+    assert {_room(m) for m in graph} - {""} == set(level), "a room is missing from LAYERS"
+    for name, targets in graph.items():
+        if not _room(name):  # the package itself: its __init__ imports the heads
+            continue
+        for target in targets:
+            if _room(target) and _room(target) != _room(name):
+                assert level[_room(target)] < level[_room(name)], f"{name} imports {target}"
+
+
+def _python(code: str) -> str:
+    """Run ``code`` in a fresh interpreter that imports this checkout's sohsm; its standard output."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_importing_sohsm_loads_the_heads_and_no_training_model_or_data():
+    loaded = _python("import sys, sohsm\n"
+                     "sohsm.build_head('self_organized', 8, 50, counts=list(range(50, 0, -1)))\n"
+                     "print(' '.join(sorted(m for m in sys.modules if m.startswith('sohsm'))))").split()
+    assert "sohsm.heads.self_organized" in loaded
+    rooms = {_room(m) for m in loaded}
+    assert not rooms & {"train", "tasks", "data", "models", "runs", "cli"}, sorted(loaded)
+
+
+def test_the_loop_finds_a_task_by_name_without_it_being_imported_first():
+    out = _python("import sys\nfrom sohsm.train.task import task_named\n"
+                  "print('sohsm.tasks.lm' in sys.modules, task_named('w2v').name)")
+    assert out.split() == ["False", "w2v"]

@@ -1,8 +1,11 @@
-"""Every Python example in README.md runs."""
+"""Every Python example in README.md runs, and the interface table says what the heads return."""
 import re
 from pathlib import Path
 
 import pytest
+import torch
+
+from sohsm import build_head, head_names
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
@@ -18,4 +21,23 @@ def test_readme_example_runs(source):
     exec(compile(source, str(README), "exec"), namespace)
     assert namespace["log_probs"].logsumexp(1).abs().max() < 1e-4
     assert (namespace["next_words"] == namespace["log_probs"].argmax(1)).all()
+    output, target = namespace["output"], namespace["target"]
+    assert output.shape == (target.numel(),) and output.view_as(target).shape == target.shape
+
+
+def test_the_table_says_output_comes_back_flattened():
+    row = next(line for line in README.read_text().splitlines() if line.startswith("| `head(hidden, target)`"))
+    assert "`[*, d]`" in row and "flattened, `[prod(*)]`" in row
+
+
+@pytest.mark.parametrize("name", [name for name in head_names() if name != "tree_file"])  # tree_file: a file
+@pytest.mark.parametrize("training", [True, False])
+def test_every_head_flattens_its_output_as_the_table_says(name, training):
+    d, n_words = 32, 40
+    head = build_head(name, d, n_words, counts=torch.arange(n_words, 0, -1))
+    optimizer = torch.optim.SGD(head.parameters(), lr=0.1)  # attach holds it weakly: keep it alive
+    head.attach(optimizer)
+    head.train(training)
+    output, loss = head(torch.randn(2, 3, d), torch.randint(0, n_words, (2, 3)))
+    assert output.shape == (6,) and loss.shape == ()
 

@@ -7,6 +7,10 @@ The output layers ("heads") share one interface, modelled on
     head.log_prob(hidden) -> [B, N] exact, normalised log-probabilities
     head.topk(hidden, k)  -> (values, indices), exact
     head.predict(hidden)  -> indices
+
+Importing it loads the heads alone: training, tasks and data are imported where they are used
+(:mod:`sohsm.train`, :mod:`sohsm.tasks`, the ``sohsm`` command), and the tasks register themselves
+the first time the training loop looks one up (:mod:`sohsm.train.task`).
 """
 from sohsm.version import __version__
 
@@ -48,5 +52,3 @@ __all__ = [
     "head_options",
     "__version__",
 ]
-
-import sohsm.tasks  # noqa: E402,F401  (registers every task, so any run can be trained or loaded)

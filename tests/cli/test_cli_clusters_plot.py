@@ -99,6 +99,19 @@ def test_plot_refuses_a_run_without_records_and_writes_nothing(tmp_path, cli):
     assert not (run_dir / "figure1.png").exists() and out == ""
 
 
+def test_plot_before_the_first_dev_evaluation_draws_the_rest_and_says_so(runs, cli, tmp_path):
+    early = tmp_path / "early"
+    early.mkdir()
+    (early / "config.json").write_bytes((runs / "sohsm" / "config.json").read_bytes())
+    records = (runs / "sohsm" / "metrics.jsonl").read_text().splitlines()
+    (early / "metrics.jsonl").write_text("".join(r + "\n" for r in records if '"kind": "eval"' not in r))
+    assert len(records) > len((early / "metrics.jsonl").read_text().splitlines())  # evaluations were dropped
+    code, out, err = cli("plot", early)
+    assert code == 0 and out.strip() == str(early / "figure1.png")
+    assert err.strip() == f"note: {early} has no dev evaluation yet: its training records and re-clusterings are drawn"
+    _png_size((early / "figure1.png").read_bytes())
+
+
 @pytest.mark.parametrize("x", ["tokens", "epochs", "seconds", "steps"])
 def test_plot_against_each_x_axis(runs, cli, tmp_path, x):
     out_png = tmp_path / f"{x}.png"

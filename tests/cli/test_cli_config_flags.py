@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from sohsm.cli.config_flags import config_flags, field_comments, read_config_file
+from sohsm.cli.config_file import read_config_file
+from sohsm.cli.config_flags import config_flags, field_comments
 from sohsm.cli.main import build_parser
 from sohsm.tasks.lm import DataConfig, LMConfig
 from sohsm.tasks.s2s import S2SConfig
@@ -45,7 +46,7 @@ def test_help_comes_from_the_field_comment_and_shows_the_real_default():
         default = config_class()
         for path in ("batch_size", "epochs", "eval_every", "model.hidden_size"):
             if default.get(path) is None:  # the comment says what unset means instead
-                assert "None: four times an epoch" in " ".join(text.split()), (task, path)
+                assert "none: four times an epoch" in " ".join(text.split()), (task, path)
             else:
                 assert f"(default: {default.get(path)})" in " ".join(text.split()), (task, path)
 

@@ -191,7 +191,7 @@ def test_orphan_temporary_files_are_cleaned_at_the_next_start(tmp_path, ptb_slic
     assert _train(cli, run_dir, ptb_slice, small, "--max-tokens", 2 * TOKENS_PER_STEP)[0] == 0
     orphan = run_dir / ".last.pt.x8y7z6.tmp"  # what kill -9 during a checkpoint write leaves
     orphan.write_bytes(b"\0" * 1000)
-    assert cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet")[0] == 0
+    assert cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet", "--max-tokens", 3 * TOKENS_PER_STEP)[0] == 0
     assert not orphan.exists()
 
 
@@ -363,5 +363,6 @@ def test_messages_name_the_problem_and_nothing_else(tmp_path, ptb_slice, small, 
     assert "holds Python objects (posixpath.join) besides tensors" in line and "weights_only" not in line
 
     (run_dir / "metrics.jsonl").write_bytes(b'{"kind": "train", "step": 1}\n\xff\xfe broken\n')
-    line = _one_line_error(*cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet")[::2])
+    line = _one_line_error(*cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet", "--max-tokens",
+                                3 * TOKENS_PER_STEP)[::2])
     assert f"{run_dir / 'metrics.jsonl'}: not a metrics log (not UTF-8 text" in line

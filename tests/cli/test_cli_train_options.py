@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -89,10 +90,15 @@ def test_start_up_lines_and_the_estimate(tmp_path, ptb_slice, small, cli, monkey
         assert text in first, text
     assert f"plan: {30 * TOKENS_PER_STEP:,} tokens (max_tokens;" in err
     assert any(line.startswith("≈ ") and f"for {30 * TOKENS_PER_STEP:,} tokens at " in line for line in lines)
-    # the bar shows a perplexity only from the first train record on, and the record's (the interval's mean)
+    # no line of spaces in a log: a line written beside the bar ends the bar's line (stderr is no terminal here)
+    assert not [part for part in re.split(r"[\r\n]", err) if part and not part.strip()]
+    # the bar shows the loss from the first step: the steps' so far after steps 1, 2, 4 and 8, then each train
+    # record's (the interval's mean)
     records = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
-    assert [float(p["ppl"]) for p in postfixes] == pytest.approx([round(r["ppl"], 1) for r in records], abs=0.051)
-    assert len(postfixes) == len(records) == 3
+    early, from_records = postfixes[:4], postfixes[4:]
+    assert all(float(p["loss"]) > 0 and float(p["ppl"]) > 1 for p in early)
+    assert [float(p["ppl"]) for p in from_records] == pytest.approx([round(r["ppl"], 1) for r in records], abs=0.051)
+    assert len(from_records) == len(records) == 3
 
 
 def test_the_announced_k_is_the_one_the_head_chooses():

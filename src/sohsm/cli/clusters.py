@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
         epilog="examples:\n  sohsm clusters export runs/ptb-sohsm --format json --out ptb-clusters.json\n"
         "  sohsm clusters export runs/ptb-sohsm --format tsv > classes.txt\n"
-        "  sohsm lm train --corpus ptb --head two_level_random --clusters-from ptb-clusters.json --run-dir runs/x",
+        "  sohsm lm train --corpus ptb --head two_level_random --clusters-from ptb-clusters.json \\\n"
+        "      --run-dir runs/x",
     )
     p.add_argument("run", metavar="RUN", help="a run directory (`sohsm lm train` or `sohsm s2s train`)")
     p.add_argument("--format", required=True, choices=("json", "brown", "tsv"), help="the file format")

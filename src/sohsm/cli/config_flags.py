@@ -10,8 +10,8 @@ the field's metadata (``field(..., metadata={"choices": OPTIMIZERS})``), and so
 does another name than the field's (``metadata={"flag": "model"}``: ``--model``). A
 flag's parsed default is ``None`` (not given): only the flags a user types
 become overrides, which keeps ``--resume``'s rule (what is not typed is the
-run's). ``--config FILE`` reads a config (YAML or JSON, the shape of a run's
-``config.json``) whose fields the typed flags override.
+run's). ``--config FILE`` reads a settings file whose fields the typed flags
+override (:mod:`sohsm.cli.config_file`).
 
 The values are checked by the config's own strict parsing
 (:meth:`~sohsm.train.config.RunConfig.from_dict`); its errors name fields
@@ -25,10 +25,11 @@ import ast
 import dataclasses
 import inspect
 import json
+import re
 import textwrap
 import types
 import typing
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Union
 
 from sohsm.fields import Field, FieldError
@@ -37,8 +38,20 @@ from sohsm.fields import Field, FieldError
 FLAG_NAMES = {"head.name": "head", "head.options": "head_option"}
 #: fields that have no flag (fixed per task)
 NO_FLAG = frozenset({"task"})
-#: argument groups, by config section
-GROUPS = {"data": "data", "model": "model", "head": "head", "optim": "optimization", "": "budgets, evaluation and files"}
+#: the groups of the help, in order, the common first: each takes the fields of the sections and the loop's
+#: settings it names; a setting of the loop named nowhere (a task's own) goes to "optimisation". "run" also
+#: holds the command's own flags (``--run-dir``, ``--resume``, ``--quiet``) and ``--config``.
+GROUPS = (
+    ("run", ("epochs", "max_tokens", "time_budget", "device", "seed")),
+    ("data", ("data",)),
+    ("head", ("head",)),
+    ("model", ("model",)),
+    ("optimisation", ("optim", "bptt", "batch_size")),
+    ("evaluation, checkpoints, logging and speed",
+     ("eval_every", "eval_batch_size", "checkpoint_every", "log_every", "amp", "compile")),
+)
+#: a flag with more choices than this many characters shows NAME and lists them in its help
+LONG_CHOICES = 40
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +72,8 @@ class Flag:
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """The ``#:`` comment lines above each field of dataclass ``cls``, joined: its documentation."""
+    """The ``#:`` comment lines above each field of dataclass ``cls``, joined: its documentation (``None``
+    written ``none``, the word its flag takes)."""
     lines = textwrap.dedent(inspect.getsource(cls)).splitlines()
     out: dict[str, str] = {}
     for node in ast.parse("\n".join(lines)).body[0].body:
@@ -68,7 +82,7 @@ def field_comments(cls: type) -> dict[str, str]:
             while i >= 0 and lines[i].strip().startswith("#:"):
                 comment.insert(0, lines[i].strip()[2:].strip())
                 i -= 1
-            out[node.target.id] = " ".join(comment).replace("``", "")
+            out[node.target.id] = " ".join(comment).replace("``None``", "none").replace("``", "")
     return out
 
 
@@ -131,21 +145,39 @@ def _reader(flag: Flag):
     return read
 
 
-def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, leave_out: tuple[str, ...] = ()) -> list[Flag]:
-    """Add a flag for every field of ``config_class`` (but those in ``leave_out``), grouped by section, and
-    ``--config FILE``; returns the flags added."""
+def group_of(path: str) -> str:
+    """The title of the help group that lists the field at ``path`` (:data:`GROUPS`)."""
+    for title, names in GROUPS:
+        if path in names or path.partition(".")[0] in names:
+            return title
+    return "optimisation"
+
+
+def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, leave_out: tuple[str, ...] = (),
+                     command_flags: Callable[[argparse._ArgumentGroup], None] = lambda group: None) -> list[Flag]:
+    """Add a flag for every field of ``config_class`` (but those in ``leave_out``) and ``--config FILE``, in the
+    groups of :data:`GROUPS`; ``command_flags(group)`` first adds the command's own flags to the "run" group.
+    Returns the flags added.
+
+    A field that a new run must be given shows no default (the library's stands where the flag is not asked).
+    """
     flags = [f for f in config_flags(config_class) if f.path not in leave_out]
-    groups = {}
-    for section, title in GROUPS.items():
-        if any(f.path.partition(".")[0] == section or (not section and "." not in f.path) for f in flags):
-            groups[section] = parser.add_argument_group(title)
-    groups[""].add_argument("--config", metavar="FILE", help="a run config (YAML or JSON, the shape of a run's "
-                            "config.json, which is accepted as it is); the flags given override its fields")
-    for f in flags:
-        section = f.path.partition(".")[0] if "." in f.path else ""
+    groups = {title: parser.add_argument_group(title) for title, _ in GROUPS
+              if title == "run" or any(group_of(f.path) == title for f in flags)}
+    command_flags(groups["run"])
+    groups["run"].add_argument("--config", metavar="FILE", help="a settings file (YAML or JSON): the flags' names as "
+                               "keys (head: full, hidden_size: 64), or the sections of a run's config.json (which is "
+                               "accepted as it is); the flags given override it")
+    required = {f.path for f in flags if f.metadata.get("required")} - set(config_class.defaulted_fields)
+    for f in sorted(flags, key=lambda f: [t for t, _ in GROUPS].index(group_of(f.path))):
         choices = f.metadata.get("choices")
         choices = choices() if callable(choices) else choices
-        default = "" if f.default is None and "none" in f.help.lower() else f" (default: {_show(f.default)})"
+        if f.path in required:
+            default = " (a new run must name it)"
+        elif f.default is None and "none" in f.help.lower():
+            default = ""
+        else:
+            default = f" (default: {_show(f.default)})"
         kwargs: dict[str, Any] = {"dest": f.dest, "default": None, "help": (f.help + default).strip()}
         if f.type is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
@@ -155,9 +187,47 @@ def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, lea
             kwargs.update(type=_reader(f), metavar=f.metadata.get("metavar", "N" if f.type is int else "X"
                                                                     if f.type is float else f.dest.upper()))
             if choices:
-                kwargs.update(choices=tuple(choices), metavar=None)
-        groups[section].add_argument(f.option, **kwargs)
+                listed = len(",".join(choices)) > LONG_CHOICES
+                kwargs.update(choices=tuple(choices), metavar="NAME" if listed else None)
+                if listed:
+                    kwargs["help"] += f"; one of: {', '.join(choices)}"
+        groups[group_of(f.path)].add_argument(f.option, **kwargs)
     return flags
+
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_head_option(text: str) -> tuple[str, Any]:
+    """``"gamma=2"`` -> ``("gamma", 2)``: the value read as JSON where it is (numbers, true/false, null), else a string.
+
+    Raises:
+        ValueError: not KEY=VALUE with KEY a Python name.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not _KEY.fullmatch(key):
+        raise ValueError(f"expected KEY=VALUE (e.g. gamma=2 or init=frequency), got {text!r}")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key, value
+
+
+def parse_option_list(text: str) -> dict[str, Any]:
+    """``"gamma=2,init=frequency"`` -> ``{"gamma": 2, "init": "frequency"}`` (an empty text gives ``{}``).
+
+    Raises:
+        ValueError: an item that is not KEY=VALUE, or a key given twice.
+    """
+    options: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, value = parse_head_option(item)
+        if key in options:
+            raise ValueError(f"option {key!r} given twice in {text!r}")
+        options[key] = value
+    return options
 
 
 def typed_fields(args: argparse.Namespace, flags: list[Flag]) -> dict[str, Any]:
@@ -174,47 +244,6 @@ def typed_fields(args: argparse.Namespace, flags: list[Flag]) -> dict[str, Any]:
         if "none_if" in f.metadata and value == f.metadata["none_if"]:
             value = None
         out[f.path] = value
-    return out
-
-
-def read_config_file(path: str, config_class: type) -> dict[str, Any]:
-    """``{field: value}`` of the fields a config file sets (YAML or JSON; a run's ``config.json`` as it is).
-
-    Raises:
-        ValueError: an unreadable file, not a mapping, an unknown field, a value of the
-            wrong type, or a config of another task.
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise ValueError(f"--config {path}: cannot read it ({error.strerror or error})") from None
-    try:
-        if Path(path).suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml  # PyYAML reads JSON too
-
-            data = yaml.safe_load(text)
-    except ValueError as error:
-        raise ValueError(f"--config {path}: not valid JSON ({error})") from None
-    except Exception as error:  # yaml.YAMLError and its kin
-        raise ValueError(f"--config {path}: not valid YAML ({' '.join(str(error).split())})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"--config {path}: expected a mapping of config fields, got {type(data).__name__}")
-    task = config_class().task
-    if data.get("task", "lm") != task:
-        raise ValueError(f"--config {path}: a config of the {data.get('task', 'lm')!r} task, not of {task!r}")
-    try:
-        config_class.from_dict(data)  # every key known, every value of its type and range
-    except ValueError as error:
-        raise ValueError(f"--config {path}: {error}") from None
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and key != "options":
-            out.update({f"{key}.{k}": v for k, v in value.items()})
-        else:
-            out[key] = value
-    out.pop("task", None)
     return out
 
 

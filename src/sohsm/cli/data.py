@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group
-from sohsm.data import corpora, loading
+from sohsm.data import corpora, corpus_files, loading
 from sohsm.data.errors import DataError
 from sohsm.data.files import data_dir_origin, resolve_cache_dir, resolve_data_dir
 from sohsm.data.headlines import headline_status
@@ -77,7 +77,7 @@ def _add_dirs(parser: argparse.ArgumentParser) -> None:
 
 def _fetch(args: argparse.Namespace) -> int:
     try:
-        paths = corpora.fetch(args.name, args.data_dir, base_url=args.base_url, force=args.force,
+        paths = corpus_files.fetch(args.name, args.data_dir, base_url=args.base_url, force=args.force,
                               progress=not args.no_progress, cache_dir=args.cache_dir)
     except DataError as error:
         raise CommandError(str(error)) from None
@@ -91,7 +91,7 @@ def _list(args: argparse.Namespace) -> int:
     print(f"data directory: {root} ({data_dir_origin(args.data_dir)})")
     rows = []
     for name in corpora.corpus_names():
-        status = corpora.corpus_status(name, args.data_dir, args.cache_dir)
+        status = corpus_files.corpus_status(name, args.data_dir, args.cache_dir)
         rows.append((name, _STATE_TEXT.get(status.state, status.state), corpora.get_spec(name).description))
         for f in status.files:
             if f.state in ("mismatch", "wrong-size"):

@@ -13,8 +13,8 @@ from sohsm.data.errors import DataError
 
 _TRAIN_EPILOG = """\
 defaults are the paper's text8 setting: 1-layer LSTM 512/512, Adagrad lr 0.1, clip 0.25, BPTT 20,
-batch 128, weight decay 1e-6 on the LSTM, 5 epochs; the self-organized head re-clusters about 8 times
-per epoch unless --update-every K says otherwise.
+batch 128, weight decay 1e-6 on the LSTM, 5 epochs; the self-organized head re-clusters about
+8 times per epoch unless --update-every K says otherwise.
 
 examples:
   sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb-sohsm --epochs 1
@@ -24,7 +24,7 @@ examples:
   sohsm lm train --corpus my_text.txt --head two_level_frequency --run-dir runs/mine \\
       --emb-size 64 --hidden-size 64 --batch-size 32 --max-tokens 200000
   sohsm lm train --run-dir runs/ptb-sohsm --resume --epochs 2      # continue, with a larger budget
-  torchrun --nproc-per-node 2 -m sohsm lm train --corpus ptb --head self_organized \
+  torchrun --nproc-per-node 2 -m sohsm lm train --corpus ptb --head self_organized \\
       --run-dir runs/ptb-ddp --batch-size 128    # 2 processes, 64 columns each; rank 0 writes
   sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb-bf16 --amp bf16 --compile
   sohsm lm train --corpus ptb --head pmi --run-dir runs/ptb-pmi --layers 2 --emb-size 300 \\

@@ -39,8 +39,9 @@ runs), clusters.md (the learned clusters of the self-organized runs), compare.js
 
 examples:
   sohsm lm compare --corpus ptb --out runs/ptb-heads --epochs 2
-  sohsm lm compare --corpus wikitext-2 --out runs/wt2 --heads full,self_organized --time-budget 3600 \\
-      --emb-size 256 --hidden-size 256 --variant k200:self_organized:update_every=200,gamma=2
+  sohsm lm compare --corpus wikitext-2 --out runs/wt2 --heads full,self_organized \\
+      --time-budget 3600 --emb-size 256 --hidden-size 256 \\
+      --variant k200:self_organized:update_every=200,gamma=2
   sohsm lm compare --corpus ptb --out runs/ptb-seeds --seeds 1,2,3   # OUT/seed-1, ...; seeds.md
   sohsm lm compare --out runs/ptb-heads --report-only          # rewrite the report from the runs
 
@@ -57,7 +58,7 @@ def register_compare(sub: argparse._SubParsersAction) -> None:
             "Train a language model with each of several heads under identical settings, one run directory "
             "per head in OUT, then write a results table, the Figure-1 plot and the learned clusters.",
         ),
-        epilog=_EPILOG + "\n" + head_options_help(),
+        epilog=_EPILOG + "\n" + head_options_help(), usage="%(prog)s --out OUT [--heads H1,H2,...] [OPTION ...]",
     )
     g = p.add_argument_group("comparison")
     g.add_argument("--out", required=True, metavar="OUT", help="folder of the runs and the report")

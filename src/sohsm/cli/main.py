@@ -3,14 +3,21 @@
 Each subcommand lives in its own module `sohsm.cli.<name>` that defines
 ``register(subparsers)``; the module adds its parser and sets ``func`` (a
 callable taking the parsed ``argparse.Namespace`` and returning an exit code).
+
+Every error is one line on standard error with one prefix, the command's
+(``sohsm lm: error: ...``), whoever finds it: argparse (an unknown choice, a
+missing or unrecognised flag), a subcommand's own checks (:class:`CommandError`)
+or the machine (:class:`OSError`).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import os
+import shutil
 import sys
 import textwrap
+from typing import NoReturn
 
 from sohsm.version import __version__
 
@@ -18,8 +25,12 @@ from sohsm.version import __version__
 COMMANDS = ("data", "lm", "s2s", "w2v", "clusters", "tree", "plot")
 
 
-#: formatter of every subcommand parser: descriptions are wrapped by :func:`wrap`, epilogs kept as written
-RAW = argparse.RawDescriptionHelpFormatter
+class RAW(argparse.RawDescriptionHelpFormatter):
+    """Formatter of every subcommand parser: descriptions are wrapped by :func:`wrap`, epilogs kept as written, the
+    options as wide as those (100 columns) where the terminal allows."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=min(100, shutil.get_terminal_size().columns - 2), max_help_position=30)
 
 
 def wrap(text: str) -> str:
@@ -29,6 +40,20 @@ def wrap(text: str) -> str:
 
 class CommandError(Exception):
     """A user error a subcommand reports as one line and a non-zero exit."""
+
+
+def error_line(prog: str, message: str) -> str:
+    """``sohsm lm: error: MESSAGE``: an error of ``prog`` (``sohsm lm train``) under its command's prefix."""
+    return f"{' '.join(prog.split()[:2])}: error: {message}"
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line under the command's prefix, as the commands' own are
+    (argparse's default prints the whole usage first, under another prefix); ``--help`` shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        message = message.removeprefix("argument ")  # "argument --head: invalid choice": the flag comes first
+        self.exit(2, error_line(self.prog, f"{message} (see {self.prog} --help)") + "\n")
 
 
 def add_command_group(subparsers: argparse._SubParsersAction, name: str, *, help: str, description: str,
@@ -50,7 +75,7 @@ def usage(parser: argparse.ArgumentParser) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sohsm",
         description="Self-organized hierarchical softmax: train, evaluate and inspect "
         "large-vocabulary models.",
@@ -65,15 +90,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # found by the top parser, but said under the subcommand that was given them
+        prog = " ".join(["sohsm", *(getattr(args, key, None) or "" for key in ("command", f"{args.command}_command"))])
+        print(error_line(prog, f"unrecognized arguments: {' '.join(unknown)} (see {prog.strip()} --help)"),
+              file=sys.stderr)
+        return 2
     args.argv = argv  # for commands that quote themselves in what they write
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    prog = f"sohsm {args.command}"
     try:
         return int(args.func(args) or 0)
     except CommandError as error:
-        print(f"sohsm {args.command}: error: {error}", file=sys.stderr)
+        print(error_line(prog, str(error)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -82,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         _stdout_to_devnull()
         return 141  # 128 + SIGPIPE, as a process killed by it would report
     except OSError as error:  # a full disk, a read-only folder: the machine's state, one line
-        print(f"sohsm {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
+        print(error_line(prog, describe_os_error(error)), file=sys.stderr)
         return 1
 
 

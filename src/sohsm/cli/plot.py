@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from sohsm.cli.main import RAW as _RAW, CommandError, describe_os_error, wrap as _wrap
 
@@ -28,9 +29,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from sohsm.runs.plots import figure1
+    from pathlib import Path
+
+    from sohsm.runs.plots import figure1, read_runs, without_dev_evaluation
 
     try:
+        for run, name in zip(read_runs([Path(r) for r in args.runs]), args.runs):
+            if run in without_dev_evaluation([run]):
+                print(f"note: {name} has no dev evaluation yet: its training records and re-clusterings are drawn",
+                      file=sys.stderr)
         path = figure1(args.runs, args.output, x=args.x)
     except ValueError as error:
         raise CommandError(str(error)) from None

@@ -8,64 +8,44 @@ the same flags, and :func:`train_command` trains or resumes a run of any task.
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from sohsm.cli.config_flags import Flag, add_config_flags, read_config_file, render_error, typed_fields
+from sohsm.cli.config_file import read_config_file
+from sohsm.cli.config_flags import (  # noqa: F401  (parse_option_list: lm compare's too)
+    Flag,
+    add_config_flags,
+    config_flags,
+    parse_head_option,
+    parse_option_list,
+    render_error,
+    typed_fields,
+)
 from sohsm.cli.main import RAW, CommandError, wrap
 from sohsm.data.errors import DataError
 from sohsm.heads import check_head_options, head_names, head_options
 
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def parse_head_option(text: str) -> tuple[str, Any]:
-    """``"gamma=2"`` -> ``("gamma", 2)``: the value read as JSON where it is (numbers, true/false, null), else a string.
-
-    Raises:
-        ValueError: not KEY=VALUE with KEY a Python name.
-    """
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not _KEY.fullmatch(key):
-        raise ValueError(f"expected KEY=VALUE (e.g. gamma=2 or init=frequency), got {text!r}")
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = raw
-    return key, value
-
-
-def parse_option_list(text: str) -> dict[str, Any]:
-    """``"gamma=2,init=frequency"`` -> ``{"gamma": 2, "init": "frequency"}`` (an empty text gives ``{}``).
-
-    Raises:
-        ValueError: an item that is not KEY=VALUE, or a key given twice.
-    """
-    options: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, value = parse_head_option(item)
-        if key in options:
-            raise ValueError(f"option {key!r} given twice in {text!r}")
-        options[key] = value
-    return options
-
-
 def add_training_options(p: argparse.ArgumentParser, config_class: type, *, compare: bool = False) -> list[Flag]:
     """Add the flags of ``config_class``'s fields to ``p`` (:mod:`sohsm.cli.config_flags`) and the command's own:
     ``--run-dir`` and ``--resume`` (not for `lm compare`, which also takes no ``--head``), ``--quiet``."""
-    flags = add_config_flags(p, config_class, leave_out=("head.name",) if compare else ())
-    files = p.add_argument_group("run directory")
-    if not compare:
-        files.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
-        files.add_argument("--resume", action="store_true",
-                           help="continue the run in --run-dir from last.pt (budgets, logging intervals, the device "
-                           "and data locations may change; other options must match the run)")
-    files.add_argument("--quiet", action="store_true", help="no start-up lines, progress bar or evaluation lines")
-    return flags
+    def command_flags(run: argparse._ArgumentGroup) -> None:
+        if not compare:
+            run.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
+            run.add_argument("--resume", action="store_true",
+                             help="continue the run in --run-dir from last.pt (budgets, logging intervals, the "
+                             "device and data locations may change; other options must match the run)")
+        run.add_argument("--quiet", action="store_true", help="no start-up lines, progress bar or evaluation lines")
+
+    return add_config_flags(p, config_class, leave_out=("head.name",) if compare else (), command_flags=command_flags)
+
+
+def train_usage(config_class: type) -> str:
+    """The usage line of a task's ``train`` command: what a new run needs, or ``--resume``, then the options."""
+    needs = " ".join(f"{f.option} {f.metadata.get('metavar') or 'NAME'}" for f in config_flags(config_class)
+                     if f.metadata.get("required") and f.path not in config_class.defaulted_fields)
+    start = f"[{needs} | --resume]" if needs else "[--resume]"
+    return f"%(prog)s --run-dir DIR {start} [OPTION ...]"
 
 
 def head_options_help() -> str:
@@ -164,10 +144,12 @@ def add_train_command(sub: argparse._SubParsersAction, config_class: type, summa
     Its exit status is 0, or ``128 + N`` when stop signal N interrupted the run (130 for Ctrl-C).
     """
     p = sub.add_parser("train", help=help, formatter_class=RAW, description=wrap(description),
-                       epilog=epilog + "\n" + head_options_help())
+                       epilog=epilog + "\n" + head_options_help(), usage=train_usage(config_class))
 
     def run(args: argparse.Namespace) -> int:
         result = train_command(args, config_class, args.config_flags)
+        if result is None:  # resumed with every budget spent: said so, nothing trained
+            return 0
         if result.writer:
             summary(result)
         return 128 + (result.stop_signal or 2) if result.stopped == "interrupted" else 0
@@ -182,12 +164,14 @@ def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag
 
     A new run needs the flags whose field's metadata says ``required`` (unless ``--config`` sets them, or the
     config's ``defaulted_fields`` lets its default stand).
-    Returns the :class:`~sohsm.train.TrainResult`.
+    Returns the :class:`~sohsm.train.TrainResult`, or ``None`` for a resumed run whose budgets are spent,
+    after one line on standard output saying so and which flags ask for more.
 
     Raises:
         CommandError: one line, its fields named by the flags the user typed.
     """
     from sohsm.train import apply_overrides, resume_training, train
+    from sohsm.train.rundir import NothingToTrain
 
     overrides = training_overrides(args, flags, config_class)
     options, update_every = requested_head_options(args)
@@ -213,6 +197,9 @@ def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag
         overrides.update(head_overrides(name, {**file_options, **options}, file_k if update_every is None
                                         else update_every))
         return train(apply_overrides(config_class(), overrides), args.run_dir, progress=not args.quiet)
+    except NothingToTrain as done:
+        print(render_error(done, flags, set()))
+        return None
     except (ValueError, DataError) as error:
         typed = {f.path for f in flags if getattr(args, f.dest, None) not in (None, [])}
         raise CommandError(render_error(error, flags, typed)) from None

@@ -1,6 +1,7 @@
 """The data of every task: corpora, vocabularies, batching, and the article-title pairs of headline generation.
 
-* :mod:`sohsm.data.corpora`: the known corpora, checking and fetching their files.
+* :mod:`sohsm.data.corpora`: the known corpora, their files and splits; :mod:`sohsm.data.corpus_files`:
+  checking and fetching those files.
 * :mod:`sohsm.data.loading`: :func:`load_corpus`, token ids and their cache.
 * :mod:`sohsm.data.vocab`: :class:`Vocabulary`, frequency-sorted with counts.
 * :mod:`sohsm.data.batching`: :func:`batchify` and truncated-BPTT windows (language models).
@@ -11,20 +12,8 @@
 * :mod:`sohsm.data.files`: data directories, checksums, downloads and atomic writes.
 """
 from sohsm.data.batching import batchify, bptt_batches, num_bptt_batches
-from sohsm.data.corpora import (
-    CORPORA,
-    CorpusSpec,
-    CorpusStatus,
-    FileSpec,
-    FileStatus,
-    Split,
-    corpus_names,
-    corpus_status,
-    fetch,
-    get_spec,
-    register_corpus,
-    verify_corpus,
-)
+from sohsm.data.corpora import CORPORA, CorpusSpec, FileSpec, Split, corpus_names, get_spec, register_corpus
+from sohsm.data.corpus_files import CorpusStatus, FileStatus, corpus_status, fetch, verify_corpus
 from sohsm.data.errors import DataError
 from sohsm.data.files import Source, resolve_cache_dir, resolve_data_dir
 from sohsm.data.loading import Corpus, load_corpus

@@ -38,7 +38,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sohsm.data.corpora import CORPORA, CorpusSpec, corpus_status, fetch, verify_corpus
+from sohsm.data.corpora import CORPORA, CorpusSpec
+from sohsm.data.corpus_files import corpus_status, fetch, verify_corpus
 from sohsm.data.errors import DataError, DataFieldError
 from sohsm.fields import escape, suggest
 from sohsm.data.files import cached_sha256, data_dir_origin, remove_tree, resolve_cache_dir, resolve_data_dir

@@ -33,7 +33,7 @@ from sohsm.train.builders import resolve_device
 from sohsm.train.checkpoint import CONFIG_FILE, LAST, write_json
 from sohsm.train.config import config_differences
 from sohsm.train.loop import TrainResult, resume_training, train
-from sohsm.train.rundir import check_writable, holds_run, read_config
+from sohsm.train.rundir import check_writable, holds_run, read_config, read_progress, spent_budgets
 
 #: the file of a comparison's folder that lists its runs and the command that trained them
 COMPARISON_FILE = "compare.json"
@@ -147,24 +147,8 @@ def _plan(path: Path, run: PlannedRun) -> RunPlan:
     differences = config_differences(read_config(path / CONFIG_FILE)[1], run.config.flat())
     if differences:
         raise FieldError.joined(f"{path} holds a run with other settings than this comparison: ", differences)
-    progress = _read_progress(path / LAST)
-    return RunPlan(run, path, "done" if _budget_spent(run.config, **progress) else "partial", progress["tokens"])
-
-
-def _read_progress(path: Path) -> dict[str, Any]:
-    """Epoch, tokens and seconds of training in a checkpoint, read without loading its weights."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        return {"epoch": int(checkpoint["position"]["epoch"]), "tokens": int(checkpoint["tokens"]),
-                "elapsed_s": float(checkpoint["elapsed_s"])}
-    except Exception as error:  # torch raises many types for a damaged file
-        raise ValueError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
-
-
-def _budget_spent(config: LMConfig, epoch: int, tokens: int, elapsed_s: float) -> bool:
-    """Whether the training loop would stop at once: the same rule as its own budget check."""
-    return (epoch >= config.epochs or (config.max_tokens is not None and tokens >= config.max_tokens)
-            or (config.time_budget is not None and elapsed_s >= config.time_budget))
+    progress = read_progress(path / LAST)
+    return RunPlan(run, path, "done" if spent_budgets(run.config, progress) else "partial", progress["tokens"])
 
 
 def _check_new_runs_build(runs: Sequence[PlannedRun]) -> None:

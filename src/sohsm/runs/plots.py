@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sohsm.heads import head_names, head_options
 from sohsm.train.checkpoint import CONFIG_FILE, METRICS_FILE, write_atomic
 from sohsm.train.metrics import read_metrics
 
@@ -26,12 +28,20 @@ FIGURE1_PANELS = (
 )
 
 
-def _run_label(run_dir: Path) -> str:
+@dataclass(frozen=True)
+class PlottedRun:
+    """One run of a figure: its legend entry, its head's name (``"?"`` where unknown) and its records."""
+
+    label: str
+    head: str
+    records: list[dict[str, Any]]
+
+
+def _head_name(run_dir: Path) -> str:
     try:
-        head = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))["head"]["name"]
+        return str(json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))["head"]["name"])
     except (OSError, ValueError, KeyError, TypeError):
-        head = "?"
-    return f"{run_dir.resolve().name} ({head})"
+        return "?"
 
 
 #: what the x axis can count, and its label: tokens (the default) compares runs of different batch sizes
@@ -49,7 +59,9 @@ def _epochs_per_token(records: list[dict[str, Any]]) -> float | None:
 def curve(records: list[dict[str, Any]], kind: str, key: str, x: str = "tokens") -> tuple[list[float], list[float]]:
     """The points of one panel for one run: ``key`` of its ``kind`` records against ``x`` (a key of :data:`X_AXES`).
 
-    Epochs of records that do not carry one (re-clusterings) follow from their token count.
+    Epochs of records that do not carry one (re-clusterings) follow from their token count. A partial training
+    record (a session's last interval, shorter than ``log_every``) counts only where no full one follows it:
+    a resumed session's next record covers the same steps again.
 
     Raises:
         ValueError: an unknown ``x``, or records without what ``x`` counts (written by an older version).
@@ -57,9 +69,11 @@ def curve(records: list[dict[str, Any]], kind: str, key: str, x: str = "tokens")
     if x not in X_AXES:
         raise ValueError(f"x must be one of {', '.join(X_AXES)}, got {x!r}")
     rate = _epochs_per_token(records) if x == "epochs" else None
+    last_full = max((i for i, r in enumerate(records) if r.get("kind") == "train" and not r.get("partial")),
+                    default=-1)
     xs, values = [], []
-    for r in records:
-        if r.get("kind") != kind or r.get(key) is None or (kind == "train" and r.get("partial")):
+    for i, r in enumerate(records):
+        if r.get("kind") != kind or r.get(key) is None or (kind == "train" and r.get("partial") and i < last_full):
             continue
         if x == "steps":
             at = r["step"]
@@ -84,8 +98,9 @@ def figure1(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[s
     Six panels against training tokens (or ``x``): dev perplexity, dev cluster perplexity,
     dev in-cluster perplexity (Eq. 5-6), class change rate and token mass of the
     moved words at each re-clustering, and training perplexity. Each run is one
-    line per panel; the legend names the run directory and its head. Heads
-    without clusters have no line in the cluster panels.
+    line per panel; the legend names the run directory and its head. A panel with
+    no line says why (``no dev evaluation yet``, ``no re-clustering yet``, heads
+    without clusters); the others are drawn.
 
     Args:
         run_dirs: run directories (each with a ``metrics.jsonl``).
@@ -99,19 +114,28 @@ def figure1(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[s
         The path written.
 
     Raises:
-        ValueError: no runs, a directory without ``metrics.jsonl``, a wrong number of labels or an unknown ``x``.
+        ValueError: no runs, a directory without ``metrics.jsonl`` or without any record yet, a wrong number
+            of labels or an unknown ``x``.
 
     Example (runs from ``sohsm lm train``; the same as ``sohsm plot runs/full runs/sohsm -o fig1.png``)::
 
         figure1(["runs/full", "runs/sohsm"], "fig1.png")
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter
-
     dirs = [Path(d) for d in run_dirs]
-    if x not in X_AXES:
-        raise ValueError(f"x must be one of {', '.join(X_AXES)}, got {x!r}")
+    runs = read_runs(dirs, labels)
+    fig = draw_figure1(runs, x)
+    out = Path(out) if out is not None else dirs[0] / "figure1.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, lambda handle: fig.savefig(handle, format="png", dpi=dpi))
+    return out
+
+
+def read_runs(dirs: Sequence[Path], labels: Sequence[str] | None = None) -> list[PlottedRun]:
+    """The records of each run, with its legend entry and head.
+
+    Raises:
+        ValueError: no runs, a directory without ``metrics.jsonl``, records of no run yet, a wrong number of labels.
+    """
     if not dirs:
         raise ValueError("figure1 needs at least one run directory")
     if labels is not None and len(labels) != len(dirs):
@@ -121,42 +145,85 @@ def figure1(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[s
         metrics = d / METRICS_FILE
         if not metrics.is_file():
             raise ValueError(f"{d} is not a training run directory (no {METRICS_FILE})")
-        runs.append((labels[i] if labels is not None else _run_label(d), read_metrics(metrics)))
-    if not any(curve(records, kind, key, "steps")[0] for _, records in runs for kind, key, _, _ in FIGURE1_PANELS):
+        head = _head_name(d)
+        runs.append(PlottedRun(labels[i] if labels is not None else f"{d.resolve().name} ({head})", head,
+                               read_metrics(metrics)))
+    if not any(curve(run.records, kind, key, "steps")[0] for run in runs for kind, key, _, _ in FIGURE1_PANELS):
         empty = ", ".join(str(d) for d in dirs)
         raise ValueError(f"nothing to plot: {METRICS_FILE} of {empty} holds no training or dev record yet "
                          "(a run writes its first at its first log step)")
-    out = Path(out) if out is not None else dirs[0] / "figure1.png"
+    return runs
 
+
+def without_dev_evaluation(runs: Sequence[PlottedRun]) -> list[PlottedRun]:
+    """The runs that have no dev evaluation yet (their figure shows training records and re-clusterings only)."""
+    return [run for run in runs if not any(r.get("kind") == "eval" for r in run.records)]
+
+
+def _empty_panel_text(kind: str, runs: Sequence[PlottedRun]) -> str:
+    """Why a panel has no line: nothing of its kind yet, or heads that have no clusters."""
+    if kind == "eval":
+        if without_dev_evaluation(runs) == list(runs):
+            return "no dev evaluation yet"
+        return "no clusters (the heads have none)"
+    if kind == "recluster":
+        reclusters = [run for run in runs
+                      if run.head in head_names() and "update_every" in (head_options(run.head) or {})]
+        return "no re-clustering yet" if reclusters else "no re-clustering (the heads keep their clusters)"
+    return "no training record yet"
+
+
+def draw_figure1(runs: Sequence[PlottedRun], x: str = "tokens"):
+    """The figure of :func:`figure1` (a matplotlib ``Figure`` on the Agg canvas) for runs read by :func:`read_runs`.
+
+    Log-scale axes label their decades, and the steps between them only where that leaves room (an axis
+    over less than a decade).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    if x not in X_AXES:
+        raise ValueError(f"x must be one of {', '.join(X_AXES)}, got {x!r}")
     fig = Figure(figsize=(15, 8.5), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 3, sharex=True).ravel()
     for ax, (kind, key, title, log_y) in zip(axes, FIGURE1_PANELS):
         drawn = False
-        for index, (label, records) in enumerate(runs):
-            xs, values = curve(records, kind, key, x)
+        for index, run in enumerate(runs):
+            xs, values = curve(run.records, kind, key, x)
             color = f"C{index % 10}"
             if xs:
                 ax.plot(xs, values, marker="o" if len(xs) < 30 else None, markersize=3, color=color,
-                        label=label)
+                        label=run.label)
                 drawn = True
             else:  # keep the run's colour and legend entry in every panel
-                ax.plot([], [], color=color, label=label)
+                ax.plot([], [], color=color, label=run.label)
         ax.set_title(title, fontsize=11)
         ax.grid(True, alpha=0.3)
-        if log_y and drawn and all(v > 0 for _, r in runs for v in curve(r, kind, key, "steps")[1]):
+        if log_y and drawn and all(v > 0 for run in runs for v in curve(run.records, kind, key, "steps")[1]):
             ax.set_yscale("log")
-            plain = FuncFormatter(lambda value, _: f"{value:g}")
-            ax.yaxis.set_major_formatter(plain)
-            ax.yaxis.set_minor_formatter(plain)
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            ax.yaxis.set_minor_formatter(_minor_log_labels())
         if not drawn:
-            ax.text(0.5, 0.5, "no data (no clusters or no records)", ha="center", va="center",
+            ax.set_yticks([])  # an empty axis has no scale to show
+            ax.text(0.5, 0.5, _empty_panel_text(kind, runs), ha="center", va="center",
                     transform=ax.transAxes, color="0.5")
     for ax in axes[3:]:
         ax.set_xlabel(X_AXES[x])
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="outside lower center", ncols=min(len(runs), 4), frameon=False)
     fig.suptitle("Self-organized hierarchical softmax: dev perplexities and class changes (cf. the paper's Figure 1)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, lambda handle: fig.savefig(handle, format="png", dpi=dpi))
-    return out
+    return fig
+
+
+def _minor_log_labels():
+    """matplotlib's LogFormatter, which labels a log axis's minor ticks only where they have room (all of them
+    over less than 0.4 decades, a few over less than one, none beyond), writing plain numbers (300, not 3x10^2)."""
+    from matplotlib.ticker import LogFormatter
+
+    class MinorLogLabels(LogFormatter):
+        def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+            return f"{x:g}"
+
+    return MinorLogLabels(labelOnlyBase=False, minor_thresholds=(1, 0.4))

@@ -46,7 +46,7 @@ AMP_CHOICES = ("bf16", "fp16")
 class HeadConfig:
     """Which output layer, built by :func:`sohsm.build_head`."""
 
-    #: the output layer (the paper's method by default; required for a new run on the command line)
+    #: the output layer (self_organized is the paper's method)
     name: str = field(default="self_organized", metadata={"choices": head_names, "required": True})
     #: self-organized head: K, optimizer steps between re-clusterings (0: never); ``None``: about 8 times per
     #: epoch (the epoch length follows from the counts and the batch; the paper's K is 1000)
@@ -75,9 +75,10 @@ class OptimConfig:
     #: divide the rate by this whenever a dev evaluation is no better than the best so far (pytorch/examples'
     #: language model divides by 4); 1: never
     anneal: float = field(default=1.0, metadata={"metavar": "F"})
-    #: the optimizer's fused step where torch has one for the device (one pass over each weight: on the CPU the
-    #: Adagrad step of a 44k x 512 weight takes 31 ms instead of 206; CUDA has none for Adagrad, which then takes
-    #: torch's default, foreach, step); false: always torch's default step (its results differ by rounding only)
+    #: take the optimizer's fused step where torch has one for that optimizer and device: one pass over each
+    #: weight (on the CPU, Adagrad's step on a 44k x 512 weight takes 31 ms instead of 206 ms; CUDA has no fused
+    #: Adagrad, which then takes torch's default, foreach, step); false: torch's default step, whose updates
+    #: equal the fused step's to within 1e-6
     fused: bool = True
 
     @property
@@ -197,9 +198,10 @@ class RunConfig:
             if value is not None and not math.isfinite(value):  # inf passes ``> 0`` and diverges at the first step
                 raise FieldError.on(path, f"must be a finite number, got {value}")
         if self.optim.lr is not None and not self.optim.lr > 0:
-            raise FieldError.on("optim.lr", f"must be positive or None, got {self.optim.lr}")
+            raise FieldError.on("optim.lr",
+                                f"must be positive (or none: the optimizer's usual rate), got {self.optim.lr}")
         if self.optim.clip is not None and not self.optim.clip > 0:
-            raise FieldError.on("optim.clip", f"must be positive or None, got {self.optim.clip}")
+            raise FieldError.on("optim.clip", f"must be positive (or none: no clipping), got {self.optim.clip}")
         if not self.optim.weight_decay >= 0:
             raise FieldError.on("optim.weight_decay", f"must be >= 0, got {self.optim.weight_decay}")
         if not self.optim.lr_decay >= 1:
@@ -209,9 +211,9 @@ class RunConfig:
         if self.optim.lr_decay_after < 0:
             raise FieldError.on("optim.lr_decay_after", f"must be >= 0, got {self.optim.lr_decay_after}")
         if self.max_tokens is not None and self.max_tokens < 1:
-            raise FieldError.on("max_tokens", f"must be >= 1 or None, got {self.max_tokens}")
+            raise FieldError.on("max_tokens", f"must be >= 1 (or none: no limit), got {self.max_tokens}")
         if self.time_budget is not None and not self.time_budget > 0:
-            raise FieldError.on("time_budget", f"must be positive or None, got {self.time_budget}")
+            raise FieldError.on("time_budget", f"must be positive (or none: no limit), got {self.time_budget}")
         try:
             torch.device(self.device)
         except (RuntimeError, ValueError):
@@ -313,11 +315,11 @@ CLUSTERS_FORMATS = ("json", "brown", "tsv", "run")
 def check_clusters_source(data: Any) -> None:
     """Check ``clusters_format`` and ``clusters_cut`` of a data section; raises ValueError naming the field."""
     if data.clusters_format not in (None, *CLUSTERS_FORMATS):
-        raise FieldError.on("data.clusters_format", f"must be one of {', '.join(CLUSTERS_FORMATS)} or None, "
-                         f"got {data.clusters_format!r}")
+        raise FieldError.on("data.clusters_format", f"must be one of {', '.join(CLUSTERS_FORMATS)} (or none: "
+                            f"detected), got {data.clusters_format!r}")
     if data.clusters_cut is not None:
         if data.clusters_cut < 1:
-            raise FieldError.on("data.clusters_cut", f"must be >= 1 or None, got {data.clusters_cut}")
+            raise FieldError.on("data.clusters_cut", f"must be >= 1 (or none: the whole tree), got {data.clusters_cut}")
         if data.clusters_from is None:
             raise FieldError("{} needs {} (a brown paths file)", "data.clusters_cut", "data.clusters_from")
         if data.clusters_format not in (None, "brown"):

@@ -53,7 +53,15 @@ from sohsm.train.config import RunConfig, apply_overrides, config_differences
 from sohsm.train.distributed import Ranks
 from sohsm.train.guard import check_loaded_parameters
 from sohsm.train.lock import RunLock
-from sohsm.train.rundir import check_restartable, check_run_dir, check_writable, holds_run, read_config, set_rng_state
+from sohsm.train.rundir import (
+    check_budget_left,
+    check_restartable,
+    check_run_dir,
+    check_writable,
+    holds_run,
+    read_config,
+    set_rng_state,
+)
 from sohsm.train.session import STOP_REASONS, Progress, TrainResult, progress_of, run_session  # noqa: F401
 from sohsm.train.task import Task, task_of
 
@@ -180,6 +188,8 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
         ValueError: no run in ``run_dir``, or another trainer holds it; an override
             that changes the run; a damaged checkpoint; data whose vocabulary or
             files differ from the checkpoint's; another number of processes than the run's.
+        sohsm.train.rundir.NothingToTrain: (a ``ValueError``) the run's budgets are spent, with the
+            settings overridden: the message names a larger value of each spent one; nothing is written.
         sohsm.train.guard.DivergenceError: as in :func:`train`.
     """
     run_dir = check_run_dir(run_dir)
@@ -192,6 +202,8 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
         raise FieldError.joined(f"cannot resume {run_dir} with other settings: ", differences)
     config = apply_overrides(saved, {k: v for k, v in overrides.items() if k in saved.resumable_fields})
     resolve_device(config.device)
+    if (run_dir / LAST).is_file():
+        check_budget_left(run_dir, config)
     with Ranks.join(config.device) as ranks:
         ranks.first(lambda: check_writable(run_dir))
         if not (run_dir / LAST).is_file():

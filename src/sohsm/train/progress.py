@@ -10,9 +10,15 @@ model's two lines on stderr say what is about to run and for how long::
 and once the first steps are timed, a third::
 
     ≈ 12 min for 4,437,760 tokens at 6,400 tok/s (training time; dev evaluations come on top)
+
+The bar shows the mean training loss (and perplexity) of each train record, and before a session's first
+record that of the steps so far, after its steps 1, 2, 4, 8, ... (:meth:`wants_early_loss`: each a device
+sync, so a few). Where standard error is not a terminal (a log file, a pipe), a line written beside the
+bar ends the bar's line instead of overwriting it with spaces.
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -52,6 +58,25 @@ class _EstimatingBar(tqdm):
         super().__init__(*args, **kwargs)
         self._time_left, self._cuda, self._updates, self._mark = time_left, cuda, 0, None
         self._born = time.perf_counter()
+        self._shown_record = False
+
+    def show_loss(self, nll: float, is_nll: bool, record: bool = True) -> None:
+        """Show a mean training loss in nats (and its perplexity, where it is a log-likelihood) beside the bar;
+        ``record``: a train record's, after which :meth:`wants_early_loss` is false."""
+        self._shown_record = self._shown_record or record
+        self.set_postfix(loss=f"{nll:.3f}", ppl=f"{math.exp(min(nll, 700.0)):.1f}" if is_nll else "-", refresh=False)
+
+    def wants_early_loss(self, session_steps: int) -> bool:
+        """Whether to show the loss so far after the session's ``session_steps``-th step: before its first train
+        record, at steps 1, 2, 4, 8, ..."""
+        return not (self.disable or self._shown_record) and session_steps & (session_steps - 1) == 0
+
+    def clear(self, nolock: bool = False) -> None:
+        """Make room for a line written beside the bar: on a terminal, tqdm's way (the bar overwritten with
+        spaces, then redrawn below the line); elsewhere a line break, so a log holds no line of spaces."""
+        if self.disable or _is_terminal(self.fp):
+            return super().clear(nolock)
+        self.fp.write("\n")
 
     def update(self, n: float = 1) -> bool | None:
         shown = super().update(n)
@@ -78,6 +103,13 @@ class _EstimatingBar(tqdm):
             line = (f"≈ {duration_text(self._time_left)} (the time budget) for about {reach:,.0f} of {self.total:,} "
                     f"planned tokens at {rate:,.0f} tok/s")
         self.write(line + " (training time; dev evaluations come on top)", file=sys.stderr)
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no such method, or a closed file
+        return False
 
 
 def progress_bar(lines: list[str], planned_tokens: int, done_tokens: int, elapsed_s: float,

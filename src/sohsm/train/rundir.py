@@ -1,4 +1,5 @@
-"""A run directory between sessions: does it hold a run, can it be written, what does its config say.
+"""A run directory between sessions: does it hold a run, can it be written, what does its config say, is any
+of its budget left.
 
 Also the random state a checkpoint keeps, so that a resumed run draws what an
 uninterrupted one would.
@@ -12,6 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
+from sohsm.fields import Field, FieldError, escape, suggest
 from sohsm.train.checkpoint import BEST, LAST, METRICS_FILE
 from sohsm.train.config import RunConfig
 from sohsm.train.metrics import read_metrics
@@ -88,6 +90,69 @@ def read_config(path: Path) -> tuple[type[Task], RunConfig]:
         raise ValueError(f"{path}: not a readable run config ({error})") from None
     task_class = task_of_dict(data)
     return task_class, task_class.config_class.from_saved(data)
+
+
+def read_progress(path: Path) -> dict[str, Any]:
+    """Step, epoch, tokens and seconds of training in a checkpoint, read without loading its weights.
+
+    Raises:
+        ValueError: the file is not a readable checkpoint.
+    """
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return {"step": int(checkpoint["step"]), "epoch": int(checkpoint["position"]["epoch"]),
+                "tokens": int(checkpoint["tokens"]), "elapsed_s": float(checkpoint["elapsed_s"])}
+    except Exception as error:  # torch raises many types for a damaged file
+        raise ValueError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
+
+
+def spent_budgets(config: RunConfig, progress: Mapping[str, Any]) -> list[str]:
+    """The budgets of ``config`` that a run at ``progress`` (:func:`read_progress`) has spent, in the order the
+    training loop checks them: ``"done"`` (every epoch), ``"max_tokens"``, ``"time_budget"``. Empty: it trains on."""
+    spent = []
+    if progress["epoch"] >= config.epochs:
+        spent.append("done")
+    if config.max_tokens is not None and progress["tokens"] >= config.max_tokens:
+        spent.append("max_tokens")
+    if config.time_budget is not None and progress["elapsed_s"] >= config.time_budget:
+        spent.append("time_budget")
+    return spent
+
+
+class NothingToTrain(FieldError):
+    """A resumed run whose budgets are spent: nothing is left to train until one is raised (the message says which,
+    and to what)."""
+
+
+def check_budget_left(run_dir: Path, config: RunConfig) -> None:
+    """Refuse to resume a run at the end of its budgets, naming them and a larger value of each.
+
+    A checkpoint that cannot be read passes: the loader says what is wrong with it.
+
+    Raises:
+        NothingToTrain: every epoch done, or ``max_tokens`` read, or ``time_budget`` spent.
+    """
+    try:
+        progress = read_progress(run_dir / LAST)
+    except ValueError:
+        return
+    spent = spent_budgets(config, progress)
+    if not spent:
+        return
+    facts = [_spent_fact(config, budget) for budget in spent]
+    raise NothingToTrain(escape(f"nothing left to train in {run_dir}: {' and '.join(what for what, _ in facts)} "
+                                f"(step {progress['step']:,}); to train on, ask "
+                                "for more: ") + " and ".join("{}" for _ in facts), *(more for _, more in facts))
+
+
+def _spent_fact(config: RunConfig, budget: str) -> tuple[str, Field]:
+    """What spending ``budget`` means, and the setting that would give twice as much (one epoch more)."""
+    if budget == "done":
+        epochs = "its one epoch" if config.epochs == 1 else f"all {config.epochs} epochs"
+        return f"{epochs} done", suggest("epochs", config.epochs + 1)
+    if budget == "max_tokens":
+        return f"its {config.max_tokens:,} tokens read", suggest("max_tokens", 2 * config.max_tokens)
+    return f"its {config.time_budget:g} s of training spent", suggest("time_budget", 2 * config.time_budget)
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

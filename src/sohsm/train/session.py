@@ -233,7 +233,7 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
         if partial:
             record["partial"] = True
         log.write(record)
-        bar.set_postfix(loss=f"{nll:.3f}", ppl=f"{scores['ppl']:.1f}" if "ppl" in scores else "-", refresh=False)
+        bar.show_loss(nll, head.loss_is_nll)
 
     def reset_interval() -> None:
         log_sum.zero_()
@@ -321,6 +321,8 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
                     p.log_steps += 1
                     p.cursor = cursor
                     bar.update(n)
+                    if bar.wants_early_loss(p.step - first_step) and p.log_tokens:  # a loss before the first record
+                        bar.show_loss(log_sum.item() / p.log_tokens, head.loss_is_nll, record=False)
                     log_reclusterings(log)
                     if p.step % config.log_every == 0:
                         write_train_record(log)

@@ -17,13 +17,16 @@ run reads the same batches an uninterrupted one would.
 
 Each task lives in its own package under :mod:`sohsm.tasks` (its config, batches,
 model builder, pre-flight checks and run loading together) and registers itself
-with :func:`register_task`; :mod:`sohsm.tasks` imports every task, and importing
-:mod:`sohsm` imports :mod:`sohsm.tasks`, so the registry is full before any run is
-trained or loaded. A run directory names its task in ``config.json`` (``"task"``;
-absent: ``lm``, as in runs written before it was stored).
+with :func:`register_task`; importing :mod:`sohsm.tasks` imports every task. The
+registry imports that package the first time it is asked (:func:`task_named` and
+the other look-ups), so that a run can be trained or loaded by name whatever was
+imported before, while ``import sohsm`` (the heads) loads no task. A run directory
+names its task in ``config.json`` (``"task"``; absent: ``lm``, as in runs written
+before it was stored).
 """
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -197,6 +200,15 @@ class Task(ABC):
 
 _TASKS: dict[str, type[Task]] = {}
 
+#: the package whose import registers the built-in tasks (named, not imported here: the loop imports no task)
+TASK_PACKAGE = "sohsm.tasks"
+
+
+def _registered() -> dict[str, type[Task]]:
+    """The registry, with the built-in tasks in it (their package is imported on the first look-up)."""
+    importlib.import_module(TASK_PACKAGE)
+    return _TASKS
+
 
 def register_task(task: type[Task]) -> type[Task]:
     """Class decorator: register ``task`` under ``task.name`` (a duplicate name is refused)."""
@@ -210,19 +222,20 @@ def register_task(task: type[Task]) -> type[Task]:
 
 def task_names() -> list[str]:
     """The registered tasks' names, sorted."""
-    return sorted(_TASKS)
+    return sorted(_registered())
 
 
 def task_named(name: str) -> type[Task]:
     """The task registered as ``name``."""
-    if name not in _TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_TASKS))}")
-    return _TASKS[name]
+    tasks = _registered()
+    if name not in tasks:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}")
+    return tasks[name]
 
 
 def task_of(config: RunConfig) -> type[Task]:
     """The task that trains ``config``."""
-    for task in _TASKS.values():
+    for task in _registered().values():
         if type(config) is task.config_class:
             return task
     raise ValueError(f"no task trains a {type(config).__name__}")

@@ -33,8 +33,7 @@ RESUMABLE_FIELDS = frozenset({
 class DataConfig:
     """Which corpus and vocabulary a run trains on."""
 
-    #: a known corpus (ptb, wikitext-2, text8, ...) or your own text file or folder (required for a new run on
-    #: the command line; text8 is the paper's)
+    #: a known corpus (ptb, wikitext-2, text8 (the paper's), ...) or your own text file or folder
     corpus: str = field(default="text8", metadata={"metavar": "NAME_OR_PATH", "required": True})
     #: where known corpora are; ``None``: ``$SOHSM_DATA``, else ``~/.cache/sohsm`` (a location, not an identity)
     data_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
@@ -49,7 +48,7 @@ class DataConfig:
     text_mode: str | None = field(default=None, metadata={"choices": ("lines", "running")})
     #: the head's fixed clusters or tree: a hierarchy file (nested JSON lists of words, Brown paths
     #: 'bits<TAB>word<TAB>count', 'word<TAB>class') or a trained run; the 'tree' head takes the whole tree,
-    #: two-level heads its clusters; vocabulary words it lacks go to a fallback node; ``None``: none
+    #: two-level heads its clusters; vocabulary words it lacks go to a fallback node; ``None``: the head's own
     clusters_from: str | None = field(default=None, metadata={"metavar": "FILE|RUN"})
     #: format of clusters_from (``json``, ``brown``, ``tsv``, ``run``); ``None``: detected
     clusters_format: str | None = field(default=None, metadata={"choices": CLUSTERS_FORMATS})
@@ -139,13 +138,16 @@ class LMConfig(RunConfig):
         if "update_every" in self.head.options:
             raise FieldError("set {}, not head.options['update_every']", "head.update_every")
         if self.amp is not None and self.amp not in AMP_CHOICES:
-            raise FieldError.on("amp", f"must be one of {', '.join(AMP_CHOICES)} or None, got {self.amp!r}")
+            raise FieldError.on("amp", f"must be one of {', '.join(AMP_CHOICES)} (or none: float32), got {self.amp!r}")
         if self.data.min_count is not None and self.data.min_count < 1:
-            raise FieldError.on("data.min_count", f"must be >= 1 or None, got {self.data.min_count}")
+            raise FieldError.on("data.min_count",
+                                f"must be >= 1 (or none: the corpus's default), got {self.data.min_count}")
         if self.data.text_mode not in (None, "lines", "running"):
-            raise FieldError.on("data.text_mode", f"must be 'lines', 'running' or None, got {self.data.text_mode!r}")
+            raise FieldError.on("data.text_mode",
+                                f"must be 'lines' or 'running' (or none: 'lines'), got {self.data.text_mode!r}")
         if self.data.max_size is not None and self.data.max_size < 2:
-            raise FieldError.on("data.max_size", f"must be >= 2 or None, got {self.data.max_size}")
+            raise FieldError.on("data.max_size",
+                                f"must be >= 2 (or none: the corpus's default), got {self.data.max_size}")
         check_clusters_source(self.data)
         if self.model.tie_weights and self.model.emb_size != self.model.hidden_size:
             raise FieldError(f"{{}} needs {{}} == {{}}, got {self.model.emb_size} and {self.model.hidden_size}",

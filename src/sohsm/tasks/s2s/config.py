@@ -52,7 +52,8 @@ class S2SDataConfig:
     min_count: int = 1
     #: the paper's 69k most frequent title words (more than these titles hold)
     max_size: int | None = 69_000
-    #: a ``sohsm lm train`` run on the training titles whose clusters the head takes and keeps fixed; ``None``: none
+    #: a ``sohsm lm train`` run on the training titles whose clusters the head takes and keeps fixed; ``None``: the
+    #: head's own
     clusters_from: str | None = field(default=None, metadata={"metavar": "FILE|RUN"})
     #: its format (``json``, ``brown``, ``tsv``, ``run``); ``None``: detected (a folder is a run)
     clusters_format: str | None = field(default=None, metadata={"choices": CLUSTERS_FORMATS})
@@ -131,5 +132,5 @@ class S2SConfig(RunConfig):
             raise FieldError("{} is a folder of headline pairs: it needs {}, got " + escape(repr(self.data.dataset)),
                              "data.pairs", suggest("data.dataset", "gigaword"))
         if self.data.max_size is not None and self.data.max_size < 3:
-            raise FieldError.on("data.max_size", f"must be >= 3 or None, got {self.data.max_size}")
+            raise FieldError.on("data.max_size", f"must be >= 3 (or none: no cap), got {self.data.max_size}")
         check_clusters_source(self.data)

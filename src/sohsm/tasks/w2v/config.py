@@ -36,8 +36,7 @@ DEFAULT_RATES = {"cbow": 0.05, "skipgram": 0.025}
 class W2VDataConfig:
     """Which text the vectors are trained on."""
 
-    #: a known corpus name or the path of your own text (the training split is used; required for a new run on
-    #: the command line)
+    #: a known corpus name or the path of your own text (the training split is used)
     corpus: str = field(default="text8-small", metadata={"metavar": "NAME_OR_PATH", "required": True})
     #: where known corpora are; ``None``: ``$SOHSM_DATA``, else ``~/.cache/sohsm`` (a location, not an identity)
     data_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
@@ -176,18 +175,19 @@ class W2VConfig(RunConfig):
             raise FieldError.on("model.head_init", f"must be 'zeros' or 'head', got {self.model.head_init!r}")
         self._check_at_least(1, "model.dim", "model.window", "epochs", "log_every", "data.min_count", "data.eval_rows")
         if self.row_cap is not None and not self.row_cap > 0:
-            raise FieldError.on("row_cap", f"must be positive or None, got {self.row_cap}")
+            raise FieldError.on("row_cap", f"must be positive (or none: uncapped), got {self.row_cap}")
         if self.kernel not in ("auto", "numba", "torch"):
             raise FieldError.on("kernel", f"must be 'auto', 'numba' or 'torch', got {self.kernel!r}")
         self._check_at_least(1, "update_rows")
         if self.update_row_cap is not None and not self.update_row_cap > 0:
-            raise FieldError.on("update_row_cap", f"must be positive or None, got {self.update_row_cap}")
+            raise FieldError.on("update_row_cap", f"must be positive (or none: uncapped), got {self.update_row_cap}")
         self._check_at_least(2, "batch_words")
         self._check_at_least(0, "eval_every", "checkpoint_every")
         if not 0 <= self.data.sample < 1:
             raise FieldError.on("data.sample", f"must be in [0, 1), got {self.data.sample}")
         if self.data.text_mode not in (None, "lines", "running"):
-            raise FieldError.on("data.text_mode", f"must be 'lines', 'running' or None, got {self.data.text_mode!r}")
+            raise FieldError.on("data.text_mode",
+                                f"must be 'lines' or 'running' (or none: 'lines'), got {self.data.text_mode!r}")
         if self.optim.optimizer != "sgd":
             raise FieldError.on("optim.optimizer", f"must be 'sgd' for word vectors (word2vec's linearly "
                                                   f"falling rate), got {self.optim.optimizer!r}")

@@ -1,0 +1,89 @@
+"""The help of the commands: the training options grouped with the common ones first, no flag both required and
+defaulted, a usage line one can read, and examples that are whole command lines."""
+from __future__ import annotations
+
+import argparse
+import shlex
+
+import pytest
+
+from sohsm.cli.main import build_parser
+
+TRAIN_COMMANDS = ("lm", "s2s", "w2v")
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(actions[0].choices) if actions else {}
+
+
+def _all_parsers(parser: argparse.ArgumentParser):
+    yield parser
+    for child in _subparsers(parser).values():
+        yield from _all_parsers(child)
+
+
+def _train(command: str) -> argparse.ArgumentParser:
+    return _subparsers(_subparsers(build_parser())[command])["train"]
+
+
+@pytest.mark.parametrize("command", TRAIN_COMMANDS)
+def test_training_options_come_in_groups_the_common_first(command):
+    parser = _train(command)
+    titles = [g.title for g in parser._action_groups if g._group_actions and g.title != "options"]
+    assert titles[:3] == ["run", "data", "head"] and titles.index("model") < titles.index("optimisation")
+    run = next(g for g in parser._action_groups if g.title == "run")
+    assert [a.option_strings[0] for a in run._group_actions][:2] == ["--run-dir", "--resume"]
+    head = next(g for g in parser._action_groups if g.title == "head")
+    assert head._group_actions[0].option_strings == ["--head"]
+    usage = parser.format_usage()
+    assert len(usage.splitlines()) == 1 and len(usage) <= 100, usage
+
+
+@pytest.mark.parametrize("command", TRAIN_COMMANDS)
+def test_no_flag_is_required_and_defaulted_at_once(command):
+    for action in _train(command)._actions:
+        text = " ".join((action.help or "").split())
+        assert not ("must name it" in text and "(default:" in text), (action.option_strings, text)
+        assert "required" not in text or "(default:" not in text, (action.option_strings, text)
+    lm = {a.dest: " ".join(a.help.split()) for a in _train("lm")._actions}
+    for dest in ("corpus", "head"):
+        assert lm[dest].count("a new run must name it") == 1 and "default" not in lm[dest], lm[dest]
+
+
+def test_the_fused_flag_says_what_each_choice_does():
+    fused = next(a for a in _train("lm")._actions if a.dest == "fused")
+    text = " ".join(fused.help.split())
+    assert "(equal to 1e-6)" not in text and "within 1e-6" in text and "(default: true)" in text
+
+
+def _examples(epilog: str) -> list[str]:
+    """The command lines of an epilog, their continuation lines joined; each line's command at most 100 columns."""
+    out, pending = [], ""
+    for line in epilog.splitlines():
+        text = pending + line.strip()
+        if pending or text.startswith("sohsm ") or " -m sohsm " in text:
+            command = line.split(" #")[0].rstrip()  # a comment may run on
+            assert len(command) <= 100, f"an example line of {len(command)} columns: {line}"
+        pending = text[:-1] + " " if text.endswith("\\") else ""
+        if not pending and (text.startswith("sohsm ") or " -m sohsm " in text):
+            out.append(text)
+    assert not pending, f"a continuation without its next line: {pending}"
+    return out
+
+
+def test_every_example_in_the_help_is_one_whole_command_that_parses():
+    checked, top = 0, build_parser()
+    for parser in _all_parsers(top):
+        for example in _examples(parser.epilog or ""):
+            argv = shlex.split(example, comments=True)
+            argv = argv[argv.index("sohsm") + 1:]
+            argv = argv[:next((i for i, w in enumerate(argv) if w in (">", "<", "|", "&&", ";")), len(argv))]
+            if any(word.isupper() and word.isalpha() for word in argv):  # a placeholder (GIGAWORD_DIR) stays
+                argv = [w.lower() if w.isupper() else w for w in argv]
+            try:
+                top.parse_args(argv)
+            except SystemExit:
+                pytest.fail(f"{parser.prog}: the example does not parse: {example}")
+            checked += 1
+    assert checked >= 20

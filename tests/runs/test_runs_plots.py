@@ -1,0 +1,72 @@
+"""Figure 1 of runs that have not got far yet, and log axes whose labels have room."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sohsm.runs.plots import PlottedRun, curve, draw_figure1, without_dev_evaluation
+
+
+def _train_records(ppls: list[float]) -> list[dict]:
+    return [{"kind": "train", "step": 10 * (i + 1), "tokens": 1600 * (i + 1), "elapsed_s": float(i + 1),
+             "epoch": 0.01 * (i + 1), "ppl": ppl, "nll_nats": math.log(ppl)} for i, ppl in enumerate(ppls)]
+
+
+def _recluster(step: int) -> dict:
+    return {"kind": "recluster", "step": step, "tokens": 160 * step, "elapsed_s": step / 10, "change_rate": 0.5,
+            "moved_tf_mass": 0.2}
+
+
+def _panels(fig) -> dict[str, object]:
+    return {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+
+
+def _empty_text(ax) -> str | None:
+    return ax.texts[0].get_text() if ax.texts else None
+
+
+def test_before_the_first_dev_evaluation_the_rest_is_drawn():
+    records = [*_train_records([900.0, 700.0, 600.0]), _recluster(20)]
+    run = PlottedRun("run (self_organized)", "self_organized", records)
+    assert without_dev_evaluation([run]) == [run]
+    panels = _panels(draw_figure1([run]))
+    for title in ("dev perplexity", "dev cluster perplexity", "dev in-cluster perplexity"):
+        assert _empty_text(panels[title]) == "no dev evaluation yet"
+    for title in ("training perplexity", "class change rate (share of words moved)"):
+        assert _empty_text(panels[title]) is None and len(panels[title].lines[0].get_xdata()) >= 1
+
+
+def test_an_empty_panel_says_whether_the_heads_have_clusters():
+    records = [*_train_records([900.0, 700.0]), {"kind": "eval", "step": 20, "tokens": 3200, "elapsed_s": 2.0,
+                                                 "ppl": 650.0, "ppl_cluster": None, "ppl_in_cluster": None}]
+    panels = _panels(draw_figure1([PlottedRun("run (full)", "full", records)]))
+    assert _empty_text(panels["dev cluster perplexity"]) == "no clusters (the heads have none)"
+    assert _empty_text(panels["class change rate (share of words moved)"]).startswith("no re-clustering (")
+    so = PlottedRun("run (self_organized)", "self_organized", records)
+    assert _empty_text(_panels(draw_figure1([so]))["token mass of the moved words"]) == "no re-clustering yet"
+
+
+def test_a_partial_training_record_counts_until_a_full_one_follows():
+    records = _train_records([900.0, 700.0])
+    records[-1]["partial"] = True  # a session stopped before its second log step
+    assert curve(records, "train", "ppl", "steps") == ([10.0, 20.0], [900.0, 700.0])
+    resumed = [*records, *_train_records([900.0, 700.0, 650.0])[2:]]  # the next session's full record
+    assert curve(resumed, "train", "ppl", "steps") == ([10.0, 30.0], [900.0, 650.0])
+
+
+@pytest.mark.parametrize("high, low", [(8000.0, 300.0), (100_000.0, 100.0), (900.0, 300.0), (160.0, 120.0)])
+def test_log_axes_label_their_ticks_without_overlap(high, low):
+    ppls = [high * (low / high) ** (i / 29) for i in range(30)]
+    fig = draw_figure1([PlottedRun("run (full)", "full", _train_records(ppls))])
+    ax = _panels(fig)["training perplexity"]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    bottom, top = ax.get_ylim()
+    labels = [tick.label1 for tick in ax.yaxis.get_major_ticks() + ax.yaxis.get_minor_ticks()
+              if bottom <= tick.get_loc() <= top and tick.label1.get_visible() and tick.label1.get_text()]
+    assert len(labels) >= 2, [label.get_text() for label in labels]
+    boxes = [label.get_window_extent(renderer) for label in labels]
+    for i, box in enumerate(boxes):
+        for j in range(i + 1, len(boxes)):
+            assert not box.overlaps(boxes[j]), (labels[i].get_text(), labels[j].get_text())
