@@ -166,7 +166,7 @@ def test_importing_sohsm_loads_the_heads_and_no_training_model_or_data():
     loaded = _python("import sys, sohsm\n"
                      "sohsm.build_head('self_organized', 8, 50, counts=list(range(50, 0, -1)))\n"
                      "print(' '.join(sorted(m for m in sys.modules if m.startswith('sohsm'))))").split()
-    assert "sohsm.heads.self_organized" in loaded
+    assert "sohsm.heads.two_level.self_organizing.self_organized" in loaded
     rooms = {_room(m) for m in loaded}
     assert not rooms & {"train", "tasks", "data", "models", "runs", "cli"}, sorted(loaded)
 
