@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
 from sohsm.heads.two_level.in_cluster import grouped
 from sohsm.heads.two_level import word_bands
-from sohsm.heads.adaptive import check_cutoffs, frequency_ranks
+from sohsm.heads.two_level.word_bands import BandedWords
 from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, upcast
 from sohsm.heads.two_level.device_topk import exact_topk
 from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
@@ -37,7 +37,7 @@ from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 
 
-class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
+class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     """Two-level softmax over fixed word clusters (class-based softmax).
 
     ``P(w | h) = P(C(w) | h) * P(w | h, C(w))``: a softmax over the clusters and a
@@ -76,17 +76,12 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         cutoffs: frequency ranks where the bands of ``div_value`` start. Default:
             adaptive softmax's (:func:`~sohsm.heads.adaptive.default_cutoffs`, 2k and 10k
             of 44k words scaled to ``N``). Words are ranked by ``counts`` (else by id).
-        backend: how the in-cluster softmax is computed, in training, :meth:`topk` and
-            :meth:`predict` (:meth:`log_prob` scores every word, the same on all):
-            ``"per_cluster"``, one product per cluster a batch holds
-            (:mod:`~sohsm.heads.two_level.in_cluster.per_cluster`; reads the clusters' row counts back);
-            ``"triton"``, the sync-free path's kernels (:mod:`~sohsm.heads.two_level.in_cluster.triton_kernels`:
-            static shapes, nothing read back, traces whole under ``torch.compile``);
-            ``"grouped_torch"``, the same sync-free path in plain torch ops (any device; it
-            gathers every tile's word vectors, so it is for small sizes and tests);
-            ``"auto"`` (default): ``"triton"`` on CUDA when Triton is installed, else
-            ``"per_cluster"`` (on the CPU the per-cluster kernel is the faster:
-            ``benchmarks/heads.py``; on a GPU the Triton kernels, ``benchmarks/gpu.py``).
+        backend: how the in-cluster softmax is computed in training, :meth:`topk` and :meth:`predict`
+            (:mod:`sohsm.heads.two_level.in_cluster` says which path runs when): ``"per_cluster"``
+            (one product per cluster a batch holds; reads the row counts back), ``"triton"`` (the
+            sync-free kernels: static shapes, nothing read back), ``"grouped_torch"`` (the same
+            path in plain torch, for small sizes and tests), ``"auto"`` (default): ``"triton"`` on
+            CUDA with Triton installed, else ``"per_cluster"``, the faster on the CPU.
 
     Shape:
         - hidden: ``[B, d]`` (``[*, d]`` is flattened)
@@ -191,39 +186,7 @@ class TwoLevelSoftmax(WritesWeightGradient, ClusteredHead):
         if self.band_projections is None:
             nn.init.uniform_(self.weight, -(self.word_dim ** -0.5), self.word_dim ** -0.5)
             return
-        for projection in self.band_projections:
-            projection.reset_parameters()
-        with torch.no_grad():  # each block as a word vector of its band's width; zero outside the word's band
-            bounds = torch.tensor(self.band_dims, dtype=self.weight.dtype, device=self.weight.device) ** -0.5
-            self.weight.uniform_(-1.0, 1.0).mul_(bounds[self._band_columns]).mul_(self._band_mask())
-
-    # -- differentiated dimensions (sohsm.heads.two_level.word_bands) ----------------------------------------
-    def _word_bands(self, div_value, cutoffs, counts, excluded: bool) -> tuple[Tensor, list[int]] | None:
-        """``(band of every word, dimensions of each band)`` for ``div_value``, or ``None`` without bands."""
-        if cutoffs is not None and div_value is None:
-            raise ValueError("cutoffs set the bands of div_value: give div_value too (e.g. div_value=4)")
-        if div_value is None:
-            return None
-        if isinstance(div_value, bool) or not isinstance(div_value, (int, float)) or not div_value >= 1:
-            raise ValueError(f"div_value must be a number >= 1 or None, got {div_value!r}")
-        if excluded:
-            raise ValueError("div_value cannot be combined with projection or word_dim: it sets every word's "
-                             "dimensions itself")
-        cutoffs = check_cutoffs(cutoffs, self.n_classes)
-        ranks = frequency_ranks(None if counts is None else check_counts(counts, self.n_classes), self.n_classes)
-        dims = word_bands.band_dims(self.in_features, len(cutoffs) + 1, div_value)
-        return word_bands.band_of_words(ranks, cutoffs), dims
-
-    def _band_mask(self, start: int = 0, stop: int | None = None) -> Tensor:
-        """``[stop - start, word_dim]`` bool: which entries of the rows (slots) ``start .. stop - 1`` may be non-zero."""
-        words = self._layout.word_of_slot[start:stop]
-        return self.band_of_word[words][:, None] == self._band_columns
-
-    def _word_weight(self) -> Tensor:
-        """:attr:`weight` as the products use it: with bands, its gradient is kept inside each word's block."""
-        if self.band_projections is None or not (torch.is_grad_enabled() and self.weight.requires_grad):
-            return self.weight
-        return word_bands.MaskRows.apply(self.weight, self._band_mask())
+        self._reset_banded_weight()
 
     @property
     def _layout(self) -> ClusterLayout:

@@ -29,7 +29,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+from sohsm.heads.adaptive import check_cutoffs, frequency_ranks
+from sohsm.heads.base import check_counts
 
 
 def band_dims(in_features: int, n_bands: int, div_value: float) -> list[int]:
@@ -68,3 +71,46 @@ class MaskRows(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         (mask,) = ctx.saved_tensors
         return grad * mask, None
+
+
+class BandedWords(nn.Module):
+    """Mixin of :class:`~sohsm.heads.TwoLevelSoftmax`: its bands' state, mask and initialisation.
+
+    The head sets ``band_projections`` (``None`` without bands), ``band_dims``, the buffers
+    ``band_of_word`` and ``_band_columns``, and its ``_layout``; these methods read them.
+    """
+
+    def _word_bands(self, div_value, cutoffs, counts, excluded: bool) -> tuple[Tensor, list[int]] | None:
+        """``(band of every word, dimensions of each band)`` for ``div_value``, or ``None`` without bands."""
+        if cutoffs is not None and div_value is None:
+            raise ValueError("cutoffs set the bands of div_value: give div_value too (e.g. div_value=4)")
+        if div_value is None:
+            return None
+        if isinstance(div_value, bool) or not isinstance(div_value, (int, float)) or not div_value >= 1:
+            raise ValueError(f"div_value must be a number >= 1 or None, got {div_value!r}")
+        if excluded:
+            raise ValueError("div_value cannot be combined with projection or word_dim: it sets every word's "
+                             "dimensions itself")
+        cutoffs = check_cutoffs(cutoffs, self.n_classes)
+        ranks = frequency_ranks(None if counts is None else check_counts(counts, self.n_classes), self.n_classes)
+        dims = band_dims(self.in_features, len(cutoffs) + 1, div_value)
+        return band_of_words(ranks, cutoffs), dims
+
+    def _band_mask(self, start: int = 0, stop: int | None = None) -> Tensor:
+        """``[stop - start, word_dim]`` bool: which entries of the rows (slots) ``start .. stop - 1`` may be non-zero."""
+        words = self._layout.word_of_slot[start:stop]
+        return self.band_of_word[words][:, None] == self._band_columns
+
+    def _word_weight(self) -> Tensor:
+        """:attr:`weight` as the products use it: with bands, its gradient is kept inside each word's block."""
+        if self.band_projections is None or not (torch.is_grad_enabled() and self.weight.requires_grad):
+            return self.weight
+        return MaskRows.apply(self.weight, self._band_mask())
+
+    def _reset_banded_weight(self) -> None:
+        """Each block a word vector of its band's width, uniform in ``+-d_i**-0.5``; zero outside the word's band."""
+        for projection in self.band_projections:
+            projection.reset_parameters()
+        with torch.no_grad():
+            bounds = torch.tensor(self.band_dims, dtype=self.weight.dtype, device=self.weight.device) ** -0.5
+            self.weight.uniform_(-1.0, 1.0).mul_(bounds[self._band_columns]).mul_(self._band_mask())
