@@ -135,3 +135,18 @@ def test_a_bad_step_changes_no_weight(optimizer, fused):
     step._skip_if(torch.tensor(False))  # a good step after it moves the weights again
     opt.step()
     assert not torch.equal(param.detach(), before)
+
+
+def test_a_bad_step_changes_no_row_of_a_sparse_gradient():
+    """Word vectors' embeddings hand out row-sparse gradients: their stored values are zeroed instead."""
+    from sohsm.train.step import TrainStep
+
+    embedding = torch.nn.Embedding(6, 3, sparse=True)
+    opt = torch.optim.Adagrad(embedding.parameters(), lr=0.1)
+    step = TrainStep.__new__(TrainStep)
+    step.optimizer, step.params, step.fused = opt, [embedding.weight], False
+    before = embedding.weight.detach().clone()
+    (embedding(torch.tensor([1, 4])).sum() * float("nan")).backward()
+    step._skip_if(torch.tensor(True))
+    opt.step()
+    assert torch.equal(embedding.weight.detach(), before)

@@ -14,7 +14,7 @@ divergence flag stays on the device until the loop's next log line, evaluation o
 checkpoint (:class:`~sohsm.train.guard.DivergenceWatch`), and the head skips its
 per-call target check (a task's targets are vocabulary ids, in range by
 construction). Two cases still read one flag a step: fp16, whose loss scaler reads
-its overflow flag anyway, and row-sparse gradients, which cannot be zeroed on the device.
+its overflow flag anyway, and heads with row-sparse weight gradients (``sparse=True``).
 """
 from __future__ import annotations
 
@@ -114,7 +114,12 @@ class TrainStep:
             self.optimizer.found_inf = bad.float()  # 0-dim, as a GradScaler gives it
             return
         for p in self.params:
-            if p.grad is not None:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:  # a row-sparse gradient (word vectors' embeddings): its stored values
+                grad = p.grad.coalesce()
+                p.grad = torch.sparse_coo_tensor(grad.indices(), grad.values().masked_fill(bad, 0.0), grad.shape)
+            else:
                 p.grad.masked_fill_(bad, 0.0)
 
     def __call__(self, batch: Any, step: int) -> StepResult:
