@@ -126,7 +126,7 @@ class TransformerLM(nn.Module):
         >>> import sohsm
         >>> ids = torch.randint(0, 1000, (21, 4))            # [T + 1, B]: 4 columns of text
         >>> model = TransformerLM(1000, hidden_size=32, layers=2, attention_heads=4, context=20)
-        >>> head = sohsm.build_head("self_organized", 32, 1000)
+        >>> head = sohsm.build_head("two_level_random", 32, 1000)
         >>> hidden, _ = model(ids[:-1])                      # [T, B, 32]
         >>> loss = head(hidden, ids[1:]).loss                # the head flattens [T, B, d] to [T*B, d]
         >>> tuple(hidden.shape)

@@ -38,10 +38,12 @@ def schedule_factor(schedule: str, step: int, warmup: int, total_steps: int) -> 
     return factor * (COSINE_FLOOR + (1 - COSINE_FLOOR) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def planned_steps(planned_tokens: int, tokens_per_epoch: int, steps_per_epoch: int) -> int:
-    """The steps a run of ``planned_tokens`` takes, from an epoch's tokens and steps (at least one).
+def planned_steps(planned_tokens: int, tokens_per_epoch: int, steps_per_epoch: int, tokens_per_step: int) -> int:
+    """The steps a run of ``planned_tokens`` takes: its whole epochs' steps, then full steps of the last one's
+    part (an epoch may end on a shorter step; a budget stops at the first step that reaches it). At least one.
 
-    >>> planned_steps(1000, 400, 4)
+    >>> planned_steps(1000, 400, 4, 100)       # two epochs of 4 steps, then 2 of 100 tokens
     10
     """
-    return max(1, math.ceil(planned_tokens * steps_per_epoch / tokens_per_epoch))
+    epochs, rest = divmod(planned_tokens, tokens_per_epoch)
+    return max(1, epochs * steps_per_epoch + math.ceil(rest / tokens_per_step))

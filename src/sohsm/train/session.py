@@ -199,7 +199,7 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
     # a warm-up or a cosine moves the rate every step, over the steps the budget plans
     optim = config.optim
     rate_moves = optim.warmup > 0 or optim.lr_schedule != "constant"
-    total_steps = planned_steps(planned, task.tokens_per_epoch, task.steps_per_epoch)
+    total_steps = planned_steps(planned, task.tokens_per_epoch, task.steps_per_epoch, task.tokens_per_step)
 
     # ``None``: a few dev points an epoch, whatever its length (a curve to plot from the first epoch on)
     eval_every = (config.eval_every if config.eval_every is not None
