@@ -182,3 +182,20 @@ def test_two_processes_train_a_transformer_as_one(tmp_path, ptb_slice, small, cl
     assert second["world_size"] == 2
     for key, value in first["model"].items():
         torch.testing.assert_close(second["model"][key], value, rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_the_readme_settings_file_is_a_transformer_config(tmp_path):
+    """The README's transformer.yaml is read as it is and makes the model its comments say."""
+    import re
+
+    from sohsm.cli.config_flags import read_config_file
+    from sohsm.tasks.lm import LMConfig
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = re.findall(r"```yaml\n(# transformer.yaml.*?)```", readme, flags=re.S)
+    (tmp_path / "transformer.yaml").write_text(block)
+    config = LMConfig.from_overrides({**read_config_file(str(tmp_path / "transformer.yaml"), LMConfig),
+                                      "data.corpus": "ptb"})
+    m, o = config.model, config.optim
+    assert (m.architecture, m.layers, m.hidden_size, m.attention_heads, config.bptt) == ("transformer", 4, 256, 4, 128)
+    assert (o.optimizer, o.lr_schedule, o.warmup, o.weight_decay, o.clip) == ("adamw", "cosine", 100, 0.1, 1.0)
