@@ -32,6 +32,7 @@ from sohsm.heads import (  # noqa: E402
     head_names,
     head_options,
 )
+from sohsm.models.transformer_lm import TransformerLM  # noqa: E402
 
 __all__ = [
     "AdaptiveSoftmax",
@@ -45,6 +46,7 @@ __all__ = [
     "NCESoftmax",
     "PMISoftmax",
     "SelfOrganizedSoftmax",
+    "TransformerLM",
     "TreeSoftmax",
     "TwoLevelSoftmax",
     "build_head",

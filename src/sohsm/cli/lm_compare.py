@@ -119,7 +119,6 @@ def _planned_runs(args: argparse.Namespace) -> list[Any]:
     """
     from sohsm.runs.compare import PlannedRun
     from sohsm.tasks.lm import LMConfig
-    from sohsm.train.config import apply_overrides
 
     base = training_overrides(args, args.config_flags, LMConfig)
     for key in ("head.name", "head.options", "head.update_every"):  # a config file's head: each run has its own
@@ -139,7 +138,7 @@ def _planned_runs(args: argparse.Namespace) -> list[Any]:
         where = f"--variant {name.removeprefix(head + '-')}: " if name != head else ""
         try:
             overrides = {**base, **head_overrides(head, options, k)}
-            runs.append(PlannedRun(name, apply_overrides(LMConfig(), overrides)))
+            runs.append(PlannedRun(name, LMConfig.from_overrides(overrides)))
         except (CommandError, ValueError) as error:
             raise CommandError(f"{where}{error}") from None
     _refuse_unused(shared, update_every, [head for _, head, _ in specs])

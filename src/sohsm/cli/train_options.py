@@ -170,7 +170,7 @@ def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag
     Raises:
         CommandError: one line, its fields named by the flags the user typed.
     """
-    from sohsm.train import apply_overrides, resume_training, train
+    from sohsm.train import resume_training, train
     from sohsm.train.rundir import NothingToTrain
 
     overrides = training_overrides(args, flags, config_class)
@@ -196,7 +196,7 @@ def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag
         file_options, file_k = overrides.pop("head.options", {}), overrides.pop("head.update_every", None)
         overrides.update(head_overrides(name, {**file_options, **options}, file_k if update_every is None
                                         else update_every))
-        return train(apply_overrides(config_class(), overrides), args.run_dir, progress=not args.quiet)
+        return train(config_class.from_overrides(overrides), args.run_dir, progress=not args.quiet)
     except NothingToTrain as done:
         print(render_error(done, flags, set()))
         return None

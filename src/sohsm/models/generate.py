@@ -8,6 +8,7 @@ from torch import Tensor
 
 from sohsm.heads.base import Head
 from sohsm.models.lstm_lm import LSTMLanguageModel
+from sohsm.models.transformer_lm import TransformerLM
 
 #: the most words one call adds (a word costs a model step and a head evaluation: about a millisecond on a CPU
 #: at PTB's size, so this bound is minutes of work, not hours)
@@ -15,13 +16,15 @@ MAX_LENGTH = 100_000
 
 
 @torch.no_grad()
-def generate(model: LSTMLanguageModel, head: Head, prompt: Tensor, length: int, *, greedy: bool = False,
+def generate(model: LSTMLanguageModel | TransformerLM, head: Head, prompt: Tensor, length: int, *, greedy: bool = False,
              temperature: float = 1.0, generator: torch.Generator | None = None,
              on_word: Callable[[], None] | None = None) -> Tensor:
     """Continue ``prompt`` by ``length`` words.
 
     Greedy decoding takes ``head.predict`` (the most probable word); sampling
-    draws from ``softmax(head.log_prob(h) / temperature)``.
+    draws from ``softmax(head.log_prob(h) / temperature)``. An LSTM carries its
+    state from word to word; a transformer reads the last ``model.context`` words
+    again for each new one (the window it was trained on).
 
     Args:
         model: produces the hidden states.
@@ -50,7 +53,9 @@ def generate(model: LSTMLanguageModel, head: Head, prompt: Tensor, length: int, 
     head.eval()
     try:
         device = next(model.parameters()).device
-        hidden, state = model(prompt.to(device)[:, None])  # [P, 1, d]
+        window = model.context if isinstance(model, TransformerLM) else None
+        text = prompt.to(device)
+        hidden, state = model((text if window is None else text[-window:])[:, None])  # [P, 1, d]
         last = hidden[-1]  # [1, d]
         out = torch.empty(length, dtype=torch.long, device=device)
         for i in range(length):
@@ -60,7 +65,11 @@ def generate(model: LSTMLanguageModel, head: Head, prompt: Tensor, length: int, 
                 probs = (head.log_prob(last) / temperature).softmax(dim=1)  # [1, N]
                 word = torch.multinomial(probs, 1, generator=generator)[:, 0]
             out[i] = word[0]
-            hidden, state = model(word[None, :], state)
+            if window is None:
+                hidden, state = model(word[None, :], state)
+            else:
+                text = torch.cat([text, word])[-window:]  # the last `window` words
+                hidden, _ = model(text[:, None])
             last = hidden[-1]
             if on_word is not None:
                 on_word()

@@ -89,6 +89,10 @@ class LSTMLanguageModel(nn.Module):
         """The LSTM's own parameters (the ones the paper applies weight decay to)."""
         return list(self.lstm.parameters())
 
+    def decayed_parameters(self) -> list[nn.Parameter]:
+        """The parameters weight decay applies to (``optim.weight_decay``): the LSTM's, as in the paper."""
+        return self.lstm_parameters()
+
     def tie_weights(self, head: Head) -> None:
         """Share the embedding matrix with the output word vectors of ``head``.
 

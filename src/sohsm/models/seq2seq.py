@@ -93,6 +93,10 @@ class AttentionSeq2Seq(nn.Module):
         """The encoder's and decoder's LSTM parameters (those weight decay applies to, as in the LM)."""
         return list(self.encoder.parameters()) + list(self.decoder.parameters())
 
+    def decayed_parameters(self) -> list[nn.Parameter]:
+        """The parameters weight decay applies to (``optim.weight_decay``): the LSTMs'."""
+        return self.lstm_parameters()
+
     # -- encoder ------------------------------------------------------------------------
     def encode(self, source: Tensor, source_lengths: Tensor) -> Encoded:
         """Run the encoder over a padded batch of sources."""

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from sohsm.runs.plots import figure1
 from sohsm.runs.report import RunSummary, cluster_lines, results_table, summarise_run
-from sohsm.tasks.lm import LMConfig
+from sohsm.tasks.lm import LMConfig, describe_model
 from sohsm.train.checkpoint import CONFIG_FILE, METRICS_FILE, format_signature, write_atomic
 
 #: files of a comparison's report
@@ -87,8 +87,10 @@ def shared_settings(config: LMConfig) -> str:
     if config.time_budget is not None:
         budget.append(f"{config.time_budget:g} s of training")
     decay = f" divided by {o.lr_decay:g} after each epoch past the first {o.lr_decay_after}" if o.lr_decay != 1 else ""
-    return (f"corpus {config.data.corpus}, LSTM {m.layers}×{m.emb_size}/{m.hidden_size} (dropout {m.dropout:g}), "
-            f"{o.optimizer} lr {o.learning_rate:g}{decay}, clip {o.clip}, weight decay {o.weight_decay:g}, "
+    schedule = (f", {o.warmup} warm-up steps" if o.warmup else "") + (", cosine decay" if o.lr_schedule == "cosine"
+                                                                       else "")
+    return (f"corpus {config.data.corpus}, {describe_model(m, config.bptt)} (dropout {m.dropout:g}), "
+            f"{o.optimizer} lr {o.learning_rate:g}{decay}{schedule}, clip {o.clip}, weight decay {o.weight_decay:g}, "
             f"BPTT {config.bptt}, batch {config.batch_size}, seed {config.seed}, "
             f"dev evaluation every {config.eval_every} steps; budget: the first spent of {', '.join(budget)}")
 

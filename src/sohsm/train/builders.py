@@ -22,6 +22,7 @@ from sohsm.version import __version__
 OPTIMIZER_CLASSES: dict[str, type[torch.optim.Optimizer]] = {
     "adagrad": torch.optim.Adagrad,
     "adam": torch.optim.Adam,
+    "adamw": torch.optim.AdamW,
     "sgd": torch.optim.SGD,
 }
 
@@ -57,11 +58,12 @@ def unique_parameters(*modules: nn.Module) -> list[nn.Parameter]:
 
 
 def build_optimizer(config: RunConfig, model: nn.Module, head: Head) -> torch.optim.Optimizer:
-    """The run's optimizer with two parameter groups: the LSTMs' (weight decay) and the rest (none).
+    """The run's optimizer with two parameter groups: those weight decay applies to and the rest (none).
 
-    The model says which of its parameters are its LSTMs' (``model.lstm_parameters()``).
+    The model says which of its parameters decay (``model.decayed_parameters()``: an LSTM's, a
+    transformer's linear maps); the head's never do.
     """
-    decay = model.lstm_parameters()
+    decay = model.decayed_parameters()
     decay_ids = {id(p) for p in decay}
     rest = [p for p in unique_parameters(model, head) if id(p) not in decay_ids]
     groups = [{"params": decay, "weight_decay": config.optim.weight_decay},

@@ -32,11 +32,15 @@ from sohsm.fields import FieldError, FieldText, escape
 from sohsm.heads import head_names
 
 #: optimizers a run can use
-OPTIMIZERS = ("adagrad", "adam", "sgd")
+OPTIMIZERS = ("adagrad", "adam", "adamw", "sgd")
 
 #: the learning rate each optimizer gets when none is set: Adagrad 0.1 (the paper's text8 setting),
-#: Adam 1e-3 (the paper's Gigaword setting), SGD 1.0 (the PMI-LM paper's PTB setting)
-DEFAULT_LR = {"adagrad": 0.1, "adam": 1e-3, "sgd": 1.0}
+#: Adam 1e-3 (the paper's Gigaword setting), AdamW 1e-3 (small transformers' usual peak rate), SGD 1.0
+#: (the PMI-LM paper's PTB setting)
+DEFAULT_LR = {"adagrad": 0.1, "adam": 1e-3, "adamw": 1e-3, "sgd": 1.0}
+
+#: how the rate moves over a run, after the warm-up (:mod:`sohsm.train.schedule`)
+LR_SCHEDULES = ("constant", "cosine")
 
 #: mixed-precision settings of a run (``None``: float32)
 AMP_CHOICES = ("bf16", "fp16")
@@ -62,11 +66,11 @@ class OptimConfig:
 
     #: the optimizer (Adagrad is the paper's for text8)
     optimizer: str = field(default="adagrad", metadata={"choices": OPTIMIZERS})
-    #: the learning rate; ``None``: the optimizer's usual rate (adagrad 0.1, the paper's; adam 0.001; sgd 1)
+    #: the learning rate; ``None``: the optimizer's usual rate (adagrad 0.1, the paper's; adam and adamw 0.001; sgd 1)
     lr: float | None = field(default=None, metadata={"metavar": "LR"})
     #: clip the gradient norm (the paper: 0.25); ``None`` or 0 for no clipping
     clip: float | None = field(default=0.25, metadata={"metavar": "NORM", "none_if": 0})
-    #: weight decay on the LSTMs' parameters only (the paper's)
+    #: weight decay on the LSTMs' parameters only (the paper's), or on a transformer's linear maps (adamw: decoupled)
     weight_decay: float = field(default=1e-6, metadata={"metavar": "W"})
     #: divide the rate by this once per epoch after the first ``lr_decay_after`` (1: a constant rate, the paper's)
     lr_decay: float = field(default=1.0, metadata={"metavar": "F"})
@@ -80,6 +84,11 @@ class OptimConfig:
     #: Adagrad, which then takes torch's default, foreach, step); false: torch's default step, whose updates
     #: equal the fused step's to within 1e-6
     fused: bool = True
+    #: the rate over the run: ``constant`` (the paper's; lr_decay and anneal still apply) or ``cosine``, falling from
+    #: lr to lr / 10 along half a cosine over the planned steps (epochs, max_tokens) after the warm-up
+    lr_schedule: str = field(default="constant", metadata={"choices": LR_SCHEDULES})
+    #: steps whose rate rises linearly from lr / warmup to lr, before the schedule; 0: none
+    warmup: int = field(default=0, metadata={"metavar": "STEPS"})
 
     @property
     def learning_rate(self) -> float:
@@ -114,6 +123,11 @@ class RunConfig:
     #: a flag's help for a field (dotted path) where this task's meaning differs from the field's ``#:`` comment
     field_help: typing.ClassVar[dict[str, str]] = {}
 
+    #: defaults that follow from the value of one field, ``{path: {value: {path: default}}}`` (the language
+    #: model's ``model.architecture``: a transformer trains with another recipe than an LSTM); a new run's
+    #: config takes them under the fields it is given (:meth:`from_overrides`)
+    choice_defaults: typing.ClassVar[dict[str, dict[Any, dict[str, Any]]]] = {}
+
     # The training step's precision and compilation. A task whose config declares them as fields
     # (the language model's) lets its users choose; any other trains in float32, eagerly.
     #: autocast the forward in ``"bf16"`` or ``"fp16"``; ``None``: float32
@@ -136,6 +150,19 @@ class RunConfig:
         config = _from_mapping(cls, data, "")
         config.validate()
         return config
+
+    @classmethod
+    def from_overrides(cls, overrides: Mapping[str, Any]) -> Any:
+        """A new run's config from dotted ``overrides``: the defaults, then those that the overrides' choices
+        bring (:attr:`choice_defaults`), then the overrides themselves (a field given always wins).
+
+        Raises:
+            ValueError: as :func:`apply_overrides`.
+        """
+        chosen: dict[str, Any] = {}
+        for path, by_value in cls.choice_defaults.items():
+            chosen.update(by_value.get(overrides.get(path), {}))
+        return apply_overrides(cls(), {**chosen, **overrides})
 
     @classmethod
     def from_saved(cls, data: Mapping[str, Any]) -> Any:
@@ -208,6 +235,11 @@ class RunConfig:
             raise FieldError.on("optim.lr_decay", f"must be >= 1 (1 = a constant rate), got {self.optim.lr_decay}")
         if not self.optim.anneal >= 1:
             raise FieldError.on("optim.anneal", f"must be >= 1 (1 = never), got {self.optim.anneal}")
+        if self.optim.lr_schedule not in LR_SCHEDULES:
+            raise FieldError.on("optim.lr_schedule", f"must be one of {', '.join(LR_SCHEDULES)}, "
+                                f"got {self.optim.lr_schedule!r}")
+        if self.optim.warmup < 0:
+            raise FieldError.on("optim.warmup", f"must be >= 0, got {self.optim.warmup}")
         if self.optim.lr_decay_after < 0:
             raise FieldError.on("optim.lr_decay_after", f"must be >= 0, got {self.optim.lr_decay_after}")
         if self.max_tokens is not None and self.max_tokens < 1:

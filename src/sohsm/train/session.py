@@ -28,6 +28,7 @@ from sohsm.train.guard import StopSignals, check_eval, check_finite_parameters, 
 from sohsm.train.metrics import MetricsLog
 from sohsm.train.progress import progress_bar
 from sohsm.train.rundir import rng_state
+from sohsm.train.schedule import planned_steps, schedule_factor
 from sohsm.train.step import TrainStep
 from sohsm.train.task import Task
 
@@ -195,6 +196,10 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
         lines.append(f"processes  {ranks.world} ({torch.distributed.get_backend()}), each on 1/{ranks.world} of "
                      "every batch; this one (rank 0) writes")
     bar = progress_bar(lines, planned, p.tokens, p.elapsed_s, config.time_budget, device, progress)
+    # a warm-up or a cosine moves the rate every step, over the steps the budget plans
+    optim = config.optim
+    rate_moves = optim.warmup > 0 or optim.lr_schedule != "constant"
+    total_steps = planned_steps(planned, task.tokens_per_epoch, task.steps_per_epoch, task.tokens_per_step)
 
     # ``None``: a few dev points an epoch, whatever its length (a curve to plot from the first epoch on)
     eval_every = (config.eval_every if config.eval_every is not None
@@ -279,7 +284,9 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
         clock.start()
 
     def set_rate() -> None:
-        rate = config.optim.rate_in_epoch(p.epoch) * p.lr_scale
+        rate = optim.rate_in_epoch(p.epoch) * p.lr_scale
+        if rate_moves:
+            rate *= schedule_factor(optim.lr_schedule, p.step, optim.warmup, total_steps)
         for group in optimizer.param_groups:
             group["lr"] = rate
 
@@ -311,6 +318,8 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
             while stopped is None:
                 set_rate()
                 for batch, cursor in task.batches(p.epoch, p.cursor):
+                    if rate_moves:
+                        set_rate()
                     # forward, backward, clip, check, update; a self-organising head may re-cluster in the update
                     result = step(batch, p.step + 1)
                     n = result.tokens  # all ranks' targets

@@ -81,6 +81,12 @@ class Task(ABC):
         position a step unless a task says otherwise."""
         return self.epoch_length
 
+    @property
+    def tokens_per_step(self) -> int:
+        """Target tokens of a full training step (all ranks; where a learning-rate schedule ends follows from
+        it): an epoch's mean unless a task says otherwise."""
+        return max(1, self.tokens_per_epoch // self.steps_per_epoch)
+
     # -- setting up -------------------------------------------------------------------
     @classmethod
     @abstractmethod

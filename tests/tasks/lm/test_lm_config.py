@@ -1,6 +1,8 @@
 """The language model's config: the paper's defaults, and runs saved by earlier versions read as they were trained."""
 from __future__ import annotations
 
+import pytest
+
 from sohsm.tasks.lm.config import LMConfig as TrainConfig
 
 
@@ -29,3 +31,44 @@ def test_a_config_saved_before_the_fused_step_keeps_the_behaviour_it_was_trained
     current = LMConfig().to_dict()  # a config of this version is read as it is
     assert LMConfig.from_saved(current) == LMConfig.from_dict(current)
     assert LMConfig.from_saved(current).optim.fused is True
+
+
+def test_a_new_transformer_run_takes_the_transformer_recipe_under_the_fields_given():
+    from sohsm.tasks.lm import TRANSFORMER_DEFAULTS, LMConfig
+
+    config = LMConfig.from_overrides({"model.architecture": "transformer", "optim.warmup": 7, "model.hidden_size": 64,
+                                      "model.attention_heads": 4})
+    assert config.optim.optimizer == "adamw" and config.optim.lr_schedule == "cosine" and config.optim.warmup == 7
+    assert (config.model.layers, config.bptt, config.batch_size) == (4, 128, 32)
+    assert config.model.emb_size == config.model.hidden_size == 64  # one width: given once, taken for both
+    assert all(config.get(path) == value for path, value in TRANSFORMER_DEFAULTS.items() if path != "optim.warmup")
+    lstm = LMConfig.from_overrides({"model.hidden_size": 64})  # the LSTM's defaults are left as they were
+    assert lstm == LMConfig.from_dict({"model": {"hidden_size": 64}})
+    assert (lstm.optim.optimizer, lstm.optim.lr_schedule, lstm.optim.warmup, lstm.model.emb_size) == (
+        "adagrad", "constant", 0, 512)
+
+
+def test_a_config_saved_before_the_transformer_is_an_lstm_with_a_constant_rate():
+    from sohsm.tasks.lm import LMConfig
+
+    saved = LMConfig().to_dict()
+    del saved["model"]["architecture"], saved["model"]["attention_heads"], saved["model"]["positions"]
+    del saved["optim"]["lr_schedule"], saved["optim"]["warmup"]
+    assert LMConfig.from_saved(saved) == LMConfig()
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"hidden_size": 30, "emb_size": 30, "attention_heads": 4},
+     "model.hidden_size=30 must be a multiple of model.attention_heads=4"),
+    ({"hidden_size": 12, "emb_size": 12, "attention_heads": 4, "positions": "rotary"},
+     "rotary positions need an even head size"),
+    ({"hidden_size": 32, "emb_size": 64, "attention_heads": 4}, "a transformer's model.emb_size=64 must equal"),
+    ({"attention_heads": 0}, "model.attention_heads must be >= 1"),
+    ({"architecture": "gru"}, "model.architecture must be one of lstm, transformer"),
+])
+def test_sizes_a_transformer_cannot_take_are_refused_in_one_line(model, message):
+    from sohsm.tasks.lm import LMConfig
+
+    with pytest.raises(ValueError, match=message) as caught:
+        LMConfig.from_dict({"model": {"architecture": "transformer", **model}})
+    assert "\n" not in str(caught.value)

@@ -4,7 +4,7 @@ A run config composes four sections and the loop's own settings::
 
     LMConfig
       data:  DataConfig    which corpus, which vocabulary
-      model: ModelConfig   the LSTM
+      model: ModelConfig   the LSTM, or a decoder-only transformer (``architecture``)
       head:  HeadConfig    which output layer, and its options (shared by every task)
       optim: OptimConfig   optimizer, learning rate, clipping, weight decay (shared by every task)
       bptt, batch_size, epochs, max_tokens, time_budget, eval_every, ... , seed, device, amp, compile
@@ -19,7 +19,8 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field
 
-from sohsm.fields import FieldError
+from sohsm.fields import FieldError, escape, has
+from sohsm.models.transformer_lm import POSITIONS, check_sizes
 from sohsm.train.config import AMP_CHOICES, CLUSTERS_FORMATS, HeadConfig, OptimConfig, RunConfig, check_clusters_source
 
 #: fields that may differ between a run and its resumption (budgets, logging, locations);
@@ -56,18 +57,40 @@ class DataConfig:
     clusters_cut: int | None = field(default=None, metadata={"metavar": "BITS"})
 
 
+#: the models that make hidden states: the paper's LSTM, or a decoder-only transformer
+ARCHITECTURES = ("lstm", "transformer")
+
+#: what a transformer changes of the defaults of a new run (a field given explicitly wins): the recipe decoder-only
+#: transformers are trained with (GPT-2's, nanoGPT's) in place of the paper's LSTM recipe, at the size of the
+#: small model of docs/results/transformer.md but for its width (give --emb-size and --hidden-size together)
+TRANSFORMER_DEFAULTS = {
+    "model.layers": 4, "bptt": 128, "batch_size": 32, "optim.optimizer": "adamw", "optim.weight_decay": 0.1,
+    "optim.clip": 1.0, "optim.lr_schedule": "cosine", "optim.warmup": 100,
+}
+
+
 @dataclass
 class ModelConfig:
-    """The LSTM that makes hidden states."""
+    """The model that makes hidden states: the paper's LSTM, or a decoder-only transformer."""
 
-    #: embedding size (the paper's text8 model: 512)
+    #: lstm (the paper's) or transformer (decoder-only, pre-LayerNorm, causal attention; a new run then defaults to
+    #: 4 layers, bptt 128, batch 32, adamw with weight decay 0.1 on its linear maps, clip 1, 100 warm-up steps and
+    #: a cosine decay)
+    architecture: str = field(default="lstm", metadata={"flag": "model", "choices": ARCHITECTURES})
+    #: embedding size (the paper's text8 model: 512; a transformer's is its hidden size: a new run given one takes
+    #: it for both)
     emb_size: int = 512
-    #: LSTM hidden size = the head's input size (the paper's text8 model: 512)
+    #: hidden size = the head's input size (the paper's text8 model: 512; a transformer's width)
     hidden_size: int = 512
-    #: LSTM layers (the paper's text8 model: one)
+    #: LSTM layers (the paper's text8 model: one) or transformer blocks
     layers: int = 1
+    #: transformer only: attention heads of each block (a divisor of hidden_size)
+    attention_heads: int = 8
+    #: transformer only: learned position vectors (GPT-2's, bptt of them) or rotary embeddings of queries and keys
+    positions: str = field(default="learned", metadata={"choices": POSITIONS})
     #: dropout on the LSTM's input and output: PTB dev ppl fell for every head measured (LSTM 256, seed 1: full
     #: 129.1 -> 121.8, self-organized 135.0 -> 123.1, frequency binning 135.0 -> 125.8); 0 is the paper's text8 model
+    #: (a transformer: on its embeddings, attention weights and residual branches)
     dropout: float = field(default=0.2, metadata={"metavar": "P"})
     #: share the embedding with the output word vectors (full head only, emb_size = hidden_size); off by
     #: default: the comparison between heads must be like for like
@@ -88,6 +111,7 @@ class LMConfig(RunConfig):
     """
 
     resumable_fields: typing.ClassVar[frozenset[str]] = RESUMABLE_FIELDS
+    choice_defaults: typing.ClassVar[dict] = {"model.architecture": {"transformer": TRANSFORMER_DEFAULTS}}
 
     #: the task this config trains (fixed; runs written before it was stored have none and are language models)
     task: str = "lm"
@@ -95,11 +119,12 @@ class LMConfig(RunConfig):
     model: ModelConfig = field(default_factory=ModelConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    #: the paper truncates back-propagation after 20 steps
+    #: the paper truncates back-propagation after 20 steps; a transformer's context (each window read on its own)
     bptt: int = 20
     #: the paper's batch size
     batch_size: int = 128
-    #: dev evaluation columns: the LSTM state restarts per column, 32 keeps the restarts rare and the batch wide
+    #: dev evaluation columns: the LSTM state restarts per column, 32 keeps the restarts rare and the batch wide (a
+    #: transformer reads each column in disjoint windows of bptt tokens)
     eval_batch_size: int = 32
     #: the paper trains 5 epochs
     epochs: int = 5
@@ -124,14 +149,25 @@ class LMConfig(RunConfig):
     #: run model and head through ``torch.compile`` (speed only; the head's target check is dropped)
     compile: bool = False
 
+    @classmethod
+    def from_overrides(cls, overrides: typing.Mapping[str, typing.Any]) -> LMConfig:
+        """:meth:`RunConfig.from_overrides`; a transformer given only one of ``model.emb_size`` and
+        ``model.hidden_size`` takes it for both (its embedding is its residual stream: one width)."""
+        overrides = dict(overrides)
+        if overrides.get("model.architecture") == "transformer":
+            for given, other in (("model.emb_size", "model.hidden_size"), ("model.hidden_size", "model.emb_size")):
+                if given in overrides and other not in overrides:
+                    overrides[other] = overrides[given]
+        return super().from_overrides(overrides)
+
     # -- checks ----------------------------------------------------------------------
     def validate(self) -> None:
         """Check every value's range; raises ValueError naming the field."""
         self._validate_head_optim_budgets()
         if self.task != "lm":
             raise FieldError.on("task", f"must be 'lm' for a language-model config, got {self.task!r}")
-        self._check_at_least(1, "model.emb_size", "model.hidden_size", "model.layers", "bptt", "batch_size",
-                             "eval_batch_size", "epochs", "log_every")
+        self._check_at_least(1, "model.emb_size", "model.hidden_size", "model.layers", "model.attention_heads", "bptt",
+                             "batch_size", "eval_batch_size", "epochs", "log_every")
         self._check_at_least(0, "eval_every", "checkpoint_every")
         if not 0.0 <= self.model.dropout < 1.0:
             raise FieldError.on("model.dropout", f"must be in [0, 1), got {self.model.dropout}")
@@ -149,6 +185,28 @@ class LMConfig(RunConfig):
             raise FieldError.on("data.max_size",
                                 f"must be >= 2 (or none: the corpus's default), got {self.data.max_size}")
         check_clusters_source(self.data)
+        self._validate_model()
         if self.model.tie_weights and self.model.emb_size != self.model.hidden_size:
             raise FieldError(f"{{}} needs {{}} == {{}}, got {self.model.emb_size} and {self.model.hidden_size}",
                              "model.tie_weights", "model.emb_size", "model.hidden_size")
+
+    def _validate_model(self) -> None:
+        """The architecture and, for a transformer, sizes it can be built with."""
+        m = self.model
+        if m.architecture not in ARCHITECTURES:
+            raise FieldError.on("model.architecture", f"must be one of {', '.join(ARCHITECTURES)}, "
+                                f"got {m.architecture!r}")
+        if m.positions not in POSITIONS:
+            raise FieldError.on("model.positions", f"must be one of {', '.join(POSITIONS)}, got {m.positions!r}")
+        if m.architecture != "transformer":
+            return
+        if m.hidden_size % m.attention_heads:
+            raise FieldError(f"{{}} must be a multiple of {{}}: each attention head takes hidden_size / "
+                             f"attention_heads", has("model.hidden_size", m.hidden_size),
+                             has("model.attention_heads", m.attention_heads))
+        problem = check_sizes(m.hidden_size, m.attention_heads, m.positions)
+        if problem:
+            raise FieldError(escape(problem))
+        if m.emb_size != m.hidden_size:
+            raise FieldError(f"a transformer's {{}} must equal its {{}}: its embedding is its residual stream "
+                             f"(give both)", has("model.emb_size", m.emb_size), has("model.hidden_size", m.hidden_size))

@@ -1,4 +1,5 @@
-"""A language model's evaluation on a token stream: the LSTM state carried across windows.
+"""A language model's evaluation on a token stream: the LSTM state carried across windows, a transformer's
+windows disjoint.
 
     ppl            = exp( -(1/M) sum_t log P(w_t | w_<t) )
     ppl_cluster    = exp( -(1/M) sum_t log P(C(w_t) | w_<t) )          (paper Eq. 5)
@@ -10,28 +11,31 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from sohsm.data.batching import batchify, bptt_batches
 from sohsm.heads.base import Head
-from sohsm.models.lstm_lm import LSTMLanguageModel
 from sohsm.train.evaluation import EvalResult, evaluate
 
 
-def evaluate_stream(model: LSTMLanguageModel, head: Head, ids: Tensor, batch_size: int = 32,
+def evaluate_stream(model: nn.Module, head: Head, ids: Tensor, batch_size: int = 32,
                     bptt: int = 20) -> EvalResult:
     """Score every token of the 1-D stream ``ids`` but the first with ``model`` and ``head``.
 
     The stream is laid out in ``batch_size`` columns (:func:`sohsm.data.batchify`; at
     most ``batch_size - 1`` trailing tokens are dropped) and read in windows of
-    ``bptt`` rows with the LSTM state carried across windows.
+    ``bptt`` rows with the LSTM state carried across windows. A transformer carries
+    nothing: it reads each column in disjoint windows of ``bptt`` tokens, so a token
+    sees the 0 to ``bptt - 1`` tokens before it in its window (about ``bptt / 2`` on
+    average; a sliding window would see more, at ``bptt`` times the cost).
 
     Args:
         model: makes the hidden states.
         head: scores them.
         ids: 1-D token ids (a corpus split).
         batch_size: columns of the layout.
-        bptt: rows per window (does not change the result, only memory and speed).
+        bptt: rows per window (for the LSTM it does not change the result, only memory and speed; for a
+            transformer it is the context, the run's own).
 
     Returns:
         :class:`~sohsm.train.evaluation.EvalResult`.
@@ -48,13 +52,14 @@ class _Stream:
     def __init__(self, ids: Tensor, batch_size: int, bptt: int) -> None:
         self.ids, self.batch_size, self.bptt = ids, batch_size, bptt
 
-    def eval_hidden_states(self, model: LSTMLanguageModel) -> Iterator[tuple[Tensor, Tensor]]:
+    def eval_hidden_states(self, model: nn.Module) -> Iterator[tuple[Tensor, Tensor]]:
         return stream_hidden_states(model, self.ids, self.batch_size, self.bptt)
 
 
-def stream_hidden_states(model: LSTMLanguageModel, ids: Tensor, batch_size: int, bptt: int,
+def stream_hidden_states(model: nn.Module, ids: Tensor, batch_size: int, bptt: int,
                          columns: slice | None = None) -> Iterator[tuple[Tensor, Tensor]]:
-    """``(hidden [t*B, d], targets [t*B])`` of a token stream in ``batch_size`` columns, state carried.
+    """``(hidden [t*B, d], targets [t*B])`` of a token stream in ``batch_size`` columns, the state carried (an
+    LSTM's; a transformer has none, so its windows are disjoint).
 
     ``columns``: only these columns of the layout (a rank's share; each column is
     read on its own, so the shares' sums add up to the whole's).

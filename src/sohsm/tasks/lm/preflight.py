@@ -20,7 +20,7 @@ from sohsm.tasks.lm.config import LMConfig
 #: bytes of a float32 value
 _FLOAT = 4
 #: optimizer state per parameter value (Adagrad's sum, Adam's two moments; SGD without momentum keeps none)
-_OPTIMIZER_STATE = {"adagrad": 1, "adam": 2, "sgd": 0}
+_OPTIMIZER_STATE = {"adagrad": 1, "adam": 2, "adamw": 2, "sgd": 0}
 
 
 def check_run_fits(config: LMConfig, corpus: Corpus, device: torch.device) -> None:
@@ -46,13 +46,16 @@ def _check_split(what: str, tokens: int, field: str, batch_size: int) -> None:
 def estimate_bytes(config: LMConfig, n_words: int) -> tuple[int, str]:
     """A lower bound on the memory a training step needs, and what it covers.
 
-    Counts the parameters of the LSTM and the head, their gradients and the
-    optimizer's state (float32), the self-organized head's statistics ``q``, and
+    Counts the parameters of the model (LSTM or transformer) and the head, their gradients
+    and the optimizer's state (float32), the self-organized head's statistics ``q``, and
     for the full softmax its ``[bptt * batch_size, N]`` logits and their gradient.
-    Activations of the LSTM are left out: the bound stays a bound.
+    Activations of the model are left out: the bound stays a bound.
     """
     m, h = config.model, config.model.hidden_size
-    lstm = sum(4 * h * ((m.emb_size if layer == 0 else h) + h) + 8 * h for layer in range(m.layers))
+    if m.architecture == "transformer":  # per block: attention 4h^2 + 4h, MLP 8h^2 + 5h, two LayerNorms 4h
+        lstm = m.layers * (12 * h * h + 13 * h) + 2 * h + (config.bptt * h if m.positions == "learned" else 0)
+    else:
+        lstm = sum(4 * h * ((m.emb_size if layer == 0 else h) + h) + 8 * h for layer in range(m.layers))
     clusters = math.ceil(math.sqrt(n_words))
     head = n_words * h
     if config.head.name == "full":

@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from sohsm.data.loading import Corpus
 from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead
-from sohsm.models.lstm_lm import LSTMLanguageModel
 from sohsm.tasks.lm.config import LMConfig
+from sohsm.tasks.lm.model import describe_model
 from sohsm.train.progress import count_text, duration_text, parameter_count
 
 
@@ -23,10 +24,9 @@ def describe_k(head: Head, config: LMConfig) -> str | None:
     return head.describe_schedule(config.batch_size * config.bptt)
 
 
-def startup_lines(config: LMConfig, corpus: Corpus, model: LSTMLanguageModel, head: Head, device: torch.device,
+def startup_lines(config: LMConfig, corpus: Corpus, model: nn.Module, head: Head, device: torch.device,
                   planned_tokens: int, tokens_per_epoch: int, done_tokens: int = 0) -> list[str]:
     """The two lines a session prints before it trains: what runs (data, model, head, device) and the plan."""
-    m = config.model
     head_facts = [f"{count_text(parameter_count(head))} parameters"]
     if isinstance(head, ClusteredHead):
         head_facts.append(f"{head.n_clusters} clusters")
@@ -34,7 +34,7 @@ def startup_lines(config: LMConfig, corpus: Corpus, model: LSTMLanguageModel, he
     if k is not None:
         head_facts.append(k)
     what = (f"{corpus.name}: {len(corpus.vocab):,} words, {corpus.train.numel():,} train tokens | "
-            f"LSTM {m.layers}×{m.emb_size}/{m.hidden_size} | head {config.head.name}: {', '.join(head_facts)} | "
+            f"{describe_model(config.model, config.bptt)} | head {config.head.name}: {', '.join(head_facts)} | "
             f"{count_text(parameter_count(model, head))} parameters in all | {device}")
     epochs = planned_tokens / tokens_per_epoch
     if config.max_tokens is not None and config.max_tokens == planned_tokens:

@@ -2,7 +2,8 @@
 
 One step reads a window of ``bptt`` rows of the ``[T, B]`` training layout
 (:func:`sohsm.data.batchify`), carrying the LSTM state (detached) from the
-previous window of the same epoch::
+previous window of the same epoch (a transformer carries none: each window is read
+on its own, its context is the window, and its state stays ``None``)::
 
     rows 0 .. T-1 of B columns        step k reads rows [row, row + bptt) and predicts the next row
     |w0 w1 ...| |...| ... |...|       after the window: row += bptt; at row T-1 the epoch ends,
@@ -30,6 +31,7 @@ from sohsm.data.vocab import Vocabulary
 from sohsm.fields import FieldError, escape, has
 from sohsm.heads import Head
 from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
+from sohsm.models.transformer_lm import TransformerLM
 from sohsm.tasks.heads import hierarchy_parts, saved_clusters, takes_tree
 from sohsm.tasks.hierarchies import load_hierarchy
 from sohsm.tasks.lm.config import LMConfig
@@ -78,10 +80,15 @@ class LMTask(Task):
         check_run_fits(self.config, self.corpus, device)
         amp = self.config.amp
         if amp is not None:
-            probe = torch.nn.LSTM(4, 4).to(device)
-            failure = autocast_fails(amp, device, lambda: probe(torch.zeros(1, 1, 4, device=device)))
+            transformer = self.config.model.architecture == "transformer"
+            probe = (TransformerLM(2, hidden_size=4, layers=1, attention_heads=1, context=1) if transformer
+                     else torch.nn.LSTM(4, 4)).to(device)
+            example = (torch.zeros(1, 1, dtype=torch.long, device=device) if transformer
+                       else torch.zeros(1, 1, 4, device=device))
+            failure = autocast_fails(amp, device, lambda: probe(example))
             if failure:
-                raise ValueError(f"amp {amp!r} cannot run the LSTM on the {device.type} here ({failure})")
+                model = "transformer" if transformer else "LSTM"
+                raise ValueError(f"amp {amp!r} cannot run the {model} on the {device.type} here ({failure})")
 
     def shard(self, ranks: Ranks) -> None:
         """Keep this rank's ``batch_size / N`` training columns; dev columns are shared out at evaluation."""
@@ -115,6 +122,11 @@ class LMTask(Task):
     def steps_per_epoch(self) -> int:
         """A step takes ``bptt`` rows of the ``epoch_length``."""
         return -(-self.epoch_length // self.config.bptt)
+
+    @property
+    def tokens_per_step(self) -> int:
+        """A step reads ``bptt`` rows of all ``batch_size`` columns (an epoch's last may read fewer)."""
+        return self.config.bptt * self.config.batch_size
 
     def batches(self, epoch: int, cursor: int) -> Iterator[tuple[tuple[Tensor, Tensor], int]]:
         for inputs, targets in bptt_batches(self.data, self.config.bptt, start=cursor):

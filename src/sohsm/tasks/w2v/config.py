@@ -104,6 +104,8 @@ class W2VConfig(RunConfig):
         "optim.weight_decay": "word vectors take 0 (word2vec's SGD has no decay)",
         "optim.lr_decay": "word vectors take 1 (the rate falls linearly to zero over the run instead)",
         "optim.anneal": "word vectors take 1 (the rate falls linearly to zero over the run instead)",
+        "optim.lr_schedule": "word vectors take constant (the rate falls linearly to zero over the run instead)",
+        "optim.warmup": "word vectors take 0 (the rate falls linearly to zero over the run instead)",
     }
 
     #: the task this config trains (fixed)
@@ -205,5 +207,8 @@ class W2VConfig(RunConfig):
         if self.optim.anneal != 1:
             raise FieldError.on("optim.anneal", f"must be 1 for word vectors: the rate falls linearly to zero "
                                                 f"over the run, got {self.optim.anneal}")
+        if self.optim.lr_schedule != "constant" or self.optim.warmup:
+            raise FieldError("{} must be 'constant' and {} 0 for word vectors: the rate falls linearly to zero "
+                             "over the run", "optim.lr_schedule", "optim.warmup")
         if "update_every" in self.head.options:
             raise FieldError.on("head.options", "must not hold update_every: set head.update_every")
