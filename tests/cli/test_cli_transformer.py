@@ -188,7 +188,7 @@ def test_the_readme_settings_file_is_a_transformer_config(tmp_path):
     """The README's transformer.yaml is read as it is and makes the model its comments say."""
     import re
 
-    from sohsm.cli.config_flags import read_config_file
+    from sohsm.cli.config_file import read_config_file
     from sohsm.tasks.lm import LMConfig
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()

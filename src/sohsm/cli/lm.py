@@ -27,7 +27,7 @@ examples:
   torchrun --nproc-per-node 2 -m sohsm lm train --corpus ptb --head self_organized \\
       --run-dir runs/ptb-ddp --batch-size 128    # 2 processes, 64 columns each; rank 0 writes
   sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb-bf16 --amp bf16 --compile
-  sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb-tf --model transformer \
+  sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb-tf --model transformer \\
       --hidden-size 256 --attention-heads 4    # 4 blocks, context 128, AdamW, 100 warm-up steps, cosine
   sohsm lm train --corpus ptb --head pmi --run-dir runs/ptb-pmi --layers 2 --emb-size 300 \\
       --hidden-size 300 --dropout 0.5 --batch-size 20 --optimizer sgd --lr 20 --clip 0.25 \\
