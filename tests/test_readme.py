@@ -21,9 +21,8 @@ def test_readme_example_runs(source):
     exec(compile(source, str(README), "exec"), namespace)
     assert namespace["log_probs"].logsumexp(1).abs().max() < 1e-4
     assert (namespace["next_words"] == namespace["log_probs"].argmax(1)).all()
-    if "output" in namespace:  # an example that calls head(hidden, target) itself
-        output, target = namespace["output"], namespace["target"]
-        assert output.shape == (target.numel(),) and output.view_as(target).shape == target.shape
+    output, target = namespace["output"], namespace["target"]
+    assert output.shape == (target.numel(),) and output.view_as(target).shape == target.shape
 
 
 def test_the_table_says_output_comes_back_flattened():
