@@ -10,7 +10,8 @@ The output layers ("heads") share one interface, modelled on
 
 Importing it loads the heads alone: training, tasks and data are imported where they are used
 (:mod:`sohsm.train`, :mod:`sohsm.tasks`, the ``sohsm`` command), and the tasks register themselves
-the first time the training loop looks one up (:mod:`sohsm.train.task`).
+the first time the training loop looks one up (:mod:`sohsm.train.task`); ``sohsm.TransformerLM``
+is imported from :mod:`sohsm.models` on first use.
 """
 from sohsm.version import __version__
 
@@ -32,7 +33,6 @@ from sohsm.heads import (  # noqa: E402
     head_names,
     head_options,
 )
-from sohsm.models.transformer_lm import TransformerLM  # noqa: E402
 
 __all__ = [
     "AdaptiveSoftmax",
@@ -54,3 +54,12 @@ __all__ = [
     "head_options",
     "__version__",
 ]
+
+
+def __getattr__(name: str):
+    """``sohsm.TransformerLM`` on first use, so that ``import sohsm`` loads the heads alone."""
+    if name == "TransformerLM":
+        from sohsm.models.transformer_lm import TransformerLM
+
+        return TransformerLM
+    raise AttributeError(f"module 'sohsm' has no attribute {name!r}")
