@@ -153,6 +153,26 @@ def test_resume_continues_exactly(tmp_path, ptb_slice, small, cli, monkeypatch):
     assert all(torch.equal(a["head"][k], b["head"][k]) for k in a["head"] if isinstance(a["head"][k], torch.Tensor))
 
 
+def test_tied_self_organized_run_resumes_exactly_and_evaluates(tmp_path, ptb_slice, small, cli):
+    """--tie-weights with a self-organized head: the embedding reads the head's rows, across re-clusterings
+    and a resume; the checkpoint holds the vectors once; eval and generate build the same tied model."""
+    n, straight, resumed = 30, tmp_path / "straight", tmp_path / "resumed"
+    common = ["--corpus", ptb_slice, *small, *RESUME_OPTIONS, "--tie-weights"]
+    assert cli("lm", "train", "--run-dir", straight, *common, "--max-tokens", n * TOKENS_PER_STEP)[0] == 0
+    assert cli("lm", "train", "--run-dir", resumed, *common, "--max-tokens", n // 2 * TOKENS_PER_STEP)[0] == 0
+    code, _, err = cli("lm", "train", "--run-dir", resumed, "--resume", "--quiet", "--max-tokens", n * TOKENS_PER_STEP)
+    assert code == 0, err
+    expected, got = _train_losses(straight), _train_losses(resumed)
+    assert [s for s, _ in got] == [s for s, _ in expected] == list(range(1, n + 1))
+    assert max(abs(a - b) for (_, a), (_, b) in zip(expected, got)) <= 1e-6
+    assert len([r for r in read_metrics(straight / "metrics.jsonl") if r["kind"] == "recluster"]) >= 3
+    checkpoint = torch.load(straight / "last.pt", weights_only=True)
+    assert not any("embedding" in key for key in checkpoint["model"])  # the vectors live in the head alone
+    code, out, err = cli("lm", "eval", straight)
+    assert code == 0 and "ppl" in out, err
+    assert cli("lm", "generate", straight, "--prompt", "the")[0] == 0
+
+
 def test_resume_after_a_crash_drops_records_past_the_checkpoint(tmp_path, ptb_slice, small, cli):
     run_dir = tmp_path / "run"
     common = ["--corpus", ptb_slice, *small, "--head", "full", "--log-every", 1, "--eval-every", 0,

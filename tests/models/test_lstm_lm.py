@@ -43,12 +43,11 @@ def test_hidden_states_feed_any_head(model, tmp_path):
         assert out.output.shape == (5 * 2,) and out.loss.ndim == 0
 
 
-def test_weight_tying_only_for_the_full_softmax(model):
+def test_weight_tying_shares_the_full_softmax_weight(model):
+    """(Two-level heads: tests/models/test_tying.py.)"""
     full = sohsm.build_head("full", D, N)
     model.tie_weights(full)
     assert full.weight is model.embedding.weight
-    with pytest.raises(ValueError, match="grouped by cluster"):
-        model.tie_weights(sohsm.build_head("two_level_random", D, N))
     with pytest.raises(ValueError, match="emb_size == hidden_size"):
         LSTMLanguageModel(N, emb_size=8, hidden_size=D).tie_weights(sohsm.build_head("full", D, N))
 

@@ -40,6 +40,8 @@ class ReusedGradient:
         self.tensor: Tensor | None = None
         self.dirty: list | None = None  # regions that may be non-zero; None = unknown
         self.version = -1  # the tensor's version after the head's last write
+        #: someone else adds into the buffer too (an input embedding tied to the weight): its record never holds
+        self.shared = False
 
     def invalidate(self) -> None:
         self.dirty = None
@@ -53,7 +55,7 @@ class ReusedGradient:
         step, and a full ``memset`` then would cost a pass over ``N x d`` floats.
         Under ``torch.distributed`` a write may fill any row, so the counter decides.
         """
-        if self.dirty is None or self.tensor is None:
+        if self.dirty is None or self.tensor is None or self.shared:
             return False
         return self.tensor._version == self.version or not distributed()
 

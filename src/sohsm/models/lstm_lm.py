@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from sohsm.heads.base import Head
-from sohsm.heads.full import FullSoftmax
+from sohsm.models.tying import tie_embedding
 
 #: the recurrent state ``(h, c)``, each ``[layers, B, hidden_size]``
 LSTMState = tuple[Tensor, Tensor]
@@ -69,7 +69,8 @@ class LSTMLanguageModel(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
+        if isinstance(self.embedding, nn.Embedding):  # a tied embedding is the head's, initialised there
+            nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
         self.lstm.reset_parameters()
 
     def forward(self, input: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
@@ -94,26 +95,15 @@ class LSTMLanguageModel(nn.Module):
         return self.lstm_parameters()
 
     def tie_weights(self, head: Head) -> None:
-        """Share the embedding matrix with the output word vectors of ``head``.
-
-        Only a :class:`~sohsm.heads.FullSoftmax` stores its ``[N, d]`` word vectors
-        in word-id order; two-level heads group the rows by cluster and re-order
-        them when clusters change, so they cannot be tied.
+        """Make the embedding the output word vectors of ``head`` (:mod:`sohsm.models.tying`): a full
+        softmax shares its weight; a two-level head is read through its layout, which follows its clusters.
 
         Raises:
-            ValueError: the head cannot be tied, or ``emb_size != hidden_size``.
+            ValueError: the head has no word vectors to share, or ``emb_size != hidden_size``.
         """
-        if not isinstance(head, FullSoftmax):
-            raise ValueError(
-                f"weight tying needs a full softmax head whose word vectors are in word-id order; "
-                f"{type(head).__name__} stores them grouped by cluster"
-            )
         if self.emb_size != self.hidden_size:
             raise ValueError(f"weight tying needs emb_size == hidden_size, got {self.emb_size} and {self.hidden_size}")
-        if tuple(head.weight.shape) != tuple(self.embedding.weight.shape):
-            raise ValueError(f"head weight {tuple(head.weight.shape)} and embedding "
-                             f"{tuple(self.embedding.weight.shape)} differ in shape")
-        head.weight = self.embedding.weight
+        self.embedding = tie_embedding(self.embedding, head)
 
     def extra_repr(self) -> str:
         return f"dropout={self.dropout_p}"

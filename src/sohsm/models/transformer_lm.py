@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.heads.base import Head
-from sohsm.heads.full import FullSoftmax
+from sohsm.models.tying import tie_embedding
 
 #: how a transformer knows where a token is: a learned vector per position added to the embedding
 #: (GPT-2's), or rotary embeddings that turn queries and keys by the position (RoFormer's, Llama's)
@@ -199,20 +199,12 @@ class TransformerLM(nn.Module):
         return [m.weight for block in self.blocks for m in block.modules() if isinstance(m, nn.Linear)]
 
     def tie_weights(self, head: Head) -> None:
-        """Share the embedding matrix with the output word vectors of ``head`` (a full softmax only).
+        """Make the embedding the output word vectors of ``head`` (as :meth:`LSTMLanguageModel.tie_weights` does).
 
         Raises:
-            ValueError: the head cannot be tied (see :meth:`sohsm.models.LSTMLanguageModel.tie_weights`).
+            ValueError: the head has no word vectors to share, or they are not ``hidden_size`` wide.
         """
-        if not isinstance(head, FullSoftmax):
-            raise ValueError(
-                f"weight tying needs a full softmax head whose word vectors are in word-id order; "
-                f"{type(head).__name__} stores them grouped by cluster"
-            )
-        if tuple(head.weight.shape) != tuple(self.embedding.weight.shape):
-            raise ValueError(f"head weight {tuple(head.weight.shape)} and embedding "
-                             f"{tuple(self.embedding.weight.shape)} differ in shape")
-        head.weight = self.embedding.weight
+        self.embedding = tie_embedding(self.embedding, head)
 
     def extra_repr(self) -> str:
         return (f"context={self.context}, positions={self.positions!r}, attention_heads={self.attention_heads}, "

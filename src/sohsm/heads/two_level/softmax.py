@@ -105,8 +105,8 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         ``head.check_targets = False`` to drop the host-side target check as well.
         The sync-free path (``backend="triton"``, the default on CUDA, or
         ``"grouped_torch"``) reads nothing back, traces whole, and scores in the
-        autocast dtype. :attr:`weight`
-        cannot be tied to an embedding: its rows are grouped by cluster (use :meth:`word_vectors`).
+        autocast dtype. :attr:`weight` has its rows grouped by cluster: an input embedding
+        tied to it reads them through :meth:`embed`.
     """
 
     def __init__(
@@ -229,6 +229,11 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         """``[N, d]`` output vectors ``U^V`` in word-id order (a copy)."""
         return self.weight.detach()[self._layout.slot_of_word]
 
+    def embed(self, ids: Tensor) -> Tensor:
+        """``[*] -> [*, d]``: the vectors of ``ids``, a tied input embedding that follows the clusters."""
+        self._grad.shared = True  # autograd adds the embedding's share into weight.grad: the head's record lapses
+        return F.embedding(self._layout.slot_of_word[ids], self.weight)
+
     def set_assignment(self, assignment: Tensor, optimizer: torch.optim.Optimizer | None = None) -> Tensor:
         """Move words to new clusters, keeping every word's vector, gradient and optimizer state.
 
@@ -305,8 +310,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     # -- how the in-cluster softmax is computed (the backend) -------------------------------------
     @property
     def backend(self) -> str:
-        """How the in-cluster softmax is computed: ``"auto"``, ``"per_cluster"``, ``"grouped_torch"`` or
-        ``"triton"`` (see the constructor); settable."""
+        """How the in-cluster softmax is computed (see the constructor); settable."""
         return self._backend
 
     @backend.setter
@@ -387,11 +391,9 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
 
         ``P(c | h)`` bounds the probability of every word of ``c``. Every row first
         scores the words of its most probable cluster; a cluster can then only
-        hold a better word if its ``log P(c | h)`` exceeds the row's k-th best
-        score so far, so each unfinished row scores exactly those clusters, all
-        in one grouped pass (``chunk_pairs`` (row, cluster) pairs at a time).
-        A well-trained head visits a few clusters per row; an untrained one,
-        whose cluster distribution is flat, may visit all of them.
+        hold a better word if its ``log P(c | h)`` exceeds the row's k-th best score so far, so each
+        unfinished row scores exactly those clusters, in one grouped pass (``chunk_pairs`` pairs at a time).
+        A well-trained head visits a few clusters per row; an untrained one may visit all of them.
 
         Args:
             hidden: ``[B, d]`` hidden states (``[*, d]`` is flattened).

@@ -92,8 +92,8 @@ class ModelConfig:
     #: 129.1 -> 121.8, self-organized 135.0 -> 123.1, frequency binning 135.0 -> 125.8); 0 is the paper's text8 model
     #: (a transformer: on its embeddings, attention weights and residual branches)
     dropout: float = field(default=0.2, metadata={"metavar": "P"})
-    #: share the embedding with the output word vectors (full head only, emb_size = hidden_size); off by
-    #: default: the comparison between heads must be like for like
+    #: share the embedding with the output word vectors (Press & Wolf 2017; the full and the two-level
+    #: heads, emb_size = hidden_size); off by default: the comparison between heads must be like for like
     tie_weights: bool = False
 
 

@@ -58,9 +58,8 @@ def estimate_bytes(config: LMConfig, n_words: int) -> tuple[int, str]:
         lstm = sum(4 * h * ((m.emb_size if layer == 0 else h) + h) + 8 * h for layer in range(m.layers))
     clusters = math.ceil(math.sqrt(n_words))
     head = n_words * h
-    if config.head.name == "full":
-        head -= n_words * h if m.tie_weights else 0
-    else:
+    head -= n_words * h if m.tie_weights else 0  # the head's word vectors are the embedding
+    if config.head.name != "full":
         head += clusters * h
         if config.head.options.get("projection"):
             head += 2 * h * h
