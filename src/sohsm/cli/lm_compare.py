@@ -66,7 +66,7 @@ def register_compare(sub: argparse._SubParsersAction) -> None:
                    help=f"heads to train, comma-separated, in table order (default: {', '.join(DEFAULT_HEADS)})")
     g.add_argument("--variant", action="append", default=[], metavar="NAME:HEAD:KEY=VALUE,...",
                    help="one more run of HEAD with these head options, in OUT/HEAD-NAME (repeatable), e.g. "
-                   "k20:self_organized:update_every=20")
+                   "k20:self_organized:update_every=20; tie_weights=false|true sets the run's weight tying")
     g.add_argument("--seeds", metavar="S1,S2,...",
                    help="train every head once per seed, in OUT/seed-S, and report the means over seeds "
                    "(instead of --seed)")
@@ -134,10 +134,11 @@ def _planned_runs(args: argparse.Namespace) -> list[Any]:
         own = dict(own)
         if "update_every" in own:
             k = own.pop("update_every")
+        tie = {"model.tie_weights": own.pop("tie_weights")} if "tie_weights" in own else {}
         options.update(own)
         where = f"--variant {name.removeprefix(head + '-')}: " if name != head else ""
         try:
-            overrides = {**base, **head_overrides(head, options, k)}
+            overrides = {**base, **head_overrides(head, options, k), **tie}
             runs.append(PlannedRun(name, LMConfig.from_overrides(overrides)))
         except (CommandError, ValueError) as error:
             raise CommandError(f"{where}{error}") from None

@@ -120,12 +120,17 @@ def plan_comparison(out: str | os.PathLike[str], runs: Sequence[PlannedRun]) -> 
     return plans
 
 
+#: settings that belong to the head although they live elsewhere: whether its word vectors are the embedding
+HEAD_BOUND = frozenset({"model.tie_weights"})
+
+
 def _check_same_settings(runs: Sequence[PlannedRun]) -> None:
-    """Refuse runs whose configs differ in anything but the head: the comparison would not be like for like."""
+    """Refuse runs whose configs differ in anything but the head (and :data:`HEAD_BOUND`): the comparison would
+    not be like for like."""
     first = {k: v for k, v in runs[0].config.flat().items() if not k.startswith("head.")}
     for run in runs[1:]:
         for key, value in run.config.flat().items():
-            if not key.startswith("head.") and value != first[key]:
+            if not key.startswith("head.") and key not in HEAD_BOUND and value != first[key]:
                 raise ValueError(f"run {run.name} differs from run {runs[0].name} in {key} ({value!r} against "
                                  f"{first[key]!r}); the runs of a comparison differ only in their head")
 

@@ -28,7 +28,7 @@ class RunSummary:
     Attributes:
         run: the run directory's name.
         head: the head's name.
-        options: the head's options (``head.options`` and ``update_every`` when set).
+        options: the head's options (``head.options``, and ``update_every`` and ``tie_weights`` when set).
         tokens, epochs, train_s: training tokens, epochs (fractional) and seconds of training so far.
         tokens_per_s: ``tokens / train_s``.
         best_ppl, ppl: best and last dev perplexity (``None`` before the first evaluation).
@@ -64,10 +64,13 @@ def summarise_run(run_dir: str | os.PathLike[str]) -> RunSummary:
     for name in (CONFIG_FILE, METRICS_FILE):
         if not (run_dir / name).is_file():
             raise ValueError(f"{run_dir} is not a training run directory (no {name})")
-    head = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))["head"]
+    config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    head = config["head"]
     options = dict(head.get("options") or {})
     if head.get("update_every") is not None:
         options["update_every"] = head["update_every"]
+    if (config.get("model") or {}).get("tie_weights"):
+        options["tie_weights"] = True
     records = read_metrics(run_dir / METRICS_FILE)
     evals = [r for r in records if r.get("kind") == "eval"]
     timed = [r for r in records if "epoch" in r] or [{"tokens": 0, "elapsed_s": 0.0, "epoch": None}]
