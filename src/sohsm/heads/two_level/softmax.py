@@ -32,7 +32,7 @@ from sohsm.heads.two_level.word_bands import BandedWords
 from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, upcast
 from sohsm.heads.two_level.device_topk import exact_topk
 from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
-from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout, InClusterLogProb
+from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout, InClusterLogProb, move_rows
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 
@@ -254,12 +254,8 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         new_layout = ClusterLayout(new, self.n_clusters)
         # new slot s holds word new.word_of_slot[s], which sat at old.slot_of_word[...]
         permutation = old_layout.slot_of_word[new_layout.word_of_slot]
-        with torch.no_grad():
-            self.weight.copy_(self.weight[permutation])
-            if self.weight.grad is not None:
-                self.weight.grad.copy_(self.weight.grad[permutation])
-            for value in self._optimizer_state(self.weight, optimizer, rows=True):
-                value.copy_(value[permutation])
+        move_rows([self.weight, self.weight.grad, *self._optimizer_state(self.weight, optimizer, rows=True)],
+                  permutation)
         self.assignment.copy_(new)
         new_layout.version = self.assignment._version
         self._layout = new_layout

@@ -64,6 +64,21 @@ class ClusterLayout:
         self.position_of_word = self.slot_of_word - offsets[assignment]
 
 
+@torch.no_grad()
+def move_rows(tensors: list[Tensor | None], permutation: Tensor) -> None:
+    """``t.copy_(t[permutation])`` for each tensor (``None`` skipped), through one scratch buffer per dtype:
+    on the CPU a fresh ``N x d`` tensor per move costs more than the move itself (its pages fault in)."""
+    scratch: dict = {}
+    for t in tensors:
+        if t is None:
+            continue
+        key = (t.dtype, t.device, t.shape)
+        if key not in scratch:
+            scratch[key] = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        torch.index_select(t, 0, permutation, out=scratch[key])
+        t.copy_(scratch[key])
+
+
 class RowGroups(NamedTuple):
     """Rows of a batch grouped by the cluster whose words they score."""
 
