@@ -176,6 +176,8 @@ def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, lea
             default = " (a new run must name it)"
         elif f.default is None and "none" in f.help.lower():
             default = ""
+        elif "default_help" in f.metadata:  # a default that depends on other choices
+            default = f" (default: {f.metadata['default_help']})"
         else:
             default = f" (default: {_show(f.default)})"
         kwargs: dict[str, Any] = {"dest": f.dest, "default": None, "help": (f.help + default).strip()}

@@ -93,9 +93,10 @@ class ModelConfig:
     #: (a transformer: on its embeddings, attention weights and residual branches)
     dropout: float = field(default=0.2, metadata={"metavar": "P"})
     #: share the embedding with the output word vectors (Press & Wolf 2017; the full and the two-level heads,
-    #: emb_size = hidden_size); a new self-organized run ties by default where it can (it won on PTB and
-    #: WikiText-2, docs/results/lm.md), every other head does not
-    tie_weights: bool = False
+    #: emb_size = hidden_size); tied, the self-organized head beat adaptive softmax on PTB and WikiText-2
+    #: (docs/results/lm.md)
+    tie_weights: bool = field(default=False, metadata={
+        "default_help": "true for a new self-organized run where the sizes allow it, else false"})
 
 
 def ties_by_default(overrides: typing.Mapping[str, typing.Any]) -> bool:
