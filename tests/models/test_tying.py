@@ -52,6 +52,26 @@ def test_tied_gradient_matches_the_dense_reference_across_a_reclustering(name, b
         torch.testing.assert_close(model.embedding(torch.arange(N)).detach(), vectors, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("backend", ["per_cluster", "grouped_torch"])
+def test_tied_gradient_holds_over_steps_without_a_reclustering(backend):
+    """The head zeroes only the rows it wrote at the step before; the embedding adds into the same buffer
+    (rows of clusters the targets may not touch), and those rows must not leak into the next step."""
+    torch.manual_seed(0)
+    n = 400
+    model = LSTMLanguageModel(n, emb_size=D, hidden_size=D).double()
+    head = sohsm.build_head("self_organized", D, n, counts=torch.arange(n, 0, -1), backend=backend,
+                            n_clusters=20, update_every=0).double()
+    model.tie_weights(head)
+    for _ in range(3):
+        ids = torch.randint(0, n, (3, 2))  # 4 targets: most clusters absent, most input words outside them
+        expected_loss, expected_grad = reference_grads(model, head, ids)
+        hidden, _ = model(ids[:-1])
+        head(hidden, ids[1:]).loss.backward()
+        torch.testing.assert_close(in_word_order(head, head.weight.grad), expected_grad, rtol=1e-9, atol=1e-12)
+        for p in (*model.parameters(), head.weight, head.cluster_weight):
+            p.grad = None
+
+
 def test_tying_refuses_heads_without_shareable_word_vectors():
     model = LSTMLanguageModel(N, emb_size=D, hidden_size=D)
     with pytest.raises(ValueError, match="has none to share"):
