@@ -71,3 +71,20 @@ def test_differences_ignore_budgets_and_locations():
     assert "max_tokens" in RESUMABLE_FIELDS and "head.name" not in RESUMABLE_FIELDS
 
 
+
+
+@pytest.mark.parametrize("overrides, tied", [
+    ({}, True),  # the LSTM's emb 512 = hidden 512
+    ({"model.hidden_size": 256}, False),  # emb stays 512: nothing to share
+    ({"model.hidden_size": 256, "model.emb_size": 256}, True),
+    ({"model.architecture": "transformer", "model.hidden_size": 256}, True),  # one width: emb follows hidden
+    ({"model.architecture": "transformer", "model.emb_size": 128}, True),
+    ({"head.options": {"word_dim": 64}}, False),
+    ({"head.options": {"div_value": 4.0}}, False),
+    ({"model.tie_weights": False}, False),
+])
+def test_a_new_self_organized_run_ties_where_the_sizes_allow(overrides, tied):
+    config = TrainConfig.from_overrides({"data.corpus": "ptb", "head.name": "self_organized", **overrides})
+    assert config.model.tie_weights is tied
+    assert TrainConfig.from_overrides({"data.corpus": "ptb", "head.name": "adaptive", **overrides}).model.tie_weights \
+        is False

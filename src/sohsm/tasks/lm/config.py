@@ -103,10 +103,7 @@ def ties_by_default(overrides: typing.Mapping[str, typing.Any]) -> bool:
     """Whether a new self-organized run ties its embedding to the head: where the word vectors can be the
     embedding (one width for both, no ``word_dim`` or ``div_value`` changing the vectors' width)."""
     model = ModelConfig()
-    transformer = overrides.get("model.architecture") == "transformer"
-    hidden = overrides.get("model.hidden_size", overrides.get("model.emb_size") if transformer else None)
-    emb = overrides.get("model.emb_size", hidden if transformer else None)
-    hidden, emb = model.hidden_size if hidden is None else hidden, model.emb_size if emb is None else emb
+    emb, hidden = overrides.get("model.emb_size", model.emb_size), overrides.get("model.hidden_size", model.hidden_size)
     options = overrides.get("head.options") or {}
     return emb == hidden and not any(options.get(key) is not None for key in ("word_dim", "div_value"))
 
@@ -168,12 +165,12 @@ class LMConfig(RunConfig):
         """:meth:`RunConfig.from_overrides`; a transformer given only one of ``model.emb_size`` and
         ``model.hidden_size`` takes it for both (its embedding is its residual stream: one width)."""
         overrides = dict(overrides)
-        if overrides.get("head.name") == "self_organized" and "model.tie_weights" not in overrides:
-            overrides["model.tie_weights"] = ties_by_default(overrides)
         if overrides.get("model.architecture") == "transformer":
             for given, other in (("model.emb_size", "model.hidden_size"), ("model.hidden_size", "model.emb_size")):
                 if given in overrides and other not in overrides:
                     overrides[other] = overrides[given]
+        if overrides.get("head.name") == "self_organized" and "model.tie_weights" not in overrides:
+            overrides["model.tie_weights"] = ties_by_default(overrides)
         return super().from_overrides(overrides)
 
     # -- checks ----------------------------------------------------------------------
