@@ -21,6 +21,7 @@ def _one_line(code: int, err: str, prefix: str = "sohsm lm: error: ") -> str:
     (NEW_RUN, "the following arguments are required: --run-dir"),
     ([*NEW_RUN, "--run-dir", "x", "--epochs", "two"], "--epochs: invalid int value: 'two'"),
     ([*NEW_RUN, "--run-dir", "x", "--epohcs", "2"], "unrecognized arguments: --epohcs 2"),
+    ([*NEW_RUN, "--run-dir", "x", "--hidden", "8"], "unrecognized arguments: --hidden 8"),  # no prefixes of flags
     (["lm", "nosuch"], "invalid choice: 'nosuch'"),
 ])
 def test_argparse_errors_are_one_line_with_the_commands_prefix(argv, words, cli, tmp_path, monkeypatch):

@@ -49,7 +49,14 @@ def error_line(prog: str, message: str) -> str:
 
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line under the command's prefix, as the commands' own are
-    (argparse's default prints the whole usage first, under another prefix); ``--help`` shows the usage."""
+    (argparse's default prints the whole usage first, under another prefix); ``--help`` shows the usage.
+
+    Flags are taken only as written in full: a prefix (``--hidden`` for ``--hidden-size``) would make a saved
+    command mean something else, or nothing, once a flag sharing that prefix is added."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         message = message.removeprefix("argument ")  # "argument --head: invalid choice": the flag comes first
