@@ -34,7 +34,7 @@ of ``--zipf-words`` words (256k, LSTM 1024; written into a temporary folder), an
 reports training tokens/s (evaluation excluded; re-clusterings included).
 
 Before measuring, the GPU tests of the sync-free path run (``pytest`` on
-``tests/heads/test_grouped_kernels.py``, ``test_grouped.py``, ``test_device_topk.py``,
+``tests/heads/two_level/test_grouped_kernels.py``, ``test_grouped.py``, ``test_device_topk.py``,
 ``test_word_bands.py`` and ``test_two_level.py``) and their result heads the report, so a
 GPU run also proves the kernels correct on that GPU (``--no-tests`` skips them).
 
@@ -307,8 +307,8 @@ def run_lm(args, device) -> list[dict]:
 
 
 #: the GPU tests of the sync-free path, run before measuring (``--no-tests`` skips them)
-GPU_TESTS = ("tests/heads/test_grouped_kernels.py", "tests/heads/test_grouped.py", "tests/heads/test_device_topk.py",
-             "tests/heads/test_word_bands.py", "tests/heads/test_two_level.py")
+GPU_TESTS = tuple(f"tests/heads/two_level/test_{name}.py"
+                  for name in ("grouped_kernels", "grouped", "device_topk", "word_bands", "two_level"))
 
 
 def run_gpu_tests() -> str:

@@ -10,7 +10,7 @@ from torch import nn
 from sohsm.clustering import frequency_binning
 from sohsm.heads import FullSoftmax, TwoLevelSoftmax
 
-from .reference import in_word_order, ref_params, slot_of_word, two_level_log_prob, two_level_parts
+from tests.heads.reference import in_word_order, ref_params, slot_of_word, two_level_log_prob, two_level_parts
 
 D, N = 6, 60
 C = 8  # ceil(sqrt(60))

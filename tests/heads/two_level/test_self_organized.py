@@ -16,7 +16,7 @@ import torch
 from sohsm.clustering import default_max_cluster_size, greedy_assignment
 from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax
 
-from .reference import (
+from tests.heads.reference import (
     shuffled_zipf_counts,
     in_word_order,
     ref_params,

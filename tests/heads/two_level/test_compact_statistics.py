@@ -11,7 +11,7 @@ from sohsm.clustering import greedy_assignment
 from sohsm.heads import SelfOrganizedSoftmax
 from sohsm.heads.two_level.self_organizing.compact_statistics import CompactRows
 
-from .reference import shuffled_zipf_counts
+from tests.heads.reference import shuffled_zipf_counts
 
 D, N = 6, 64
 C = 8  # ceil(sqrt(64))

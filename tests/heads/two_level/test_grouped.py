@@ -19,7 +19,7 @@ from sohsm.heads.two_level.self_organizing import device_statistics
 from sohsm.heads.two_level.in_cluster import grouped
 from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout
 
-from .reference import sequential_q_update
+from tests.heads.reference import sequential_q_update
 
 
 def _layout(n_words: int, n_clusters: int, seed: int, empty: int = 0) -> ClusterLayout:
