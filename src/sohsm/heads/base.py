@@ -64,6 +64,14 @@ def upcast(scores: Tensor) -> Tensor:
 
 
 
+def init_word_vectors(weight: Tensor, bias: Tensor | None = None) -> None:
+    """``U(-d^-1/2, d^-1/2)`` rows (``nn.Linear``'s scale for ``d`` inputs) and a zero bias: the heads' start."""
+    bound = weight.shape[-1] ** -0.5
+    nn.init.uniform_(weight, -bound, bound)
+    if bias is not None:
+        nn.init.zeros_(bias)
+
+
 def _autocast_on(device_type: str) -> bool:
     try:
         return bool(torch.is_autocast_enabled(device_type))

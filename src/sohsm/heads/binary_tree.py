@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from sohsm.clustering.hierarchy import children_to_hierarchy
 from sohsm.clustering.trees import check_tree, huffman_tree, load_tree, random_tree, tree_paths
-from sohsm.heads.base import HeadOutput, HierarchicalHead, upcast
+from sohsm.heads.base import HeadOutput, HierarchicalHead, init_word_vectors, upcast
 from sohsm.heads.registry import register_head
 
 
@@ -143,8 +143,7 @@ class BinaryTreeSoftmax(HierarchicalHead):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = self.in_features ** -0.5
-        nn.init.uniform_(self.weight, -bound, bound)
+        init_word_vectors(self.weight)
 
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the tables on the same device
         result = super()._apply(fn, recurse)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sohsm.heads.base import Head, HeadOutput, upcast
+from sohsm.heads.base import Head, HeadOutput, init_word_vectors, upcast
 from sohsm.heads.registry import register_head
 
 
@@ -34,10 +34,7 @@ class FullSoftmax(Head):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = self.in_features ** -0.5
-        nn.init.uniform_(self.weight, -bound, bound)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        init_word_vectors(self.weight, self.bias)
 
     def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
         hidden, target = self._check_inputs(hidden, target)

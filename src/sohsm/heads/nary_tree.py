@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from sohsm.clustering.hierarchy import (
     HierarchyTables, balanced_hierarchy, branching_for_depth, check_hierarchy, hierarchy_tables, tables_to_hierarchy,
 )
-from sohsm.heads.base import HeadOutput, HierarchicalHead, upcast
+from sohsm.heads.base import HeadOutput, HierarchicalHead, init_word_vectors, upcast
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 from sohsm.heads.binary_tree import TreeTopK, best_first_topk
@@ -194,10 +194,7 @@ class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = self.in_features ** -0.5
-        nn.init.uniform_(self.weight, -bound, bound)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        init_word_vectors(self.weight, self.bias)
 
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the tables on the same device
         result = super()._apply(fn, recurse)
