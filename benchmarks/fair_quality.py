@@ -1,0 +1,215 @@
+"""The fair quality comparison: every head tied where it can be and untied, the same recipe, several seeds.
+
+Two steps, each resumable:
+
+``train`` trains the runs of a protocol (one ``sohsm lm train`` per head, tying and seed, with the
+protocol's settings), evaluates each run's best checkpoint on the test split, and copies what a
+table needs into the repository: ``docs/results/fair/PROTOCOL/seed-S/RUN/`` gets the run's
+``config.json``, ``metrics.jsonl`` and ``test.json`` (never checkpoints). Run it again to continue:
+finished runs are skipped, interrupted ones resumed from their last checkpoint.
+
+``report`` regenerates ``docs/results/fair.md`` from those committed files alone: per protocol, each
+run's best dev perplexity and the test perplexity of that best checkpoint, seed by seed, the mean,
+and the paired per-seed differences against the reference runs with a paired t-test (on log
+perplexity, so that a difference is a ratio).
+
+Usage::
+
+    python benchmarks/fair_quality.py train promise --seeds 1,2        # runs in runs/fair/promise/...
+    python benchmarks/fair_quality.py train lstm256-ptb --seeds 1 --runs self_organized-tied,full-tied
+    python benchmarks/fair_quality.py report                            # writes docs/results/fair.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results" / "fair"
+REPORT = ROOT / "docs" / "results" / "fair.md"
+
+#: the transformer's small CPU model (docs/results/transformer.md)
+_TRANSFORMER = ["--model", "transformer", "--layers", "4", "--hidden-size", "256", "--attention-heads", "4",
+                "--bptt", "128", "--batch-size", "32"]
+_LSTM256 = ["--emb-size", "256", "--hidden-size", "256"]
+
+#: name -> (corpus, settings every run of the protocol shares, what it is)
+PROTOCOLS: dict[str, tuple[str, list[str], str]] = {
+    "promise": ("ptb", ["--max-tokens", "300000"],
+                "Penn Treebank, LSTM 512 (the defaults), a third of an epoch (300k tokens)"),
+    "lstm256-ptb": ("ptb", _LSTM256 + ["--epochs", "6"], "Penn Treebank, LSTM 256, six epochs"),
+    "lstm256-wikitext-2": ("wikitext-2", _LSTM256 + ["--epochs", "6"], "WikiText-2, LSTM 256, six epochs"),
+    "lstm256-text8": ("text8-small", _LSTM256 + ["--epochs", "6", "--min-count", "1", "--max-size", "50000"],
+                      "the text8 prefix (50k words), LSTM 256, six epochs"),
+    "transformer-ptb": ("ptb", _TRANSFORMER + ["--epochs", "1"],
+                        "Penn Treebank, the small transformer (4 x 256), one epoch"),
+    "transformer-wikitext-2": ("wikitext-2", _TRANSFORMER + ["--max-tokens", "1000000"],
+                               "WikiText-2, the small transformer (4 x 256), 1M tokens"),
+}
+
+#: run name -> (head, tied); the table's order
+RUNS: dict[str, tuple[str, bool]] = {
+    "full-tied": ("full", True),
+    "full-untied": ("full", False),
+    "adaptive-tied": ("adaptive", True),
+    "adaptive-untied": ("adaptive", False),
+    "two_level_frequency-tied": ("two_level_frequency", True),
+    "two_level_frequency-untied": ("two_level_frequency", False),
+    "self_organized-tied": ("self_organized", True),
+    "self_organized-untied": ("self_organized", False),
+}
+
+#: the runs every other is compared with, seed by seed
+REFERENCES = ("full-tied", "adaptive-untied", "adaptive-tied", "two_level_frequency-tied")
+KEPT = ("config.json", "metrics.jsonl", "test.json")
+
+
+def _sohsm(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sohsm", *args], capture_output=True, text=True)
+
+
+def train(protocol: str, seeds: list[int], runs: list[str], runs_dir: Path) -> int:
+    corpus, settings, _ = PROTOCOLS[protocol]
+    failed = 0
+    for seed in seeds:
+        for name in runs:
+            head, tied = RUNS[name]
+            kept = RESULTS / protocol / f"seed-{seed}" / name
+            if (kept / "test.json").exists():
+                continue
+            run = runs_dir / protocol / f"seed-{seed}" / name
+            if (run / "last.pt").exists():
+                args = ["lm", "train", "--run-dir", str(run), "--resume"]
+            else:
+                args = ["lm", "train", "--corpus", corpus, *settings, "--head", head,
+                        "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed),
+                        "--run-dir", str(run), "--checkpoint-every", "200", "--quiet"]
+            print(f"{protocol} seed {seed} {name}: {' '.join(args)}", flush=True)
+            done = _sohsm(*args)
+            if done.returncode != 0:
+                print(f"  failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}", flush=True)
+                failed += 1
+                continue
+            test = _sohsm("lm", "eval", str(run), "--split", "test", "--json")
+            if test.returncode != 0:
+                print(f"  test evaluation failed: {test.stderr.strip().splitlines()[-1:]}", flush=True)
+                failed += 1
+                continue
+            result = json.loads(test.stdout)
+            result["checkpoint"] = Path(result["checkpoint"]).name  # no machine's path in the repository
+            kept.mkdir(parents=True, exist_ok=True)
+            for file in KEPT[:2]:
+                shutil.copyfile(run / file, kept / file)
+            (kept / "test.json").write_text(json.dumps(result, indent=1) + "\n")
+            print(f"  test ppl {result['ppl']:.2f}", flush=True)
+    return 1 if failed else 0
+
+
+def _summary(folder: Path) -> dict | None:
+    """Best dev perplexity (and where), the test perplexity of that checkpoint, tokens/s."""
+    if not (folder / "test.json").exists():
+        return None
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = [r for r in records if r["kind"] == "eval" and r.get("split", "valid") == "valid"]
+    trains = [r for r in records if r["kind"] == "train"]
+    best = min(evals, key=lambda r: r["ppl"])
+    test = json.loads((folder / "test.json").read_text())
+    rate = trains[-1]["tokens"] / trains[-1]["elapsed_s"] if trains else float("nan")
+    return {"dev": best["ppl"], "epoch": best["epoch"], "test": test["ppl"], "test_step": test["step"],
+            "tokens_per_s": rate}
+
+
+def _paired(a: list[float], b: list[float]) -> str:
+    """Mean of the per-seed ratios a/b - 1 and a paired t-test on log perplexity (two-sided)."""
+    diffs = [math.log(x) - math.log(y) for x, y in zip(a, b)]
+    mean = sum(diffs) / len(diffs)
+    text = f"{math.expm1(mean) * 100:+.2f}%"
+    if len(diffs) < 2:
+        return text + " (one seed)"
+    from scipy import stats  # the dev extra brings scipy; only the report's test needs it
+
+    result = stats.ttest_rel([math.log(x) for x in a], [math.log(y) for y in b])
+    if math.isnan(result.statistic):
+        return text + f" (every seed the same, {len(diffs)} seeds)"
+    return text + f" (t {result.statistic:+.2f}, p {result.pvalue:.3f}, {len(diffs)} seeds)"
+
+
+def report(output: Path = REPORT, results: Path = RESULTS) -> str:
+    lines = ["# Fair quality: every head tied and untied, the same recipe",
+             "",
+             "Generated by `python benchmarks/fair_quality.py report` from the raw runs committed in",
+             "[fair/](fair/) (each run's `config.json`, `metrics.jsonl` and `test.json`); the runs were trained by",
+             "`python benchmarks/fair_quality.py train PROTOCOL --seeds ...` (its source lists every protocol's",
+             "settings). Perplexity is the best dev perplexity of the run and the test perplexity of that",
+             "same checkpoint (`best.pt`). Differences are taken seed by seed (same seed, same data order) as",
+             "ratios of perplexities; p is a paired two-sided t-test on log perplexity over the seeds.",
+             ""]
+    for protocol, (corpus, settings, title) in PROTOCOLS.items():
+        folder = results / protocol
+        if not folder.is_dir():
+            continue
+        seeds = sorted(int(p.name.split("-")[1]) for p in folder.glob("seed-*"))
+        table = {name: {s: _summary(folder / f"seed-{s}" / name) for s in seeds} for name in RUNS}
+        table = {name: row for name, row in table.items() if any(row.values())}
+        lines += [f"## {title}", "",
+                  f"`sohsm lm train --corpus {corpus} {' '.join(settings)} --head HEAD --tie-weights|--no-tie-weights "
+                  f"--seed S` (every other setting the default)", "",
+                  "| run | " + " | ".join(f"seed {s} dev / test" for s in seeds) + " | mean dev | mean test | tokens/s |",
+                  "|---|" + "---:|" * (len(seeds) + 3)]
+        for name, row in table.items():
+            cells = [f"{r['dev']:.2f} / {r['test']:.2f}" if r else "–" for r in row.values()]
+            done = [r for r in row.values() if r]
+            mean = lambda key: sum(r[key] for r in done) / len(done)  # noqa: E731
+            note = "" if len(done) == len(seeds) else f" ({len(done)} seeds)"
+            lines.append(f"| {name} | " + " | ".join(cells) +
+                         f" | {mean('dev'):.2f}{note} | {mean('test'):.2f}{note} | {mean('tokens_per_s'):,.0f} |")
+        for reference in REFERENCES:
+            if reference not in table:
+                continue
+            lines += ["", f"Against **{reference}**, seed by seed (test; dev in brackets):", ""]
+            for name, row in table.items():
+                if name == reference:
+                    continue
+                common = [s for s in seeds if row[s] and table[reference][s]]
+                if not common:
+                    continue
+                test = _paired([row[s]["test"] for s in common], [table[reference][s]["test"] for s in common])
+                dev = _paired([row[s]["dev"] for s in common], [table[reference][s]["dev"] for s in common])
+                lines.append(f"- {name}: {test} [{dev}]")
+        lines.append("")
+    text = "\n".join(lines)
+    output.write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train, test and keep the runs of a protocol (resumable)")
+    t.add_argument("protocol", choices=sorted(PROTOCOLS))
+    t.add_argument("--seeds", default="1", help="comma-separated (default: 1)")
+    t.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
+    t.add_argument("--runs-dir", type=Path, default=Path("runs/fair"), help="where the run directories go")
+    r = sub.add_parser("report", help="write docs/results/fair.md from the kept runs")
+    r.add_argument("--output", type=Path, default=REPORT)
+    r.add_argument("--results", type=Path, default=RESULTS, help="the kept runs (default: docs/results/fair)")
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        print(report(args.output, args.results))
+        return 0
+    runs = [r for r in args.runs.split(",") if r]
+    unknown = [r for r in runs if r not in RUNS]
+    if unknown:
+        parser.error(f"unknown runs {unknown}; known: {', '.join(RUNS)}")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    return train(args.protocol, [int(s) for s in args.seeds.split(",")], runs, args.runs_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""benchmarks/fair_quality.py's report: the numbers it prints are the kept runs' own, paired seed by seed."""
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("scipy")
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "fair_quality.py"
+_spec = importlib.util.spec_from_file_location("fair_quality", _PATH)
+fair = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fair)
+
+
+def _keep(folder: Path, dev: list[float], test: float) -> None:
+    folder.mkdir(parents=True)
+    records = [{"kind": "train", "step": 10, "tokens": 1000, "elapsed_s": 2.0}]
+    records += [{"kind": "eval", "split": "valid", "step": 5 * (i + 1), "epoch": 0.5 * (i + 1), "ppl": p}
+                for i, p in enumerate(dev)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "config.json").write_text("{}")
+    (folder / "test.json").write_text(json.dumps({"ppl": test, "step": 10, "checkpoint": "best.pt"}))
+
+
+def test_report_pairs_runs_seed_by_seed(tmp_path):
+    results = tmp_path / "fair"
+    tests = {"full-tied": (100.0, 110.0, 90.0), "self_organized-tied": (101.0, 112.0, 90.0)}
+    for name, values in tests.items():
+        for seed, test in zip((1, 2, 3), values):
+            _keep(results / "promise" / f"seed-{seed}" / name, [test * 1.2, test * 1.1], test)
+    text = fair.report(tmp_path / "fair.md", results)
+    assert (tmp_path / "fair.md").read_text() == text
+    row = next(line for line in text.splitlines() if line.startswith("| self_organized-tied"))
+    assert "111.10 / 101.00" in row and "(2 seeds)" not in row   # best dev is the lower of the two evaluations
+    ratios = [101 / 100, 112 / 110, 1.0]
+    mean = math.expm1(sum(math.log(r) for r in ratios) / 3) * 100
+    line = next(line for line in text.splitlines() if line.startswith("- self_organized-tied"))
+    assert line.startswith(f"- self_organized-tied: {mean:+.2f}% (t ")
+    assert "3 seeds" in line and "adaptive" not in text.split("## ")[1].split("Against")[0]
+
+
+def test_report_skips_protocols_without_runs(tmp_path):
+    text = fair.report(tmp_path / "fair.md", tmp_path / "none")
+    assert "## " not in text
