@@ -224,6 +224,20 @@ def _one_line_error(code, err):
     return lines[0]
 
 
+@pytest.mark.parametrize("head, options, reason", [
+    ("tree_huffman", [], "inner nodes"),
+    ("nce", [], "sampled objective"),
+    ("self_organized", ["--head-option", "word_dim=16"], "word_dim=16"),
+])
+def test_tying_a_head_that_cannot_be_tied_is_one_line_before_anything_is_written(tmp_path, ptb_slice, small, cli,
+                                                                               head, options, reason):
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", head, *options, "--run-dir", tmp_path / "run",
+                       *small, "--tie-weights", "--max-tokens", TOKENS_PER_STEP)
+    _one_line_error(code, err)
+    assert f"head '{head}' cannot be tied (--tie-weights): " in err and reason in err, err
+    assert not (tmp_path / "run").exists()
+
+
 def test_missing_corpus_is_one_line_and_creates_nothing(tmp_path, small, cli):
     code, out, err = cli("lm", "train", "--corpus", tmp_path / "no-such-text", "--head", "full",
                          "--run-dir", tmp_path / "run", *small)
