@@ -27,7 +27,8 @@ def _mtimes(out):
 
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory, ptb_slice, small, cli, private_env, one_thread):
-    """full and self_organized (tied by default), plus a self_organized variant re-clustering every 10 steps, untied."""
+    """full and self_organized (each tied by default), plus a self_organized variant re-clustering every 10 steps,
+    untied."""
     out = tmp_path_factory.mktemp("compare") / "heads"
     argv = ["lm", "compare", "--corpus", ptb_slice, "--out", out, "--heads", "full,self_organized",
             "--variant", "k10:self_organized:update_every=10,gamma=2,tie_weights=false", *small, *BUDGET]
@@ -46,11 +47,12 @@ def test_compare_trains_one_run_per_head_and_writes_the_report(compared):
     assert variant["update_every"] == 10 and variant["options"] == {"gamma": 2}
     assert json.loads((out / "self_organized" / "config.json").read_text())["head"]["update_every"] is None
     tied = {name: json.loads((out / name / "config.json").read_text())["model"]["tie_weights"] for name in names}
-    assert tied == {"full": False, "self_organized": True, "self_organized-k10": False}
+    assert tied == {"full": True, "self_organized": True, "self_organized-k10": False}
 
     results = (out / "results.md").read_text()
     assert "sohsm lm compare --corpus" in results and "--variant k10:self_organized:update_every=10,gamma=2" in results
-    assert "Head options: `self_organized`: tie_weights=True; `self_organized-k10`: gamma=2, update_every=10" in results
+    assert ("Head options: `full`: tie_weights=True; `self_organized`: tie_weights=True; "
+            "`self_organized-k10`: gamma=2, update_every=10") in results
     rows = [line for line in results.splitlines() if line.startswith("| ") and not line.startswith("| run")]
     assert [row.split("|")[1].strip() for row in rows] == names
     assert "speed vs full" in results and "empty clusters at the end" in results

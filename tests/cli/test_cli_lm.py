@@ -173,6 +173,29 @@ def test_tied_self_organized_run_resumes_exactly_and_evaluates(tmp_path, ptb_sli
     assert cli("lm", "generate", straight, "--prompt", "the")[0] == 0
 
 
+def test_tied_adaptive_run_resumes_exactly_and_evaluates(tmp_path, ptb_slice, small, cli):
+    """--tie-weights with adaptive softmax (adaptive input): a run resumed half-way equals one run straight; the
+    checkpoint holds the vectors once, in the head; eval and generate build the same tied model."""
+    n, straight, resumed = 20, tmp_path / "straight", tmp_path / "resumed"
+    common = ["--corpus", ptb_slice, *small, "--head", "adaptive", "--head-option", "div_value=2", "--dropout", 0.3,
+              "--log-every", 1, "--eval-every", 10, "--checkpoint-every", 7, "--tie-weights"]
+    assert cli("lm", "train", "--run-dir", straight, *common, "--max-tokens", n * TOKENS_PER_STEP)[0] == 0
+    assert cli("lm", "train", "--run-dir", resumed, *common, "--max-tokens", n // 2 * TOKENS_PER_STEP)[0] == 0
+    code, _, err = cli("lm", "train", "--run-dir", resumed, "--resume", "--quiet", "--max-tokens", n * TOKENS_PER_STEP)
+    assert code == 0, err
+    expected, got = _train_losses(straight), _train_losses(resumed)
+    assert [s for s, _ in got] == [s for s, _ in expected] == list(range(1, n + 1))
+    assert max(abs(a - b) for (_, a), (_, b) in zip(expected, got)) <= 1e-6
+    checkpoint = torch.load(straight / "last.pt", weights_only=True)
+    assert json.loads((straight / "config.json").read_text())["model"]["tie_weights"] is True
+    assert not any("embedding" in key for key in checkpoint["model"])  # the vectors live in the head alone
+    resumed_head = torch.load(resumed / "last.pt", weights_only=True)["head"]
+    assert all(torch.allclose(checkpoint["head"][k], resumed_head[k], rtol=0, atol=1e-6) for k in checkpoint["head"])
+    code, out, err = cli("lm", "eval", straight)
+    assert code == 0 and "ppl" in out, err
+    assert cli("lm", "generate", straight, "--prompt", "the")[0] == 0
+
+
 def test_resume_after_a_crash_drops_records_past_the_checkpoint(tmp_path, ptb_slice, small, cli):
     run_dir = tmp_path / "run"
     common = ["--corpus", ptb_slice, *small, "--head", "full", "--log-every", 1, "--eval-every", 0,
@@ -199,6 +222,20 @@ def _one_line_error(code, err):
     assert len(lines) == 1 and "error" in lines[0], err
     assert "Traceback" not in err
     return lines[0]
+
+
+@pytest.mark.parametrize("head, options, reason", [
+    ("tree_huffman", [], "inner nodes"),
+    ("nce", [], "sampled objective"),
+    ("self_organized", ["--head-option", "word_dim=16"], "word_dim=16"),
+])
+def test_tying_a_head_that_cannot_be_tied_is_one_line_before_anything_is_written(tmp_path, ptb_slice, small, cli,
+                                                                               head, options, reason):
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", head, *options, "--run-dir", tmp_path / "run",
+                       *small, "--tie-weights", "--max-tokens", TOKENS_PER_STEP)
+    _one_line_error(code, err)
+    assert f"head '{head}' cannot be tied (--tie-weights): " in err and reason in err, err
+    assert not (tmp_path / "run").exists()
 
 
 def test_missing_corpus_is_one_line_and_creates_nothing(tmp_path, small, cli):

@@ -126,6 +126,27 @@ def adaptive_log_prob(head_weight: Tensor, head_bias: Tensor | None, tails: list
     return by_rank[:, rank_of_word]
 
 
+def adaptive_input_matrix(head_weight: Tensor, tails: list[tuple[Tensor, Tensor]], cutoffs: list[int],
+                          word_of_rank: Tensor) -> Tensor:
+    """``[N, d]`` adaptive input (Baevski & Auli 2019) tied to an adaptive softmax, word-id order, one word at a time.
+
+    Rank ``r < cutoffs[0]``: the head softmax's row ``r``; rank ``r`` of tail cluster ``i``: its output
+    vector ``Q_i[r - start_i]`` read back up to ``d`` through the cluster's projection, ``Q_i[r - start_i] @ P_i``.
+    """
+    n = len(word_of_rank)
+    starts = [cutoffs[0], *cutoffs[1:], n]
+    rows: list[Tensor | None] = [None] * n
+    for rank in range(n):
+        word = int(word_of_rank[rank])
+        if rank < cutoffs[0]:
+            rows[word] = head_weight[rank]
+            continue
+        i = max(j for j in range(len(tails)) if starts[j] <= rank)
+        projection, out = tails[i]
+        rows[word] = out[rank - starts[i]] @ projection
+    return torch.stack(rows)
+
+
 def tree_log_prob(tree: Tensor, node_weight: Tensor, hidden: Tensor) -> Tensor:
     """``[B, N]`` binary-tree log-probabilities: for every word, walk up its parents in Python."""
     n_internal = tree.size(0)

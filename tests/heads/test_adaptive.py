@@ -8,7 +8,7 @@ from torch import nn
 from sohsm.heads import AdaptiveSoftmax, build_head
 from sohsm.heads.adaptive import default_cutoffs
 
-from .reference import adaptive_log_prob
+from .reference import adaptive_input_matrix, adaptive_log_prob
 
 D, N, B = 16, 60, 40
 CUTOFFS = [5, 20]
@@ -161,3 +161,40 @@ def test_build_head_passes_options():
     head = build_head("adaptive", D, N, counts=_counts(), cutoffs=[10, 30], div_value=2.0, head_bias=True)
     assert isinstance(head, AdaptiveSoftmax) and head.cutoffs == [10, 30] and head.asm.head.bias is not None
     assert head.objective == "nll" and head.loss_is_nll
+
+
+# -- adaptive input: the embedding a tied model reads ------------------------------------------
+def test_adaptive_input_matches_the_dense_float64_construction():
+    """Every word's input vector, and the gradient reaching every parameter, against the matrix built word by word."""
+    head = _head(2, head_bias=True)
+    ids = torch.randint(0, N, (7, 5), generator=torch.Generator().manual_seed(3))
+    ids[0, :3] = torch.tensor([int(head.word_of_rank[0]), int(head.word_of_rank[CUTOFFS[0]]),
+                               int(head.word_of_rank[N - 1])])  # the first word of each band, the rarest
+    weights = torch.randn(7, 5, D, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    got = head.embed(ids)
+    (got * weights).sum().backward()
+
+    head_weight, _, tails = _leaves(head)
+    matrix = adaptive_input_matrix(head_weight, tails, CUTOFFS, head.word_of_rank)
+    expected = matrix[ids]
+    (expected * weights).sum().backward()
+
+    assert got.shape == (7, 5, D) and got.dtype == torch.float64
+    torch.testing.assert_close(got, expected.detach(), rtol=0, atol=1e-13)
+    torch.testing.assert_close(head.embedding_matrix(), matrix.detach(), rtol=0, atol=1e-13)
+    torch.testing.assert_close(head.asm.head.weight.grad, head_weight.grad, rtol=0, atol=1e-12)
+    assert head.asm.head.bias.grad is None  # a bias is the head's own
+    for (p, o), (p_ref, o_ref) in zip(head.asm.tail, tails):
+        torch.testing.assert_close(p.weight.grad, p_ref.grad, rtol=0, atol=1e-12)
+        torch.testing.assert_close(o.weight.grad, o_ref.grad, rtol=0, atol=1e-12)
+    assert head.asm.head.weight.grad[CUTOFFS[0]:].abs().sum() == 0  # the cluster entries are no word's vector
+
+
+def test_starts_as_torch_module_does_from_the_same_seed():
+    """The word vectors start by init_word_vectors, with the values of torch's own initialisation."""
+    torch.manual_seed(5)
+    head = AdaptiveSoftmax(D, N, cutoffs=CUTOFFS, div_value=2.0)
+    torch.manual_seed(5)
+    reference = nn.AdaptiveLogSoftmaxWithLoss(D, N, CUTOFFS, div_value=2.0)
+    for (name, p), (_, q) in zip(head.asm.named_parameters(), reference.named_parameters()):
+        assert torch.equal(p, q), name

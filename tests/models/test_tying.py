@@ -1,4 +1,5 @@
-"""Weight tying with two-level heads: the embedding reads the head's rows through its layout (float64 reference)."""
+"""Weight tying: the embedding reads a two-level head's rows through its layout, an adaptive softmax's through
+adaptive input (float64 references)."""
 from __future__ import annotations
 
 import copy
@@ -9,7 +10,8 @@ import torch
 import sohsm
 from sohsm.clustering import random_assignment
 from sohsm.models import LSTMLanguageModel, TransformerLM
-from tests.heads.reference import in_word_order, ref_params, two_level_parts
+from tests.heads.reference import (adaptive_input_matrix, adaptive_log_prob, in_word_order, ref_params,
+                                   shuffled_zipf_counts, two_level_parts)
 
 N, D = 40, 8
 
@@ -72,17 +74,113 @@ def test_tied_gradient_holds_over_steps_without_a_reclustering(backend):
             p.grad = None
 
 
-def test_tying_refuses_heads_without_shareable_word_vectors():
+class DenseLookup(torch.nn.Module):
+    """An embedding that reads rows of a given ``[N, d]`` matrix (a function of other tensors, not a parameter)."""
+
+    matrix: torch.Tensor
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.matrix[ids]
+
+
+def adaptive_leaves(head):
+    """Float64 leaf copies of an adaptive head's parameters: (head weight, head bias, [(projection, vectors)])."""
+    def leaf(t):
+        return t.detach().clone().requires_grad_(True)
+
+    bias = leaf(head.asm.head.bias) if head.asm.head.bias is not None else None
+    return leaf(head.asm.head.weight), bias, [(leaf(p.weight), leaf(o.weight)) for p, o in head.asm.tail]
+
+
+@pytest.mark.parametrize("architecture", ["lstm", "transformer"])
+def test_tied_adaptive_gradients_match_the_dense_reference(architecture):
+    """Adaptive input: the loss of a tied model and its gradient w.r.t. every shared parameter (the shortlist rows,
+    the tails' vectors and projections), and the model's own, equal those of the dense float64 construction."""
+    torch.manual_seed(0)
+    n, cutoffs = 60, [6, 20]
+    if architecture == "lstm":
+        model = LSTMLanguageModel(n, emb_size=D, hidden_size=D, dropout=0.0).double()
+    else:
+        model = TransformerLM(n, hidden_size=D, layers=1, attention_heads=2, context=16, dropout=0.0).double()
+    head = sohsm.build_head("adaptive", D, n, counts=shuffled_zipf_counts(n), cutoffs=cutoffs, div_value=2,
+                            head_bias=True).double()
+    model.tie_weights(head)
+    assert not any(p is head.asm.head.weight for p in model.parameters())  # the model owns no copy
+    reference = copy.deepcopy(model)
+    reference.embedding = DenseLookup()  # reads the matrix built from the leaves below
+    head_weight, bias, tails = adaptive_leaves(head)
+    for step in range(2):
+        ids = torch.randint(0, n, (7, 4))
+        hidden, _ = model(ids[:-1])
+        loss = head(hidden, ids[1:]).loss
+        loss.backward()
+
+        matrix = adaptive_input_matrix(head_weight, tails, cutoffs, head.word_of_rank)  # [N, d]
+        reference.embedding.matrix = matrix
+        ref_hidden, _ = reference(ids[:-1])
+        log_prob = adaptive_log_prob(head_weight, bias, tails, cutoffs, head.word_of_rank, ref_hidden.reshape(-1, D))
+        expected = -log_prob.gather(1, ids[1:].reshape(-1, 1)).mean()
+        expected.backward()
+
+        torch.testing.assert_close(loss.detach(), expected.detach(), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(head.asm.head.weight.grad, head_weight.grad, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(head.asm.head.bias.grad, bias.grad, rtol=1e-9, atol=1e-12)
+        for (p, o), (p_ref, o_ref) in zip(head.asm.tail, tails):
+            torch.testing.assert_close(p.weight.grad, p_ref.grad, rtol=1e-9, atol=1e-12)
+            torch.testing.assert_close(o.weight.grad, o_ref.grad, rtol=1e-9, atol=1e-12)
+        own = [(name, p) for name, p in model.named_parameters()]
+        for (name, p), q in zip(own, reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-12, msg=name)
+        with torch.no_grad():  # one plain SGD step on both, then again
+            for p in (*model.parameters(), *head.parameters()):
+                p -= 0.5 * p.grad
+            for p in (*reference.parameters(), head_weight, bias, *(t for pair in tails for t in pair)):
+                if p.grad is not None:
+                    p -= 0.5 * p.grad
+        for p in (*model.parameters(), *head.parameters(), *reference.parameters(), head_weight, bias,
+                  *(t for pair in tails for t in pair)):
+            p.grad = None
+
+
+@pytest.mark.parametrize("name, options, reason", [
+    ("tree_huffman", {}, "no word vectors"),
+    ("importance_sampling", {}, "sampled"),
+    ("dsoftmax", {}, "segment"),
+    ("self_organized", {"word_dim": 4}, "4 entries"),
+])
+def test_tying_refuses_heads_without_shareable_word_vectors(name, options, reason):
     model = LSTMLanguageModel(N, emb_size=D, hidden_size=D)
-    with pytest.raises(ValueError, match="has none to share"):
-        model.tie_weights(sohsm.build_head("adaptive", D, N, div_value=2))
-    with pytest.raises(ValueError, match="shaped like the embedding"):
-        model.tie_weights(sohsm.build_head("self_organized", D, N, counts=torch.arange(N, 0, -1), word_dim=4))
+    head = sohsm.build_head(name, D, N, counts=torch.arange(N, 0, -1), **options)
+    with pytest.raises(ValueError, match=reason):
+        model.tie_weights(head)
+    assert sohsm.heads.tying_refusal(name, D, options) is not None  # asked of the name, before any head is built
+
+
+def test_tying_checks_the_sizes_and_ties_once():
+    model = LSTMLanguageModel(N, emb_size=D, hidden_size=D)
     with pytest.raises(ValueError, match="emb_size == hidden_size"):
         LSTMLanguageModel(N, emb_size=4, hidden_size=D).tie_weights(sohsm.build_head("full", D, N))
-    model.tie_weights(sohsm.build_head("self_organized", D, N, counts=torch.arange(N, 0, -1)))
+    with pytest.raises(ValueError, match="to match the embedding"):
+        model.tie_weights(sohsm.build_head("full", D, N + 1))
+    model.tie_weights(sohsm.build_head("adaptive", D, N, div_value=2))
     with pytest.raises(ValueError, match="tied already"):
         model.tie_weights(sohsm.build_head("full", D, N))
+
+
+@pytest.mark.parametrize("name", ["full", "two_level_frequency", "self_organized", "adaptive"])
+def test_a_tied_embedding_starts_as_the_heads_word_vectors(name):
+    """The tied weight is the head's, started by init_word_vectors: the model's own (U(+-0.1)) is gone."""
+    model = LSTMLanguageModel(N, emb_size=D, hidden_size=D)
+    options = {"div_value": 2.0} if name == "adaptive" else {}
+    head = sohsm.build_head(name, D, N, counts=torch.arange(N, 0, -1), **options)
+    model.tie_weights(head)
+    bound = sohsm.heads.base.word_vector_bound(D)
+    vectors = model.embedding(torch.arange(N)).detach()
+    if name == "adaptive":  # the shortlist rows are the head's; tail words are read through their projections
+        shortlist = head.word_of_rank[: head.cutoffs[0]]
+        torch.testing.assert_close(vectors[shortlist], head.asm.head.weight[: head.cutoffs[0]].detach())
+    else:
+        assert vectors.abs().max() <= bound and vectors.abs().max() > 0.9 * bound
 
 
 def test_transformer_ties_to_a_two_level_head():

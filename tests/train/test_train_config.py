@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from sohsm.fields import FieldError
 from sohsm.tasks.lm.config import RESUMABLE_FIELDS, DataConfig, LMConfig as TrainConfig
 from sohsm.train.config import DEFAULT_LR, HeadConfig, apply_overrides, config_differences
 
@@ -79,12 +80,28 @@ def test_differences_ignore_budgets_and_locations():
     ({"model.hidden_size": 256, "model.emb_size": 256}, True),
     ({"model.architecture": "transformer", "model.hidden_size": 256}, True),  # one width: emb follows hidden
     ({"model.architecture": "transformer", "model.emb_size": 128}, True),
-    ({"head.options": {"word_dim": 64}}, False),
-    ({"head.options": {"div_value": 4.0}}, False),
     ({"model.tie_weights": False}, False),
 ])
-def test_a_new_self_organized_run_ties_where_the_sizes_allow(overrides, tied):
-    config = TrainConfig.from_overrides({"data.corpus": "ptb", "head.name": "self_organized", **overrides})
+@pytest.mark.parametrize("head", ["full", "two_level_random", "two_level_frequency", "self_organized", "adaptive"])
+def test_a_new_run_ties_every_head_that_can_be_tied_where_the_sizes_allow(head, overrides, tied):
+    """One rule for every head and model: tied where the head lends word vectors and emb_size = hidden_size."""
+    config = TrainConfig.from_overrides({"data.corpus": "ptb", "head.name": head, **overrides})
     assert config.model.tie_weights is tied
-    assert TrainConfig.from_overrides({"data.corpus": "ptb", "head.name": "adaptive", **overrides}).model.tie_weights \
-        is False
+
+
+@pytest.mark.parametrize("head, options", [
+    ("tree_huffman", {}), ("tree", {}), ("importance_sampling", {}), ("nce", {}), ("dsoftmax", {}),
+    ("self_organized", {"word_dim": 64}), ("two_level_frequency", {"div_value": 4.0}),
+])
+def test_a_head_that_cannot_be_tied_is_untied_by_default_and_refused_when_asked(head, options):
+    config = TrainConfig.from_overrides({"data.corpus": "ptb", "head.name": head, "head.options": options})
+    assert config.model.tie_weights is False
+    with pytest.raises(FieldError, match=f"head '{head}' cannot be tied"):
+        TrainConfig.from_overrides({"data.corpus": "ptb", "head.name": head, "head.options": options,
+                                    "model.tie_weights": True})
+
+
+def test_adaptive_ties_whatever_its_cutoffs_and_div_value():
+    config = TrainConfig.from_overrides({"data.corpus": "ptb", "head.name": "adaptive",
+                                         "head.options": {"div_value": 2.0, "cutoffs": [100, 1000]}})
+    assert config.model.tie_weights is True

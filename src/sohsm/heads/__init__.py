@@ -1,6 +1,7 @@
 """Output layers. Every head implements :class:`Head`; importing each file here fills the registry."""
 from sohsm.heads.base import ClusteredHead, ClusterScores, Head, HeadOutput, HierarchicalHead, SelfOrganizingHead
-from sohsm.heads.registry import HeadOption, build_head, check_head_options, head_names, head_options, register_head
+from sohsm.heads.registry import (HeadOption, build_head, check_head_options, head_names, head_options,
+                                  register_head, tying_refusal)
 from sohsm.heads.full import FullSoftmax
 from sohsm.heads.two_level.softmax import TopKResult, TwoLevelSoftmax
 from sohsm.heads.two_level.self_organizing.self_organized import SelfOrganizedSoftmax
@@ -37,4 +38,5 @@ __all__ = [
     "head_names",
     "head_options",
     "register_head",
+    "tying_refusal",
 ]

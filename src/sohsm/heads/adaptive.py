@@ -4,10 +4,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sohsm.heads.base import Head, HeadOutput
+from sohsm.heads.base import Head, HeadOutput, init_word_vectors
 from sohsm.heads.registry import register_head
+from sohsm.heads.tying import HeadEmbedding
 
 #: the text8 setting (2k / 10k of 44k words), as fractions of the vocabulary
 _TEXT8_CUTOFFS = (2000 / 44000, 10000 / 44000)
@@ -107,14 +109,25 @@ class AdaptiveSoftmax(Head):
             raise ValueError(f"div_value={div_value} leaves tail cluster {len(cutoffs)} no dimension "
                              f"(in_features // div_value**{len(cutoffs)} = {smallest}); use a smaller div_value "
                              f"or fewer cutoffs")
-        #: torch's module; its class ids are frequency ranks
+        #: torch's module; its class ids are frequency ranks (built without drawing: reset_parameters draws)
         self.asm = nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, [int(c) for c in cutoffs],
-                                                 div_value=float(div_value), head_bias=head_bias)
+                                                 div_value=float(div_value), head_bias=head_bias,
+                                                 device="meta").to_empty(device="cpu")
+        self.reset_parameters()
         word_of_rank = frequency_ranks(counts, n_classes)
         rank_of_word = torch.empty_like(word_of_rank)
         rank_of_word[word_of_rank] = torch.arange(n_classes)
         self.register_buffer("word_of_rank", word_of_rank)
         self.register_buffer("rank_of_word", rank_of_word)
+
+    def reset_parameters(self) -> None:
+        """Word vectors (the head softmax's rows, each tail's ``[n_i, d_i]`` vectors) by :func:`init_word_vectors`,
+        the tails' ``d -> d_i`` projections as ``nn.Linear``; in the order, and so with the values, of torch's
+        own initialisation (a head bias starts at zero)."""
+        init_word_vectors(self.asm.head.weight, self.asm.head.bias)
+        for projection, vectors in self.asm.tail:
+            projection.reset_parameters()
+            init_word_vectors(vectors.weight)
 
     @property
     def cutoffs(self) -> list[int]:
@@ -150,6 +163,44 @@ class AdaptiveSoftmax(Head):
     def predict(self, hidden: Tensor) -> Tensor:
         """Same as ``log_prob(hidden).argmax(1)``; rows whose best head entry is a shortlist word skip the tails."""
         return self.word_of_rank[self._run(self.asm.predict, self._flatten_hidden(hidden))]
+
+    # -- weight tying: adaptive input ------------------------------------------------
+    def embed(self, ids: Tensor) -> Tensor:
+        """``[*] -> [*, d]``: adaptive input (Baevski & Auli 2019), read from this head's own parameters.
+
+        A shortlist word's vector is its row of the head softmax's weight (``asm.head.weight``, ``[d]``). A word
+        ranked ``r`` in tail cluster ``i`` (``cutoffs[i] <= r < cutoffs[i+1]``) has its ``d_i``-entry output vector
+        ``v = asm.tail[i][1].weight[r - cutoffs[i]]``, read back up to ``d`` through the transpose of the
+        cluster's ``d -> d_i`` projection ``P = asm.tail[i][0].weight`` (``[d_i, d]``): ``v @ P``. The projection is
+        shared by input and output as Baevski & Auli share theirs; the shortlist has none (its vectors have ``d``
+        entries already). Every band is computed for every id and the right one kept, so no shape depends on
+        the ids (no host sync); the gradient reaches only the rows read.
+
+        Paper: Baevski and Auli (2019), "Adaptive input representations for neural language modeling",
+        https://arxiv.org/abs/1809.10853.
+        """
+        asm = self.asm
+        ranks = self.rank_of_word[ids].reshape(-1)  # [M]
+        vectors = F.embedding(ranks.clamp(max=asm.shortlist_size - 1), asm.head.weight)  # [M, d]
+        for i, (projection, words) in enumerate(asm.tail):
+            low, high = asm.cutoffs[i], asm.cutoffs[i + 1]
+            in_cluster = ((ranks >= low) & (ranks < high)).unsqueeze(1)  # [M, 1]
+            tail = F.embedding((ranks - low).clamp(0, high - low - 1), words.weight) @ projection.weight  # [M, d]
+            vectors = torch.where(in_cluster, tail, vectors)
+        return vectors.reshape(*ids.shape, self.in_features)
+
+    def embedding_matrix(self) -> Tensor:
+        """``[N, d]``: :meth:`embed` of every word, in word-id order (a differentiable function of the parameters)."""
+        return self.embed(torch.arange(self.n_classes, device=self.rank_of_word.device))
+
+    @classmethod
+    def tying_refusal(cls, in_features: int, options: dict) -> str | None:
+        """``None``: tied through adaptive input whatever ``cutoffs`` and ``div_value`` (a head bias stays the head's)."""
+        return None
+
+    def tied_embedding(self) -> HeadEmbedding:
+        """Adaptive input (:meth:`embed`): the embedding reads the shortlist rows and the tails' vectors and projections."""
+        return HeadEmbedding(self)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, n_classes={self.n_classes}, cutoffs={self.cutoffs}"

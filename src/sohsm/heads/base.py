@@ -64,9 +64,19 @@ def upcast(scores: Tensor) -> Tensor:
 
 
 
+def word_vector_bound(dim: int) -> float:
+    """The half-width of :func:`init_word_vectors`' uniform rows of ``dim`` entries: ``dim^-1/2``.
+
+    The one place the scale of word vectors is set, for every head, tied to a model's
+    embedding or not (a tied embedding is the head's vectors and starts as they do).
+    """
+    return dim ** -0.5
+
+
 def init_word_vectors(weight: Tensor, bias: Tensor | None = None) -> None:
-    """``U(-d^-1/2, d^-1/2)`` rows (``nn.Linear``'s scale for ``d`` inputs) and a zero bias: the heads' start."""
-    bound = weight.shape[-1] ** -0.5
+    """``U(-d^-1/2, d^-1/2)`` rows (``nn.Linear``'s scale for ``d`` inputs; :func:`word_vector_bound`) and a zero
+    bias: the start of every head's word vectors, and so of every tied embedding."""
+    bound = word_vector_bound(weight.shape[-1])
     nn.init.uniform_(weight, -bound, bound)
     if bias is not None:
         nn.init.zeros_(bias)
@@ -179,6 +189,25 @@ class Head(nn.Module):
     def predict(self, hidden: Tensor) -> Tensor:
         """The most probable word per row, ``[B]``; same as ``log_prob(hidden).argmax(1)``."""
         return self.topk(hidden, 1)[1][:, 0]
+
+    # -- weight tying ---------------------------------------------------------------
+    @classmethod
+    def tying_refusal(cls, in_features: int, options: dict) -> str | None:
+        """Why a head of this class built with ``options`` cannot lend its word vectors to a model as
+        its input embedding (:meth:`tied_embedding`), or ``None`` where it can.
+
+        Asked of the class, so a run's config is refused before anything is built. By default a head
+        has no word vectors to lend; heads that have them override this and :meth:`tied_embedding`.
+        """
+        return "it has no word vectors an input embedding can share"
+
+    def tied_embedding(self) -> nn.Module:
+        """The input embedding (ids ``[*]`` -> ``[*, d]``) that reads this head's word vectors (weight tying).
+
+        Raises:
+            ValueError: the head cannot be tied (:meth:`tying_refusal` says why).
+        """
+        raise ValueError(f"{type(self).__name__} cannot be tied: {self.tying_refusal(self.in_features, {})}")
 
     def score_parts(self, hidden: Tensor, target: Tensor) -> ClusterScores | None:
         """Cluster and in-cluster log-probabilities of the targets; ``None`` for heads without clusters."""

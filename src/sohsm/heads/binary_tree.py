@@ -142,6 +142,10 @@ class BinaryTreeSoftmax(HierarchicalHead):
         self.register_load_state_dict_post_hook(_rebuild_layout_after_load)
         self.reset_parameters()
 
+    @classmethod
+    def tying_refusal(cls, in_features: int, options: dict) -> str | None:
+        return "it has no word vectors an input embedding can share (its vectors are the tree's inner nodes')"
+
     def reset_parameters(self) -> None:
         init_word_vectors(self.weight)
 

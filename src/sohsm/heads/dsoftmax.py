@@ -122,6 +122,10 @@ class DifferentiatedSoftmax(Head):
         values, ranks = logits.topk(k, dim=1)
         return values - logits.logsumexp(dim=1, keepdim=True), self.word_of_rank[ranks]
 
+    @classmethod
+    def tying_refusal(cls, in_features: int, options: dict) -> str | None:
+        return "each band's word vectors cover only that band's segment of the hidden state, not all d entries"
+
     def predict(self, hidden: Tensor) -> Tensor:
         """Same as ``log_prob(hidden).argmax(1)``, without normalising."""
         return self.word_of_rank[self._rank_logits(self._flatten_hidden(hidden)).argmax(dim=1)]

@@ -36,6 +36,18 @@ class FullSoftmax(Head):
     def reset_parameters(self) -> None:
         init_word_vectors(self.weight, self.bias)
 
+    @classmethod
+    def tying_refusal(cls, in_features: int, options: dict) -> str | None:
+        """``None``: the ``[N, d]`` word vectors can always be the embedding (a bias stays the head's)."""
+        return None
+
+    def tied_embedding(self) -> nn.Embedding:
+        """An ``nn.Embedding`` whose weight IS :attr:`weight` (one parameter, saved under the model's
+        ``embedding.weight`` as well); it starts as the head's vectors (:func:`init_word_vectors`)."""
+        embedding = nn.Embedding(self.n_classes, self.in_features, _weight=self.weight.detach())  # no random draw
+        embedding.weight = self.weight
+        return embedding
+
     def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
         hidden, target = self._check_inputs(hidden, target)
         output = -F.cross_entropy(upcast(F.linear(hidden, self.weight, self.bias)), target, reduction="none")

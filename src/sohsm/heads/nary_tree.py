@@ -193,6 +193,10 @@ class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
         self._grad = ReusedGradient()
         self.reset_parameters()
 
+    @classmethod
+    def tying_refusal(cls, in_features: int, options: dict) -> str | None:
+        return "it has no word vectors an input embedding can share (its vectors are the tree's inner nodes')"
+
     def reset_parameters(self) -> None:
         init_word_vectors(self.weight, self.bias)
 

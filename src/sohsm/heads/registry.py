@@ -50,6 +50,8 @@ class _Entry:
     factory: HeadFactory
     #: ``None``: the factory takes ``**options`` for a class it does not name, so options cannot be checked
     options: dict[str, HeadOption] | None
+    #: the class the factory builds (``builds=``, else its return annotation); ``None`` when neither says
+    head_class: type[Head] | None
 
 
 _REGISTRY: dict[str, _Entry] = {}
@@ -67,6 +69,9 @@ def register_head(name: str, builds: type | None = None,
             ``**options``, any option is passed through unchecked).
         fixed: arguments of ``builds`` that the factory sets itself (e.g. the
             ``assignment`` of a two-level head with frequency clusters).
+
+    The class built (``builds``, else the factory's return annotation) answers whether the
+    head can be tied to a model's embedding (:func:`tying_refusal`).
     """
 
     def decorate(factory: HeadFactory) -> HeadFactory:
@@ -74,7 +79,7 @@ def register_head(name: str, builds: type | None = None,
             raise ValueError(f"a head named {name!r} is already registered")
         if not callable(factory):
             raise TypeError(f"head factory for {name!r} must be callable")
-        _REGISTRY[name] = _Entry(factory, _options_of(factory, builds, frozenset(fixed)))
+        _REGISTRY[name] = _Entry(factory, _options_of(factory, builds, frozenset(fixed)), _class_of(factory, builds))
         return factory
 
     return decorate
@@ -112,6 +117,19 @@ def check_head_options(name: str, options: Mapping[str, Any]) -> None:
         if hint is not None and not _fits(value, hint):
             raise ValueError(f"head {name!r}: option {key} must be {_describe(hint)}, got {value!r} "
                              f"({type(value).__name__})")
+
+
+def tying_refusal(name: str, in_features: int, options: Mapping[str, Any]) -> str | None:
+    """Why head ``name`` with ``options`` cannot lend its word vectors to a model's ``in_features``-wide input
+    embedding, or ``None`` where it can (:meth:`Head.tying_refusal` of the class it builds), before any head is built.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    head_class = _entry(name).head_class
+    if head_class is None:
+        return "its factory does not say which head class it builds"
+    return head_class.tying_refusal(int(in_features), dict(options))
 
 
 def build_head(name: str, in_features: int, n_classes: int, counts=None, **options) -> Head:
@@ -163,6 +181,16 @@ def _keyword_parameters(func: Callable, skip: frozenset[str]) -> tuple[dict[str,
             default = None if p.default is p.empty else p.default
             out[p.name] = HeadOption(p.name, default, hints.get(p.name))
     return out, open_
+
+
+def _class_of(factory: HeadFactory, builds: type | None) -> type[Head] | None:
+    """The head class ``factory`` builds: ``builds``, else its return annotation where that is a :class:`Head`."""
+    if builds is None:
+        try:
+            builds = typing.get_type_hints(factory).get("return")
+        except Exception:  # an annotation that does not resolve
+            return None
+    return builds if isinstance(builds, type) and issubclass(builds, Head) else None
 
 
 def _options_of(factory: HeadFactory, builds: type | None, fixed: frozenset[str]) -> dict[str, HeadOption] | None:

@@ -179,6 +179,11 @@ class SampledSoftmax(Head):
         values, indices = logits.topk(k, dim=1)
         return values - logits.logsumexp(dim=1, keepdim=True), indices
 
+    @classmethod
+    def tying_refusal(cls, in_features: int, options: dict) -> str | None:
+        return ("a sampled head's word vectors are trained by its sampled objective (only the sampled words' rows "
+                "move, a row-sparse update with sparse=true); tying them is not supported")
+
     def predict(self, hidden: Tensor) -> Tensor:
         """Same as ``log_prob(hidden).argmax(1)``, without normalising."""
         return self.logits(self._flatten_hidden(hidden)).argmax(dim=1)

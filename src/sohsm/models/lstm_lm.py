@@ -95,8 +95,9 @@ class LSTMLanguageModel(nn.Module):
         return self.lstm_parameters()
 
     def tie_weights(self, head: Head) -> None:
-        """Make the embedding the output word vectors of ``head`` (:mod:`sohsm.models.tying`): a full
-        softmax shares its weight; a two-level head is read through its layout, which follows its clusters.
+        """Make the embedding the output word vectors of ``head`` (:mod:`sohsm.models.tying`): the head lends
+        the embedding (``head.tied_embedding()``): a full softmax its weight; a two-level head its rows read
+        through its layout, which follows its clusters; adaptive softmax its adaptive input.
 
         Raises:
             ValueError: the head has no word vectors to share, or ``emb_size != hidden_size``.

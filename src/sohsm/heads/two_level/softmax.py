@@ -29,12 +29,13 @@ from sohsm.clustering import check_assignment, default_n_clusters, frequency_bin
 from sohsm.heads.two_level.in_cluster import grouped
 from sohsm.heads.two_level import word_bands
 from sohsm.heads.two_level.word_bands import BandedWords
-from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, upcast
+from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, init_word_vectors, upcast
 from sohsm.heads.two_level.device_topk import exact_topk
 from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
 from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout, InClusterLogProb, move_rows
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
+from sohsm.heads.tying import HeadEmbedding
 
 
 class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
@@ -184,7 +185,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
             self.word_projection.reset_parameters()
         nn.init.uniform_(self.cluster_weight, -bound, bound)
         if self.band_projections is None:
-            nn.init.uniform_(self.weight, -(self.word_dim ** -0.5), self.word_dim ** -0.5)
+            init_word_vectors(self.weight)
             return
         self._reset_banded_weight()
 
@@ -233,6 +234,25 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         """``[*] -> [*, d]``: the vectors of ``ids``, a tied input embedding that follows the clusters."""
         self._grad.shared = True  # autograd adds the embedding's share into weight.grad: the head's record lapses
         return F.embedding(self._layout.slot_of_word[ids], self.weight)
+
+    @classmethod
+    def tying_refusal(cls, in_features: int, options: dict) -> str | None:
+        """Tied where every word vector has the ``d`` entries of a hidden state: not with ``word_dim < d`` or
+        ``div_value`` (Eq. 1's ``projection`` keeps ``d``)."""
+        word_dim = options.get("word_dim")
+        if word_dim is not None and word_dim != in_features:
+            return f"word_dim={word_dim} gives its word vectors {word_dim} entries, not the embedding's {in_features}"
+        if options.get("div_value") is not None:
+            return "div_value gives its rarer words' vectors fewer entries than the embedding's"
+        return None
+
+    def tied_embedding(self) -> HeadEmbedding:
+        """A :class:`~sohsm.heads.tying.HeadEmbedding` reading :meth:`embed`: it follows every re-clustering."""
+        if self.word_dim != self.in_features or self.band_projections is not None:
+            raise ValueError(f"{type(self).__name__} cannot be tied: its word vectors have {self.word_dim} entries "
+                             f"{'in bands ' if self.band_projections is not None else ''}where the embedding needs "
+                             f"{self.in_features} (word_dim, div_value and cutoffs change their width)")
+        return HeadEmbedding(self)
 
     def set_assignment(self, assignment: Tensor, optimizer: torch.optim.Optimizer | None = None) -> Tensor:
         """Move words to new clusters, keeping every word's vector, gradient and optimizer state.

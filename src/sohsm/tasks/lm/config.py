@@ -20,6 +20,7 @@ import typing
 from dataclasses import dataclass, field
 
 from sohsm.fields import FieldError, escape, has
+from sohsm.heads import head_names, tying_refusal
 from sohsm.models.transformer_lm import POSITIONS, check_sizes
 from sohsm.train.config import AMP_CHOICES, CLUSTERS_FORMATS, HeadConfig, OptimConfig, RunConfig, check_clusters_source
 
@@ -92,20 +93,23 @@ class ModelConfig:
     #: 129.1 -> 121.8, self-organized 135.0 -> 123.1, frequency binning 135.0 -> 125.8); 0 is the paper's text8 model
     #: (a transformer: on its embeddings, attention weights and residual branches)
     dropout: float = field(default=0.2, metadata={"metavar": "P"})
-    #: share the embedding with the output word vectors (Press & Wolf 2017; the full and the two-level heads,
-    #: emb_size = hidden_size); tied, the self-organized head beat adaptive softmax on PTB and WikiText-2
-    #: (docs/results/lm.md)
+    #: share the embedding with the head's output word vectors (Press & Wolf 2017): every head that has word vectors
+    #: (full, the two-level heads, adaptive softmax through adaptive input), emb_size = hidden_size; a head without
+    #: them (trees, sampled heads, dsoftmax) is refused
     tie_weights: bool = field(default=False, metadata={
-        "default_help": "true for a new self-organized run where the sizes allow it, else false"})
+        "default_help": "true for a new run whose head can be tied where emb_size = hidden_size, else false"})
 
 
 def ties_by_default(overrides: typing.Mapping[str, typing.Any]) -> bool:
-    """Whether a new self-organized run ties its embedding to the head: where the word vectors can be the
-    embedding (one width for both, no ``word_dim`` or ``div_value`` changing the vectors' width)."""
-    model = ModelConfig()
+    """Whether a new run ties its embedding to its head, for every head and model alike: where the head can lend
+    its word vectors (:func:`~sohsm.heads.tying_refusal`, asked of the head and its options) and the embedding
+    is as wide as the hidden state. A resumed run keeps the choice its config stored."""
+    model, head = ModelConfig(), HeadConfig()
     emb, hidden = overrides.get("model.emb_size", model.emb_size), overrides.get("model.hidden_size", model.hidden_size)
-    options = overrides.get("head.options") or {}
-    return emb == hidden and not any(options.get(key) is not None for key in ("word_dim", "div_value"))
+    name, options = overrides.get("head.name", head.name), overrides.get("head.options") or {}
+    if emb != hidden or name not in head_names() or not isinstance(options, typing.Mapping):
+        return False  # an unknown head or bad options are refused by validate(), with their own message
+    return tying_refusal(name, hidden, options) is None
 
 
 @dataclass
@@ -163,13 +167,14 @@ class LMConfig(RunConfig):
     @classmethod
     def from_overrides(cls, overrides: typing.Mapping[str, typing.Any]) -> LMConfig:
         """:meth:`RunConfig.from_overrides`; a transformer given only one of ``model.emb_size`` and
-        ``model.hidden_size`` takes it for both (its embedding is its residual stream: one width)."""
+        ``model.hidden_size`` takes it for both (its embedding is its residual stream: one width); ``model.tie_weights``
+        not given follows :func:`ties_by_default`."""
         overrides = dict(overrides)
         if overrides.get("model.architecture") == "transformer":
             for given, other in (("model.emb_size", "model.hidden_size"), ("model.hidden_size", "model.emb_size")):
                 if given in overrides and other not in overrides:
                     overrides[other] = overrides[given]
-        if overrides.get("head.name") == "self_organized" and "model.tie_weights" not in overrides:
+        if "model.tie_weights" not in overrides:
             overrides["model.tie_weights"] = ties_by_default(overrides)
         return super().from_overrides(overrides)
 
@@ -199,6 +204,11 @@ class LMConfig(RunConfig):
                                 f"must be >= 2 (or none: the corpus's default), got {self.data.max_size}")
         check_clusters_source(self.data)
         self._validate_model()
+        if self.model.tie_weights:
+            refusal = tying_refusal(self.head.name, self.model.hidden_size, self.head.options)
+            if refusal is not None:
+                raise FieldError(escape(f"head {self.head.name!r} cannot be tied (") + "{}" + escape(f"): {refusal}"),
+                                 "model.tie_weights")
         if self.model.tie_weights and self.model.emb_size != self.model.hidden_size:
             raise FieldError(f"{{}} needs {{}} == {{}}, got {self.model.emb_size} and {self.model.hidden_size}",
                              "model.tie_weights", "model.emb_size", "model.hidden_size")
