@@ -125,7 +125,8 @@ class RunConfig:
 
     #: defaults that follow from the value of one field, ``{path: {value: {path: default}}}`` (the language
     #: model's ``model.architecture``: a transformer trains with another recipe than an LSTM); a new run's
-    #: config takes them under the fields it is given (:meth:`from_overrides`)
+    #: config takes them under the fields it is given (:meth:`from_overrides`), the field's own default
+    #: choosing where it is not given
     choice_defaults: typing.ClassVar[dict[str, dict[Any, dict[str, Any]]]] = {}
 
     # The training step's precision and compilation. A task whose config declares them as fields
@@ -160,9 +161,10 @@ class RunConfig:
             ValueError: as :func:`apply_overrides`.
         """
         chosen: dict[str, Any] = {}
-        for path, by_value in cls.choice_defaults.items():
-            chosen.update(by_value.get(overrides.get(path), {}))
-        return apply_overrides(cls(), {**chosen, **overrides})
+        defaults = cls()
+        for path, by_value in cls.choice_defaults.items():  # a choice not given is its default's
+            chosen.update(by_value.get(overrides.get(path, defaults.get(path)), {}))
+        return apply_overrides(defaults, {**chosen, **overrides})
 
     @classmethod
     def from_saved(cls, data: Mapping[str, Any]) -> Any:

@@ -42,10 +42,21 @@ def test_a_new_transformer_run_takes_the_transformer_recipe_under_the_fields_giv
     assert (config.model.layers, config.bptt, config.batch_size) == (4, 128, 32)
     assert config.model.emb_size == config.model.hidden_size == 64  # one width: given once, taken for both
     assert all(config.get(path) == value for path, value in TRANSFORMER_DEFAULTS.items() if path != "optim.warmup")
-    lstm = LMConfig.from_overrides({"model.hidden_size": 64})  # the LSTM's defaults are left as they were
-    assert lstm == LMConfig.from_dict({"model": {"hidden_size": 64}})
+    lstm = LMConfig.from_overrides({"model.hidden_size": 64})  # the LSTM's recipe: the paper's, warmed up
+    assert lstm == LMConfig.from_dict({"model": {"hidden_size": 64, "tie_weights": False}, "optim": {"warmup": 30}})
     assert (lstm.optim.optimizer, lstm.optim.lr_schedule, lstm.optim.warmup, lstm.model.emb_size) == (
-        "adagrad", "constant", 0, 512)
+        "adagrad", "constant", 30, 512)
+
+
+def test_a_new_lstm_run_warms_its_rate_up_and_a_saved_one_keeps_its_own():
+    from sohsm.tasks.lm import LSTM_DEFAULTS, LMConfig
+
+    assert LSTM_DEFAULTS == {"optim.warmup": 30}
+    assert LMConfig.from_overrides({}).optim.warmup == 30
+    assert LMConfig.from_overrides({"model.architecture": "lstm"}).optim.warmup == 30
+    assert LMConfig.from_overrides({"optim.warmup": 0}).optim.warmup == 0  # given, it wins
+    saved = LMConfig().to_dict()  # a run saved before: warmup 0 in its config.json
+    assert LMConfig.from_saved(saved).optim.warmup == 0
 
 
 def test_a_config_saved_before_the_transformer_is_an_lstm_with_a_constant_rate():

@@ -9,7 +9,7 @@ the next word.
 * :mod:`~sohsm.tasks.lm.run`: :func:`evaluate_run`, :func:`generate_text` (a finished run).
 * :mod:`~sohsm.tasks.lm.context`: the Mnih-Hinton bootstrapped tree from a run's context vectors.
 """
-from sohsm.tasks.lm.config import RESUMABLE_FIELDS, TRANSFORMER_DEFAULTS, DataConfig, LMConfig, ModelConfig
+from sohsm.tasks.lm.config import LSTM_DEFAULTS, RESUMABLE_FIELDS, TRANSFORMER_DEFAULTS, DataConfig, LMConfig, ModelConfig
 from sohsm.tasks.lm.evaluation import evaluate_stream, stream_hidden_states
 from sohsm.tasks.lm.model import build_model, build_model_and_head, describe_model
 from sohsm.tasks.lm.run import Generation, evaluate_run, generate_text
@@ -23,6 +23,7 @@ __all__ = [
     "LMTask",
     "ModelConfig",
     "RESUMABLE_FIELDS",
+    "LSTM_DEFAULTS",
     "TRANSFORMER_DEFAULTS",
     "build_model",
     "build_model_and_head",
