@@ -13,16 +13,15 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton, or the dev extra)")
 
 from sohsm.heads import TwoLevelSoftmax  # noqa: E402
-from sohsm.heads.two_level.in_cluster import grouped, triton_kernels
+from sohsm.heads.two_level.in_cluster import grouped
 from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout  # noqa: E402
 
-if triton_kernels._interpreted():
-    DEVICE = "cpu"
-elif torch.cuda.is_available():  # pragma: no cover - a machine with a GPU
-    DEVICE = "cuda"
-else:  # pragma: no cover
+from tests.heads.two_level.kernel_device import triton_device  # noqa: E402
+
+if triton_device() is None:  # pragma: no cover
     pytest.skip("no GPU, and Triton was imported before TRITON_INTERPRET=1 was set (tests/conftest.py sets it)",
                 allow_module_level=True)
+DEVICE = triton_device().type
 
 
 def _problem(batch: int, n_words: int, n_clusters: int, d: int, seed: int, empty: int = 0):
@@ -107,11 +106,12 @@ def test_float64_and_bad_block_are_refused():
 
 
 def test_head_on_triton_backend_equals_the_per_cluster_kernel():
+    """The same head on the Triton kernels (on DEVICE) and on the per-cluster kernel (named: ``auto`` is Triton on
+    CUDA, so on a GPU the default would compare the kernels with themselves)."""
     torch.manual_seed(0)
-    head = TwoLevelSoftmax(12, 60, assignment="random", projection=True)
-    twin = TwoLevelSoftmax(12, 60, assignment="random", projection=True)
+    head = TwoLevelSoftmax(12, 60, assignment="random", projection=True, backend="per_cluster")
+    twin = TwoLevelSoftmax(12, 60, assignment="random", projection=True, backend="triton")
     twin.load_state_dict(head.state_dict())
-    twin.backend = "triton"
     head, twin = head.to(DEVICE), twin.to(DEVICE)
     g = torch.Generator().manual_seed(1)
     hidden, target = torch.randn(33, 12, generator=g), torch.randint(0, 60, (33,), generator=g)
