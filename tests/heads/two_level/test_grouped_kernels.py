@@ -152,3 +152,54 @@ def test_kernels_trace_whole_under_torch_compile():
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(grad, head.weight.grad)
     assert counter.frame_count == 1
+
+
+def test_kernels_launch_on_the_tensors_device(monkeypatch):
+    """Triton launches on the current CUDA device: every launch runs under ``launch_device(tensors' device)``, which
+    makes ``cuda:1`` current while ``cuda:0`` is (the current device mocked: torch.cuda.device's exchange)."""
+    from sohsm.heads.two_level.in_cluster import triton_kernels
+
+    current = [0]
+
+    def exchange(index):
+        previous, current[0] = current[0], index if index >= 0 else current[0]
+        return previous
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.cuda, "_exchange_device", exchange)
+        patch.setattr(torch.cuda, "_maybe_exchange_device", exchange)
+        with triton_kernels.launch_device(torch.device("cuda", 1)):
+            assert current[0] == 1
+        assert current[0] == 0
+
+    guarded, launches = [], []
+    real_guard = triton_kernels.launch_device
+
+    class Guard:
+        def __init__(self, device):
+            self.device = device
+
+        def __enter__(self):
+            guarded.append(self.device)
+
+        def __exit__(self, *exc):
+            guarded.pop()
+
+    class Kernel:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append(list(guarded))
+                return self.kernel[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(triton_kernels, "launch_device", Guard)
+    for name in ("_forward_kernel", "_grad_hidden_kernel", "_grad_weight_kernel"):
+        monkeypatch.setattr(triton_kernels, name, Kernel(getattr(triton_kernels, name)))
+    layout, assignment, weight, hidden, target, row_grad = _problem(20, 30, 4, 8, seed=7)
+    _run("triton", layout, assignment, weight, hidden, target, row_grad, torch.float32, layout.max_size, 16)
+    assert len(launches) == 3 and all(g == [torch.device(DEVICE, 0) if DEVICE == "cuda" else torch.device(DEVICE)]
+                                      for g in launches), launches
+    assert real_guard(torch.device("cpu")).__class__.__name__ == "nullcontext"
