@@ -47,13 +47,15 @@ BACKENDS = ("torch", "triton")
 
 
 def tiled_logits(hidden: Tensor, weight: Tensor, row_cluster: Tensor, offsets: Tensor, width: int,
-                 block_m: int) -> Tensor:
+                 block_m: int, max_gathered_rows: int | None = None) -> Tensor:
     """``[B, width]`` scores of each row against the first ``width`` word vectors of its cluster's block.
 
     The rows are laid out in tiles of one cluster each (:func:`~sohsm.heads.two_level.in_cluster.tiles.tile_map`),
     each tile's word vectors gathered once into a ``[T, width, d]`` tensor, and one batched product scores all
     tiles; columns past a cluster's size hold the next blocks' words (the caller masks them). The ``"torch"``
     backend's forward and the device top-k (:mod:`sohsm.heads.two_level.device_topk`) share it.
+    ``max_gathered_rows``: gather at most that many word vectors at a time (tiles in chunks, each
+    ``[T', width, d]``), so the gathered copy stays bounded at large vocabularies (``None``: all at once).
     """
     batch, d = hidden.shape
     n_clusters = offsets.numel() - 1
@@ -64,8 +66,12 @@ def tiled_logits(hidden: Tensor, weight: Tensor, row_cluster: Tensor, offsets: T
     hidden_tiles = padded_hidden[rows].view(n_tiles, block_m, d)
     cluster = tiles.tile_cluster.clamp(max=n_clusters - 1)  # an unused tile scores zeros against any cluster
     columns = torch.arange(width, device=weight.device)
-    slots = (offsets[cluster][:, None] + columns).clamp(max=weight.size(0) - 1)  # [T, width]
-    logits = torch.bmm(hidden_tiles, weight[slots].transpose(1, 2))  # [T, block_m, width]
+    chunk = n_tiles if max_gathered_rows is None else max(1, max_gathered_rows // max(width, 1))
+    parts = []
+    for first in range(0, n_tiles, chunk):  # a static number of chunks: shapes still follow from B, C, width
+        slots = (offsets[cluster[first : first + chunk]][:, None] + columns).clamp(max=weight.size(0) - 1)
+        parts.append(torch.bmm(hidden_tiles[first : first + chunk], weight[slots].transpose(1, 2)))  # [T', m, width]
+    logits = parts[0] if len(parts) == 1 else torch.cat(parts)  # [T, block_m, width]
     return logits.reshape(n_tiles * block_m, width)[tiles.row_position]  # the batch's order
 
 
