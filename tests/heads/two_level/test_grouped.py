@@ -203,10 +203,10 @@ def test_auto_falls_back_with_one_warning_where_triton_cannot_run(monkeypatch):
     monkeypatch.setattr(grouped, "run_triton_once", cannot_compile)  # what Triton's launcher raises without cc
     with pytest.warns(RuntimeWarning, match=r"failed to run \(RuntimeError: Failed to find C compiler"):
         assert grouped.choose_backend(head, cuda, torch.bfloat16) is None
-    # inside torch.compile the fallback is the sync-free torch path, which traces
+    # while tracing nothing is tried: what an eager call found out
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert grouped.choose_backend(head, cuda, torch.bfloat16) == "torch"
-    assert grouped.choose_backend(head, torch.device("cpu"), torch.float32) == "torch"
+    assert grouped.choose_backend(head, cuda, torch.bfloat16) is None
+    assert grouped.choose_backend(head, cuda, torch.float16) == "triton"
 
 
 def test_sync_free_path_under_bf16_autocast_is_close_to_float32():
@@ -307,16 +307,17 @@ def test_training_step_compiles_with_fullgraph(kind):
     assert counter.frame_count == 1  # one graph, not recompiled for the second batch
 
 
-def test_self_organized_head_with_its_defaults_traces_whole():
-    """``torch.compile(head, fullgraph=True)`` with every default (``backend="auto"``, the target check on):
-    the target range is checked on the device without a read-back, and ``auto`` takes the sync-free path
-    under compilation (the per-cluster kernel's host-side grouping cannot be traced)."""
+def test_self_organized_head_with_the_target_check_on_traces_whole():
+    """``torch.compile(head, fullgraph=True)`` with the target check on (its default): the range is checked on the
+    device without a read-back. On the CPU the sync-free path is named (``auto`` takes the per-cluster kernel
+    there, whose host-side grouping cannot be traced; on CUDA ``auto`` is Triton, which traces)."""
     torch._dynamo.reset()
     counts = (1000.0 / torch.arange(1, N + 1)).round()
     torch.manual_seed(0)
     head = SelfOrganizedSoftmax(D, N, counts=counts)
-    assert head.backend == "auto" and head.check_targets
-    eager = copy.deepcopy(head)
+    assert head.check_targets
+    eager = copy.deepcopy(head)  # eagerly on the CPU: the per-cluster kernel
+    head.backend = "grouped_torch"
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (head, eager)]
     for m, opt in zip((head, eager), optimizers):
         m.attach(opt)
@@ -327,7 +328,7 @@ def test_self_organized_head_with_its_defaults_traces_whole():
         hidden, target = torch.randn(24, D, generator=g), torch.randint(0, N, (24,), generator=g)
         out = compiled(hidden, target)
         out.loss.backward()
-        expected = eager(hidden, target)  # eagerly on the CPU: the per-cluster kernel
+        expected = eager(hidden, target)
         expected.loss.backward()
         torch.testing.assert_close(out.output, expected.output, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(head.weight.grad, eager.weight.grad, rtol=1e-5, atol=1e-6)
@@ -340,8 +341,7 @@ def test_self_organized_head_with_its_defaults_traces_whole():
 
 
 def test_per_cluster_kernel_does_not_compile_with_fullgraph():
-    """The check above can fail: the per-cluster kernel's host-side grouping breaks the graph (``auto`` does not
-    take it inside torch.compile)."""
+    """The check above can fail: the per-cluster kernel's host-side grouping breaks the graph."""
     torch._dynamo.reset()
     head = _head("two_level", False)
     head.backend, head.check_targets = "per_cluster", False

@@ -83,7 +83,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
             path in plain torch, for small sizes and tests), ``"auto"`` (default): ``"triton"`` on
             CUDA where its kernels run, else ``"per_cluster"``, the faster on the CPU (a warning says
             once why Triton did not run on CUDA: not installed, float64, a kernel that does not
-            compile); inside ``torch.compile``, ``"grouped_torch"`` where Triton does not run.
+            compile).
 
     Shape:
         - hidden: ``[B, d]`` (``[*, d]`` is flattened)
@@ -105,7 +105,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         in-cluster kernel scores in the weight's dtype. The per-cluster kernel's
         data-dependent part (which clusters a batch holds) runs eagerly under
         ``torch.compile``; the sync-free path (``backend="triton"``, or
-        ``"grouped_torch"``; ``"auto"`` takes one on CUDA and inside ``torch.compile``)
+        ``"grouped_torch"``; ``"auto"`` takes Triton on CUDA)
         reads nothing back, traces whole with the target check on (it runs on the
         device), and scores in the autocast dtype. :attr:`weight` has its rows grouped by cluster: an input embedding
         tied to it reads them through :meth:`embed`.

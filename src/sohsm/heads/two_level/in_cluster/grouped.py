@@ -196,7 +196,7 @@ def run_triton_once(device: torch.device, compute: torch.dtype) -> None:
 
 
 def _fall_back(device: torch.device, reason: str, fallback: str | None) -> str | None:
-    """``fallback``, after one warning per device and reason that says which backend runs instead and why."""
+    """``fallback`` (``None``: the per-cluster kernel), after one warning per device and reason saying why."""
     key = (device.type, reason)
     if key not in _warned:
         _warned.add(key)
@@ -214,9 +214,7 @@ def choose_backend(head, device: torch.device, compute: torch.dtype | None = Non
     per-cluster kernel, by ``head.backend``.
 
     ``"auto"`` takes Triton on CUDA where its kernels run with products in ``compute`` (default: the head's
-    weight dtype), else the per-cluster kernel (the faster on the CPU), saying once why Triton did not run; inside
-    ``torch.compile`` it takes a sync-free path wherever Triton does not run (``"torch"``), since the
-    per-cluster kernel's host-side grouping cannot be traced.
+    weight dtype), else the per-cluster kernel (the faster on the CPU), saying once why Triton did not run.
 
     Raises:
         ValueError: ``backend="triton"`` without Triton, or on a device its compiled kernels do not run on.
@@ -237,14 +235,12 @@ def choose_backend(head, device: torch.device, compute: torch.dtype | None = Non
 def _auto_backend(head, device: torch.device, compute: torch.dtype) -> str | None:
     if getattr(head, "q_clusters", None) is not None:  # compact statistics are folded in by the per-cluster path only
         return None
-    compiling = torch.compiler.is_compiling()
-    fallback = "torch" if compiling else None
     if device.type != "cuda":
-        return fallback
-    if compiling:  # no probe while tracing: what an eager call found out, else the kernels
-        return "triton" if _triton_problems.get((str(device), compute)) is None else fallback
+        return None
+    if torch.compiler.is_compiling():  # no probe while tracing: what an eager call found out, else the kernels
+        return "triton" if _triton_problems.get((str(device), compute)) is None else None
     problem = triton_problem(device, compute)
-    return "triton" if problem is None else _fall_back(device, problem, fallback)
+    return "triton" if problem is None else _fall_back(device, problem, None)
 
 
 def score(head, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor, backend: str):
