@@ -31,7 +31,10 @@ it passed (no host synchronisation in forward, backward and optimizer step).
 with every head's defaults (batch 128, BPTT 20) for ``--lm-tokens`` tokens per head,
 each run alone on the GPU, on WikiText-2 (LSTM 512) and on a synthetic Zipf corpus
 of ``--zipf-words`` words (256k, LSTM 1024; written into a temporary folder), and
-reports training tokens/s (evaluation excluded; re-clusterings included).
+reports training tokens/s after the first logged interval (warm-up and evaluation excluded;
+re-clusterings included) and which in-cluster backend each head ran. The report is written
+again after every row, so a run that fails, or a benchmark that stops, keeps every figure
+measured before it.
 
 Before measuring, the GPU tests of the sync-free path run (``pytest`` on
 ``tests/heads/two_level/test_grouped_kernels.py``, ``test_grouped.py``, ``test_device_topk.py``,
@@ -63,6 +66,8 @@ import torch.nn.functional as F
 
 import sohsm
 from sohsm import build_head
+from sohsm.heads import TwoLevelSoftmax
+from sohsm.heads.two_level.in_cluster import grouped
 
 SIZES = (50_000, 128_000, 256_000)
 DIMS = (1024, 4096)
@@ -116,10 +121,18 @@ def make_cce(n, d, counts, device):
 
 def make_head(name, **options):
     def make(n, d, counts, device):
-        head = build_head(name, d, n, counts=counts, **options).to(device)
-        head.check_targets = False  # the range check reads a bool back; the targets here are in range
+        head = build_head(name, d, n, counts=counts, **options).to(device)  # the target check on, as a user has it
         return [head], lambda h, t: head(h, t).loss
     return make
+
+
+def backend_that_runs(head, device, compute=torch.bfloat16) -> str:
+    """The in-cluster backend a two-level head runs on ``device`` under ``compute`` autocast ("-" for other heads):
+    what ``backend="auto"`` chose, fallbacks included."""
+    if not isinstance(head, TwoLevelSoftmax):
+        return "-"
+    return {None: "per_cluster", "torch": "grouped_torch", "triton": "triton"}[
+        grouped.choose_backend(head, device, compute)]
 
 
 #: (key, row name, builder, whether the step is checked for host synchronisation)
@@ -128,8 +141,8 @@ METHODS = (
     ("liger", "Liger fused linear CE", make_liger, False),
     ("cce", "Cut Cross-Entropy", make_cce, False),
     ("adaptive", "torch adaptive softmax", make_head("adaptive"), False),
-    ("two_level", "two_level_frequency (default: Triton)", make_head("two_level_frequency"), True),
-    ("self_organized", "self_organized (default: Triton)", make_head("self_organized", update_every=0), True),
+    ("two_level", "two_level_frequency (default backend)", make_head("two_level_frequency"), True),
+    ("self_organized", "self_organized (default backend)", make_head("self_organized", update_every=0), True),
     ("two_level_per_cluster", "two_level_frequency (per-cluster kernel)",
      make_head("two_level_frequency", backend="per_cluster"), False),
 )
@@ -189,6 +202,7 @@ def measure(builder, check_sync: bool, n: int, d: int, tokens: int, args, device
     optimizer.zero_grad()
     row["fwd_bwd_ms"] = cuda_time_ms(forward_backward, args.warmup, args.repeats)
     row["step_ms"] = cuda_time_ms(train_step, args.warmup, args.repeats)
+    row["backend"] = next((backend_that_runs(m, device) for m in modules if isinstance(m, TwoLevelSoftmax)), "-")
     if check_sync:
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")
@@ -202,8 +216,9 @@ def measure(builder, check_sync: bool, n: int, d: int, tokens: int, args, device
     return row
 
 
-def run_heads(args, device) -> list[dict]:
-    rows = []
+def run_heads(args, device, report) -> list[dict]:
+    """One row per size and method, each added to the report as soon as it is measured."""
+    rows = report.rows
     for n in args.sizes:
         for d in args.dims:
             for tokens in args.tokens:
@@ -223,6 +238,7 @@ def run_heads(args, device) -> list[dict]:
                             traceback.print_exc()
                     torch.cuda.empty_cache()
                     rows.append(row)
+                    report.write()
                     print(format_row(row, best_peer(rows, row)), flush=True)
     return rows
 
@@ -243,9 +259,9 @@ def format_row(row: dict, best: dict | None) -> str:
         best_name, best_ms = best["method"], f"{best['step_ms']:.2f}"
         if "step_ms" in row:
             ratio = f"{best['step_ms'] / row['step_ms']:.2f}x"
-    return (f"| {row['N']:,} | {row['d']} | {row['tokens']:,} | {row['method']} | {num('fwd_bwd_ms')} | "
-            f"{num('step_ms')} | {best_name} | {best_ms} | {ratio} | {num('peak_mib', '{:,.0f}')} | "
-            f"{row.get('sync_free', '-')} | {row.get('note', '')} |")
+    return (f"| {row['N']:,} | {row['d']} | {row['tokens']:,} | {row['method']} | {row.get('backend', '-')} | "
+            f"{num('fwd_bwd_ms')} | {num('step_ms')} | {best_name} | {best_ms} | {ratio} | "
+            f"{num('peak_mib', '{:,.0f}')} | {row.get('sync_free', '-')} | {row.get('note', '')} |")
 
 
 #: the whole-model settings: (name, corpus, LSTM size, extra `lm train` arguments)
@@ -273,12 +289,35 @@ def write_zipf_corpus(folder: Path, n_words: int, n_tokens: int, seed: int) -> P
     return folder
 
 
-def run_lm(args, device) -> list[dict]:
-    """``sohsm lm train`` for each head and setting, one run at a time on the GPU; tokens/s of training."""
-    from sohsm.cli.main import main as sohsm_main
-    from sohsm.runs.report import summarise_run
+def rate_after_warmup(run_dir: Path) -> dict:
+    """Training tokens/s between the first and the last logged interval of a run (``metrics.jsonl``), so the first
+    steps' warm-up (kernel compilation, autotuning, allocator growth) is left out; re-clusterings stay in."""
+    from sohsm.train.metrics import read_metrics
 
-    rows = []
+    train = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("kind") == "train"]
+    if len(train) < 2 or train[-1]["elapsed_s"] <= train[0]["elapsed_s"]:
+        raise ValueError(f"too few training records to leave the warm-up out ({len(train)}; lower --log-every)")
+    first, last = train[0], train[-1]
+    return {"tokens": int(last["tokens"]), "train_s": float(last["elapsed_s"]),
+            "timed_tokens": int(last["tokens"] - first["tokens"]),
+            "tokens_per_s": (last["tokens"] - first["tokens"]) / (last["elapsed_s"] - first["elapsed_s"])}
+
+
+def lm_backend(head_name: str, device) -> str:
+    """The in-cluster backend ``head_name`` ran in a bf16 run on ``device`` (what ``auto`` chose in this process)."""
+    try:
+        head = build_head(head_name, 16, 100, counts=torch.ones(100))
+    except (TypeError, ValueError):
+        return "-"
+    return backend_that_runs(head.to(device), device)
+
+
+def run_lm(args, device, report) -> list[dict]:
+    """``sohsm lm train`` for each head and setting, one run at a time on the GPU; tokens/s of training after the
+    first logged interval. Each row joins the report as soon as its run ends; a run that fails is a row saying so."""
+    from sohsm.cli.main import main as sohsm_main
+
+    rows = report.lm_rows
     with tempfile.TemporaryDirectory() as tmp:
         for setting, corpus, size, extra in LM_SETTINGS:
             if corpus is None:
@@ -289,19 +328,26 @@ def run_lm(args, device) -> list[dict]:
                 argv = ["lm", "train", "--corpus", corpus, "--head", head, "--run-dir", str(run_dir),
                         "--device", "cuda", "--amp", "bf16", "--batch-size", "128", "--bptt", "20",
                         "--emb-size", str(size), "--hidden-size", str(size), "--max-tokens", str(args.lm_tokens),
-                        "--eval-every", "0", "--checkpoint-every", "0", "--quiet", *extra]
+                        "--eval-every", "0", "--checkpoint-every", "0", "--log-every", str(args.lm_log_every),
+                        "--quiet", *extra]
                 if args.compile:
                     argv.append("--compile")
-                code = sohsm_main(argv)
                 command = "sohsm " + " ".join("ZIPF_FOLDER" if a == corpus and setting == "Zipf" else a
                                               for a in argv if not a.startswith(str(run_dir)))
                 row = {"setting": setting, "size": size, "head": head, "command": command}
-                if code == 0:
-                    summary = summarise_run(run_dir)
-                    row.update(tokens=summary.tokens, train_s=summary.train_s, tokens_per_s=summary.tokens_per_s)
-                else:
-                    row["note"] = f"sohsm lm train exited with status {code}"
+                try:
+                    code = sohsm_main(argv)
+                    if code != 0:
+                        raise RuntimeError(f"sohsm lm train exited with status {code}")
+                    row.update(rate_after_warmup(run_dir))
+                    row["backend"] = lm_backend(head, device)
+                except Exception as error:  # one failing run is a row; the others still run
+                    row["note"] = f"failed: {type(error).__name__}: {(str(error).splitlines() or [''])[0][:100]}"
+                    if args.verbose:
+                        traceback.print_exc()
+                torch.cuda.empty_cache()
                 rows.append(row)
+                report.write()
                 print(row, flush=True)
     return rows
 
@@ -322,6 +368,19 @@ def run_gpu_tests() -> str:
     verdict = "passed" if done.returncode == 0 else f"FAILED (exit status {done.returncode})"
     print(f"GPU tests: {verdict}: {last}", flush=True)
     return f"{verdict}: {last}"
+
+
+class Report:
+    """The report file, written again whole after every row, so a run that stops keeps every figure measured."""
+
+    def __init__(self, path: Path, args, device, tests: str | None = None):
+        self.path = path / "gpu.md" if path.is_dir() else path  # --output DIR writes DIR/gpu.md
+        self.args, self.device, self.tests = args, device, tests
+        self.rows: list[dict] = []
+        self.lm_rows: list[dict] = []
+
+    def write(self) -> None:
+        write_report(self.path, self.args, self.device, self.rows, self.lm_rows, self.tests)
 
 
 def write_report(path: Path, args, device, rows: list[dict], lm_rows: list[dict], tests: str | None) -> None:
@@ -345,30 +404,33 @@ def write_report(path: Path, args, device, rows: list[dict], lm_rows: list[dict]
         "Cut Cross-Entropy and adaptive softmax at that size, and *vs best* its step time over the row's; *peak* is "
         "the memory of one forward + backward beyond the parameters and optimizer state (the gradients, set to "
         "None between steps, count in it). *sync-free*: the step ran under "
-        "`torch.cuda.set_sync_debug_mode(\"error\")`.",
+        "`torch.cuda.set_sync_debug_mode(\"error\")`. *backend*: the in-cluster backend a sohsm head ran "
+        "(`backend=\"auto\"` falls back from Triton with a warning where its kernels cannot run).",
         "",
-        "| N | d | tokens | method | fwd+bwd ms | step ms | best peer | its step ms | vs best | peak MiB | sync-free "
-        "| note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| N | d | tokens | method | backend | fwd+bwd ms | step ms | best peer | its step ms | vs best | peak MiB "
+        "| sync-free | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(format_row(row, best_peer(rows, row)))
     if lm_rows:
         lines += ["", "## Whole language model, training tokens/s (each run alone on the GPU)", "",
                   f"`sohsm lm train` with every head's defaults, bf16, batch 128, BPTT 20, {args.lm_tokens:,} tokens "
-                  "per run, no evaluation; re-clusterings included. Zipf: a synthetic corpus of "
+                  "per run, no evaluation; re-clusterings included. *tokens/s* is timed from the first logged "
+                  f"interval (every {args.lm_log_every} steps) to the last, so the warm-up (compilation, autotuning) "
+                  "is left out. Zipf: a synthetic corpus of "
                   f"{args.zipf_words:,} words ({args.zipf_tokens:,} training tokens, every word at least once).", "",
-                  "| corpus | LSTM | head | tokens | train s | tokens/s | vs full | note |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| corpus | LSTM | head | backend | tokens | train s | tokens/s | vs full | note |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for row in lm_rows:
             full = next((r for r in lm_rows if r["setting"] == row["setting"] and r["head"] == "full"
                          and "tokens_per_s" in r), None)
             if "tokens_per_s" in row:
                 ratio = f"{row['tokens_per_s'] / full['tokens_per_s']:.2f}x" if full else "-"
-                lines.append(f"| {row['setting']} | {row['size']} | {row['head']} | {row['tokens']:,} | "
-                             f"{row['train_s']:.1f} | {row['tokens_per_s']:,.0f} | {ratio} | |")
+                lines.append(f"| {row['setting']} | {row['size']} | {row['head']} | {row.get('backend', '-')} | "
+                             f"{row['tokens']:,} | {row['train_s']:.1f} | {row['tokens_per_s']:,.0f} | {ratio} | |")
             else:
-                lines.append(f"| {row['setting']} | {row['size']} | {row['head']} | - | - | - | - | "
+                lines.append(f"| {row['setting']} | {row['size']} | {row['head']} | - | - | - | - | - | "
                              f"{row.get('note', '')} |")
         lines += ["", "Commands (`--head HEAD` each; ZIPF_FOLDER is the synthetic corpus' folder):", ""]
         for setting in dict.fromkeys(r["setting"] for r in lm_rows):
@@ -396,9 +458,11 @@ def main(argv=None) -> int:
     parser.add_argument("--zipf-words", type=int, default=256_000, help="vocabulary of the synthetic corpus (--lm)")
     parser.add_argument("--zipf-tokens", type=int, default=10_000_000,
                         help="training tokens of the synthetic corpus (--lm)")
+    parser.add_argument("--lm-log-every", type=int, default=20,
+                        help="steps between logged intervals (--lm); tokens/s is timed from the first")
     parser.add_argument("--no-tests", action="store_true", help="do not run the GPU tests first")
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "benchmarks"
-                        / "gpu.md")
+                        / "gpu.md", help="the report (a folder: gpu.md in it), written again after every row")
     parser.add_argument("--verbose", action="store_true", help="print the traceback of a method that fails")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -407,11 +471,12 @@ def main(argv=None) -> int:
         return 1
     device = torch.device("cuda")
     print(f"device: {torch.cuda.get_device_name(device)}", flush=True)
-    tests = None if args.no_tests else run_gpu_tests()
-    rows = run_heads(args, device)
-    lm_rows = run_lm(args, device) if args.lm else []
-    write_report(args.output, args, device, rows, lm_rows, tests)
-    print(f"wrote {args.output}")
+    report = Report(args.output, args, device, None if args.no_tests else run_gpu_tests())
+    run_heads(args, device, report)
+    if args.lm:
+        run_lm(args, device, report)
+    report.write()
+    print(f"wrote {report.path}")
     return 0
 
 

@@ -145,10 +145,13 @@ class Head(nn.Module):
     #: (``"importance_sampling"``, ``"nce"``, ``"negative_sampling"``).
     objective: str = "nll"
 
-    #: Check that every target is in ``[0, N)`` (a ValueError naming the bad values). The check
-    #: reads the result on the host, which waits for the device and breaks a ``torch.compile``
-    #: graph; set it to ``False`` for speed once the data are known to be good. An out-of-range
-    #: target then fails inside an indexing kernel, or on a GPU may be read out of bounds.
+    #: Check that every target is in ``[0, N)``. On the CPU, eagerly, a bad target raises a
+    #: ``ValueError`` naming the bad values. On a GPU, and inside ``torch.compile``, the check runs on
+    #: the device without reading anything back (``torch._assert_async``, as torch's own losses
+    #: check their targets): a step neither waits for the device nor breaks the graph, and a bad
+    #: target raises a ``RuntimeError`` (on CUDA a device-side assert, reported at the next
+    #: synchronisation). ``False`` drops the check; an out-of-range target then fails inside an
+    #: indexing kernel, or on a GPU may be read out of bounds.
     check_targets: bool = True
 
     #: The head hands its weight a row-sparse gradient (the ``sparse=True`` option of the tree and
@@ -291,12 +294,21 @@ class Head(nn.Module):
                 f"hidden and target must have the same number of rows, got "
                 f"{hidden.size(0)} hidden rows and {target.size(0)} targets"
             )
-        if self.check_targets and target.numel() and bool(((target < 0) | (target >= self.n_classes)).any()):
+        if self.check_targets:
+            self._check_target_range(target)
+        return hidden, target
+
+    def _check_target_range(self, target: Tensor) -> None:
+        """Every target in ``[0, N)``: on the host for eager CPU tensors (a ``ValueError`` with the values
+        seen), else on the device with no read-back (a ``RuntimeError``; see :attr:`check_targets`)."""
+        outside = (target < 0) | (target >= self.n_classes)
+        if target.device.type != "cpu" or torch.compiler.is_compiling():
+            torch._assert_async(~outside.any(), f"target values must be in [0, {self.n_classes})")
+        elif target.numel() and bool(outside.any()):
             raise ValueError(
                 f"target values must be in [0, {self.n_classes}), got min "
                 f"{int(target.min())} and max {int(target.max())}"
             )
-        return hidden, target
 
     def _check_k(self, k: int) -> int:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.n_classes:

@@ -36,8 +36,8 @@ class Forward(nn.Module):
 
     A head that keeps statistics finds its process group there (the self-organized
     head's ``set_process_group("auto")``). With ``compile`` the model and the head
-    are called through :func:`torch.compile` (the head without its host-side target
-    check, which would break the graph); their parameters and ``state_dict`` stay
+    are called through :func:`torch.compile` (the head without its target check,
+    as in eager steps); their parameters and ``state_dict`` stay
     those of the eager modules.
     """
 
@@ -45,7 +45,7 @@ class Forward(nn.Module):
         super().__init__()
         self.model, self.head = model, head
         # a task's targets are ids of its vocabulary, so in range by construction: the head's per-call check
-        # would read a bool back every step (and break a compiled graph)
+        # (on the device, without a read-back) would only add kernels to every step
         head.check_targets = False
         # kept out of the module tree: the compiled wrappers share the eager modules' parameters
         self.__dict__["_calls"] = ((torch.compile(model), torch.compile(head)) if compile else (model, head))

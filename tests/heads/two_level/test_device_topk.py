@@ -129,3 +129,22 @@ def test_topk_on_the_sync_free_path_takes_the_device_top_k(kind, monkeypatch):
     head.backend = "auto"
     head.topk(hidden, 4)
     assert len(calls) == 2  # the default path searches
+
+
+def test_word_vectors_are_gathered_in_bounded_chunks(monkeypatch):
+    """The tiles' word vectors are gathered ``GATHER_BYTES`` at a time (at 256k words, d 1024 and 1,024 rows all at
+    once would be about 3.9 GB), with the same answer as one gather."""
+    import sohsm.heads.two_level.device_topk as module
+
+    head = _head("self_organized", sharp=True)
+    hidden = _hidden(40, 3)
+    expected = device_topk(head, hidden, 5, clusters=3)
+    width, row_bytes = head._sync_free_width(), head.weight.size(1) * head.weight.element_size()
+    budget = 2 * width * row_bytes  # two tiles' word vectors
+    monkeypatch.setattr(module, "GATHER_BYTES", budget)
+    gathered, real_bmm = [], torch.bmm
+    monkeypatch.setattr(torch, "bmm", lambda a, b: gathered.append(b.numel() * b.element_size()) or real_bmm(a, b))
+    got = device_topk(head, hidden, 5, clusters=3)
+    assert len(gathered) > 1 and max(gathered) <= budget
+    torch.testing.assert_close(got.values, expected.values, rtol=0, atol=1e-12)
+    assert torch.equal(got.indices, expected.indices) and torch.equal(got.certified, expected.certified)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import pytest
 import torch
@@ -162,7 +163,7 @@ def test_backend_option_selects_the_path(monkeypatch):
     monkeypatch.setattr(grouped, "triton_available", lambda: True)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert grouped.choose_backend(head, hidden.device) == "triton"
-    monkeypatch.delenv("TRITON_INTERPRET")  # compiled kernels need a GPU: one line says so
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # compiled kernels need a GPU: one line says so
     with pytest.raises(ValueError, match="backend='triton' runs on CUDA devices, not on cpu"):
         head(hidden, target)
     monkeypatch.setattr(grouped, "triton_available", lambda: False)
@@ -173,12 +174,39 @@ def test_backend_option_selects_the_path(monkeypatch):
     with pytest.raises(ValueError, match="backend must be one of"):
         TwoLevelSoftmax(D, 20, backend="sync_free")
     assert TwoLevelSoftmax(D, 20, backend="grouped_torch").backend == "grouped_torch"
-    # auto on CUDA takes the Triton kernels when Triton is there, else the per-cluster kernel
+    # auto on CUDA takes the Triton kernels where they run, else the per-cluster kernel (test_auto_falls_back...)
     head.backend = "auto"
-    monkeypatch.setattr(grouped, "triton_available", lambda: True)
+    monkeypatch.setattr(grouped, "triton_problem", lambda device, compute: None)
     assert grouped.choose_backend(head, torch.device("cuda")) == "triton"
+
+
+def test_auto_falls_back_with_one_warning_where_triton_cannot_run(monkeypatch):
+    """On CUDA (the device named, nothing launched on it): Triton missing, float64, or kernels that do not compile
+    (no C compiler, bf16 ``tl.dot`` before sm_80) make ``auto`` take the next backend and say why, once."""
+    monkeypatch.setattr(grouped, "_triton_problems", {})
+    monkeypatch.setattr(grouped, "_warned", set())
+    head = _head("two_level", False).float()
+    cuda = torch.device("cuda")
     monkeypatch.setattr(grouped, "triton_available", lambda: False)
-    assert grouped.choose_backend(head, torch.device("cuda")) is None
+    with pytest.warns(RuntimeWarning, match="Triton is not installed.*the per-cluster kernel .* runs instead"):
+        assert grouped.choose_backend(head, cuda, torch.float32) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        assert grouped.choose_backend(head, cuda, torch.float32) is None
+    monkeypatch.setattr(grouped, "triton_available", lambda: True)
+    with pytest.warns(RuntimeWarning, match="do not compute in torch.float64"):
+        assert grouped.choose_backend(head.double(), cuda) is None
+
+    def cannot_compile(*args):
+        raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
+
+    monkeypatch.setattr(grouped, "run_triton_once", cannot_compile)  # what Triton's launcher raises without cc
+    with pytest.warns(RuntimeWarning, match=r"failed to run \(RuntimeError: Failed to find C compiler"):
+        assert grouped.choose_backend(head, cuda, torch.bfloat16) is None
+    # while tracing nothing is tried: what an eager call found out
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert grouped.choose_backend(head, cuda, torch.bfloat16) is None
+    assert grouped.choose_backend(head, cuda, torch.float16) == "triton"
 
 
 def test_sync_free_path_under_bf16_autocast_is_close_to_float32():
@@ -279,11 +307,44 @@ def test_training_step_compiles_with_fullgraph(kind):
     assert counter.frame_count == 1  # one graph, not recompiled for the second batch
 
 
+def test_self_organized_head_with_the_target_check_on_traces_whole():
+    """``torch.compile(head, fullgraph=True)`` with the target check on (its default): the range is checked on the
+    device without a read-back. On the CPU the sync-free path is named (``auto`` takes the per-cluster kernel
+    there, whose host-side grouping cannot be traced; on CUDA ``auto`` is Triton, which traces)."""
+    torch._dynamo.reset()
+    counts = (1000.0 / torch.arange(1, N + 1)).round()
+    torch.manual_seed(0)
+    head = SelfOrganizedSoftmax(D, N, counts=counts)
+    assert head.check_targets
+    eager = copy.deepcopy(head)  # eagerly on the CPU: the per-cluster kernel
+    head.backend = "grouped_torch"
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (head, eager)]
+    for m, opt in zip((head, eager), optimizers):
+        m.attach(opt)
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(head, fullgraph=True, backend=counter)
+    g = torch.Generator().manual_seed(3)
+    for _ in range(2):  # the second batch runs the same graph
+        hidden, target = torch.randn(24, D, generator=g), torch.randint(0, N, (24,), generator=g)
+        out = compiled(hidden, target)
+        out.loss.backward()
+        expected = eager(hidden, target)
+        expected.loss.backward()
+        torch.testing.assert_close(out.output, expected.output, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(head.weight.grad, eager.weight.grad, rtol=1e-5, atol=1e-6)
+        for opt in optimizers:
+            opt.step()
+            opt.zero_grad()
+    assert counter.frame_count == 1
+    with pytest.raises(RuntimeError, match=rf"target values must be in \[0, {N}\)"):
+        compiled(torch.randn(2, D), torch.tensor([0, N]))
+
+
 def test_per_cluster_kernel_does_not_compile_with_fullgraph():
-    """The check above can fail: the default kernel's host-side grouping breaks the graph."""
+    """The check above can fail: the per-cluster kernel's host-side grouping breaks the graph."""
     torch._dynamo.reset()
     head = _head("two_level", False)
-    head.check_targets = False
+    head.backend, head.check_targets = "per_cluster", False
     compiled = torch.compile(lambda h, t: head(h, t).loss, fullgraph=True, backend="aot_eager")
     with pytest.raises(torch._dynamo.exc.Unsupported):
         compiled(torch.randn(8, D, dtype=torch.float64), torch.randint(0, N, (8,)))

@@ -13,16 +13,15 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton, or the dev extra)")
 
 from sohsm.heads import TwoLevelSoftmax  # noqa: E402
-from sohsm.heads.two_level.in_cluster import grouped, triton_kernels
+from sohsm.heads.two_level.in_cluster import grouped
 from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout  # noqa: E402
 
-if triton_kernels._interpreted():
-    DEVICE = "cpu"
-elif torch.cuda.is_available():  # pragma: no cover - a machine with a GPU
-    DEVICE = "cuda"
-else:  # pragma: no cover
+from tests.heads.two_level.kernel_device import triton_device  # noqa: E402
+
+if triton_device() is None:  # pragma: no cover
     pytest.skip("no GPU, and Triton was imported before TRITON_INTERPRET=1 was set (tests/conftest.py sets it)",
                 allow_module_level=True)
+DEVICE = triton_device().type
 
 
 def _problem(batch: int, n_words: int, n_clusters: int, d: int, seed: int, empty: int = 0):
@@ -107,11 +106,12 @@ def test_float64_and_bad_block_are_refused():
 
 
 def test_head_on_triton_backend_equals_the_per_cluster_kernel():
+    """The same head on the Triton kernels (on DEVICE) and on the per-cluster kernel (named: ``auto`` is Triton on
+    CUDA, so on a GPU the default would compare the kernels with themselves)."""
     torch.manual_seed(0)
-    head = TwoLevelSoftmax(12, 60, assignment="random", projection=True)
-    twin = TwoLevelSoftmax(12, 60, assignment="random", projection=True)
+    head = TwoLevelSoftmax(12, 60, assignment="random", projection=True, backend="per_cluster")
+    twin = TwoLevelSoftmax(12, 60, assignment="random", projection=True, backend="triton")
     twin.load_state_dict(head.state_dict())
-    twin.backend = "triton"
     head, twin = head.to(DEVICE), twin.to(DEVICE)
     g = torch.Generator().manual_seed(1)
     hidden, target = torch.randn(33, 12, generator=g), torch.randint(0, 60, (33,), generator=g)
@@ -152,3 +152,54 @@ def test_kernels_trace_whole_under_torch_compile():
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(grad, head.weight.grad)
     assert counter.frame_count == 1
+
+
+def test_kernels_launch_on_the_tensors_device(monkeypatch):
+    """Triton launches on the current CUDA device: every launch runs under ``launch_device(tensors' device)``, which
+    makes ``cuda:1`` current while ``cuda:0`` is (the current device mocked: torch.cuda.device's exchange)."""
+    from sohsm.heads.two_level.in_cluster import triton_kernels
+
+    current = [0]
+
+    def exchange(index):
+        previous, current[0] = current[0], index if index >= 0 else current[0]
+        return previous
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.cuda, "_exchange_device", exchange)
+        patch.setattr(torch.cuda, "_maybe_exchange_device", exchange)
+        with triton_kernels.launch_device(torch.device("cuda", 1)):
+            assert current[0] == 1
+        assert current[0] == 0
+
+    guarded, launches = [], []
+    real_guard = triton_kernels.launch_device
+
+    class Guard:
+        def __init__(self, device):
+            self.device = device
+
+        def __enter__(self):
+            guarded.append(self.device)
+
+        def __exit__(self, *exc):
+            guarded.pop()
+
+    class Kernel:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append(list(guarded))
+                return self.kernel[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(triton_kernels, "launch_device", Guard)
+    for name in ("_forward_kernel", "_grad_hidden_kernel", "_grad_weight_kernel"):
+        monkeypatch.setattr(triton_kernels, name, Kernel(getattr(triton_kernels, name)))
+    layout, assignment, weight, hidden, target, row_grad = _problem(20, 30, 4, 8, seed=7)
+    _run("triton", layout, assignment, weight, hidden, target, row_grad, torch.float32, layout.max_size, 16)
+    assert len(launches) == 3 and all(g == [torch.device(DEVICE, 0) if DEVICE == "cuda" else torch.device(DEVICE)]
+                                      for g in launches), launches
+    assert real_guard(torch.device("cpu")).__class__.__name__ == "nullcontext"

@@ -24,6 +24,9 @@ from sohsm.heads.two_level.in_cluster.grouped import tiled_logits
 
 #: clusters a row scores by default: a trained head puts most of a row's mass in a few
 DEFAULT_CLUSTERS = 4
+#: bytes of word vectors gathered at a time (the rest of a call's memory is its ``[B * M, width]`` scores):
+#: 256k words, d 1024 and 1,024 rows would otherwise gather about 3.9 GB at once
+GATHER_BYTES = 64 * 2**20
 
 
 class DeviceTopK(NamedTuple):
@@ -113,7 +116,8 @@ def device_topk(head, hidden: Tensor, k: int, clusters: int = DEFAULT_CLUSTERS, 
 def _pair_logits(hidden: Tensor, weight: Tensor, pair_row: Tensor, pair_cluster: Tensor, offsets: Tensor,
                  width: int, block_m: int) -> Tensor:
     """``[P, width]`` scores of pair ``p``'s row against the first ``width`` word vectors of its cluster's block."""
-    logits = tiled_logits(hidden[pair_row], weight, pair_cluster, offsets, width, block_m)
+    max_rows = max(1, GATHER_BYTES // (weight.size(1) * weight.element_size()))
+    logits = tiled_logits(hidden[pair_row], weight, pair_cluster, offsets, width, block_m, max_rows)
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
 

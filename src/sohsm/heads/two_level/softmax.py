@@ -82,7 +82,9 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
             (one product per cluster a batch holds; reads the row counts back), ``"triton"`` (the
             sync-free kernels: static shapes, nothing read back), ``"grouped_torch"`` (the same
             path in plain torch, for small sizes and tests), ``"auto"`` (default): ``"triton"`` on
-            CUDA with Triton installed, else ``"per_cluster"``, the faster on the CPU.
+            CUDA where its kernels run, else ``"per_cluster"``, the faster on the CPU (a warning says
+            once why Triton did not run on CUDA: not installed, float64, a kernel that does not
+            compile).
 
     Shape:
         - hidden: ``[B, d]`` (``[*, d]`` is flattened)
@@ -101,12 +103,12 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         and sharded or flattened weights (FSDP, ZeRO-3) are refused.
 
         Under ``torch.autocast`` the cluster softmax is normalised in float32 and the
-        in-cluster kernel scores in the weight's dtype. Under ``torch.compile`` the
-        data-dependent part (which clusters a batch holds) runs eagerly; set
-        ``head.check_targets = False`` to drop the host-side target check as well.
-        The sync-free path (``backend="triton"``, the default on CUDA, or
-        ``"grouped_torch"``) reads nothing back, traces whole, and scores in the
-        autocast dtype. :attr:`weight` has its rows grouped by cluster: an input embedding
+        in-cluster kernel scores in the weight's dtype. The per-cluster kernel's
+        data-dependent part (which clusters a batch holds) runs eagerly under
+        ``torch.compile``; the sync-free path (``backend="triton"``, or
+        ``"grouped_torch"``; ``"auto"`` takes Triton on CUDA)
+        reads nothing back, traces whole with the target check on (it runs on the
+        device), and scores in the autocast dtype. :attr:`weight` has its rows grouped by cluster: an input embedding
         tied to it reads them through :meth:`embed`.
     """
 
@@ -318,8 +320,8 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     def _parts(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
         hidden_c, hidden_w = self._split_hidden(hidden)
-        backend = grouped.choose_backend(self, hidden_w.device)  # None: the per-cluster kernel
-        if backend is not None:
+        backend = grouped.choose_backend(self, hidden_w.device, grouped.compute_dtype(hidden_w, self.weight))
+        if backend is not None:  # None: the per-cluster kernel
             return grouped.score(self, F.linear(hidden_c, self.cluster_weight), hidden_w, target, backend)
         return self._score(F.linear(hidden_c, self.cluster_weight), hidden_w, target)
 

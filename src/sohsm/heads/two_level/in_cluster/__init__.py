@@ -14,7 +14,8 @@ Which path runs is the head's ``backend`` (:func:`~sohsm.heads.two_level.in_clus
                     two backward
 ``"grouped_torch"`` :mod:`.grouped`: the same tiles by batched  nothing (it gathers every tile's word vectors:
                     torch products, autograd backward           small sizes, tests, the CPU proof)
-``"auto"``          ``"triton"`` on CUDA with Triton installed, else ``"per_cluster"``
+``"auto"``          ``"triton"`` on CUDA where its kernels run (tried once per device and dtype), else
+                    ``"per_cluster"``, with one warning saying why where CUDA cannot run Triton
 ==================  ==========================================  =============================================
 
 The device top-k (:mod:`sohsm.heads.two_level.device_topk`) scores its candidate clusters with the

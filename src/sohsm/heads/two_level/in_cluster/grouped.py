@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -46,13 +47,15 @@ BACKENDS = ("torch", "triton")
 
 
 def tiled_logits(hidden: Tensor, weight: Tensor, row_cluster: Tensor, offsets: Tensor, width: int,
-                 block_m: int) -> Tensor:
+                 block_m: int, max_gathered_rows: int | None = None) -> Tensor:
     """``[B, width]`` scores of each row against the first ``width`` word vectors of its cluster's block.
 
     The rows are laid out in tiles of one cluster each (:func:`~sohsm.heads.two_level.in_cluster.tiles.tile_map`),
     each tile's word vectors gathered once into a ``[T, width, d]`` tensor, and one batched product scores all
     tiles; columns past a cluster's size hold the next blocks' words (the caller masks them). The ``"torch"``
     backend's forward and the device top-k (:mod:`sohsm.heads.two_level.device_topk`) share it.
+    ``max_gathered_rows``: gather at most that many word vectors at a time (tiles in chunks, each
+    ``[T', width, d]``), so the gathered copy stays bounded at large vocabularies (``None``: all at once).
     """
     batch, d = hidden.shape
     n_clusters = offsets.numel() - 1
@@ -63,8 +66,12 @@ def tiled_logits(hidden: Tensor, weight: Tensor, row_cluster: Tensor, offsets: T
     hidden_tiles = padded_hidden[rows].view(n_tiles, block_m, d)
     cluster = tiles.tile_cluster.clamp(max=n_clusters - 1)  # an unused tile scores zeros against any cluster
     columns = torch.arange(width, device=weight.device)
-    slots = (offsets[cluster][:, None] + columns).clamp(max=weight.size(0) - 1)  # [T, width]
-    logits = torch.bmm(hidden_tiles, weight[slots].transpose(1, 2))  # [T, block_m, width]
+    chunk = n_tiles if max_gathered_rows is None else max(1, max_gathered_rows // max(width, 1))
+    parts = []
+    for first in range(0, n_tiles, chunk):  # a static number of chunks: shapes still follow from B, C, width
+        slots = (offsets[cluster[first : first + chunk]][:, None] + columns).clamp(max=weight.size(0) - 1)
+        parts.append(torch.bmm(hidden_tiles[first : first + chunk], weight[slots].transpose(1, 2)))  # [T', m, width]
+    logits = parts[0] if len(parts) == 1 else torch.cat(parts)  # [T, block_m, width]
     return logits.reshape(n_tiles * block_m, width)[tiles.row_position]  # the batch's order
 
 
@@ -144,19 +151,78 @@ def check_backend(value: str) -> str:
     return value
 
 
-def choose_backend(head, device: torch.device) -> str | None:
+#: why the Triton kernels cannot run, per (device, compute dtype) an eager ``"auto"`` call has tried; ``None``: they run
+_triton_problems: dict[tuple[str, torch.dtype], str | None] = {}
+
+
+def triton_problem(device: torch.device, compute: torch.dtype) -> str | None:
+    """Why the Triton kernels cannot run on ``device`` with products in ``compute`` (``None`` when they can).
+
+    Asked once per device and dtype: Triton missing, a dtype its float32 accumulators cannot hold
+    (float64), or a tiny forward and backward that fails to compile or launch (no C compiler for
+    Triton's launcher; bf16 ``tl.dot`` on a GPU before sm_80).
+    """
+    key = (str(device), compute)
+    if key not in _triton_problems:
+        _triton_problems[key] = _find_triton_problem(device, compute)
+    return _triton_problems[key]
+
+
+def _find_triton_problem(device: torch.device, compute: torch.dtype) -> str | None:
+    if not triton_available():
+        return "Triton is not installed (pip install triton)"
+    if compute not in (torch.float32, torch.float16, torch.bfloat16):
+        return f"the Triton kernels accumulate in float32 and do not compute in {compute}"
+    try:
+        run_triton_once(device, compute)
+    except Exception as error:  # noqa: BLE001 - whatever stops the kernels is the reason to fall back
+        first_line = (str(error).strip().splitlines() or [""])[0][:200]
+        return f"the Triton kernels failed to run ({type(error).__name__}: {first_line})"
+    return None
+
+
+def run_triton_once(device: torch.device, compute: torch.dtype) -> None:
+    """Every Triton kernel once, as a step launches them, on the smallest problem (two rows, one cluster of two
+    words): raises what a step would (a kernel that does not compile, a launcher without a C compiler)."""
+    from sohsm.heads.two_level.in_cluster import triton_kernels
+
+    with torch.inference_mode(False), torch.enable_grad():
+        hidden = torch.ones(2, 16, device=device, requires_grad=True)
+        weight = torch.ones(2, 16, device=device, requires_grad=True)
+        zeros = torch.zeros(2, dtype=torch.long, device=device)
+        offsets, sizes = torch.tensor([0, 2], device=device), torch.tensor([2], device=device)
+        out = triton_kernels.in_cluster_log_prob_triton(hidden, weight, zeros, zeros, offsets, sizes, 2, 64, compute)
+        out.sum().backward()
+
+
+def _fall_back(device: torch.device, reason: str, fallback: str | None) -> str | None:
+    """``fallback`` (``None``: the per-cluster kernel), after one warning per device and reason saying why."""
+    key = (device.type, reason)
+    if key not in _warned:
+        _warned.add(key)
+        instead = "the per-cluster kernel (one host read a step)" if fallback is None else f"the {fallback!r} backend"
+        warnings.warn(f"backend='auto' on {device.type}: {reason}; {instead} runs instead", RuntimeWarning,
+                      stacklevel=4)
+    return fallback
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def choose_backend(head, device: torch.device, compute: torch.dtype | None = None) -> str | None:
     """The sync-free implementation ``head`` uses on ``device`` (``"torch"`` or ``"triton"``), or ``None`` for the
-    per-cluster kernel, by ``head.backend``: ``"auto"`` takes Triton on CUDA when it is installed, else the
-    per-cluster kernel (the faster on the CPU).
+    per-cluster kernel, by ``head.backend``.
+
+    ``"auto"`` takes Triton on CUDA where its kernels run with products in ``compute`` (default: the head's
+    weight dtype), else the per-cluster kernel (the faster on the CPU), saying once why Triton did not run.
 
     Raises:
         ValueError: ``backend="triton"`` without Triton, or on a device its compiled kernels do not run on.
     """
     device = torch.device(device)
     option = head.backend
-    if option == "auto":  # compact statistics (q_clusters) are folded in by the per-cluster path only
-        compact = getattr(head, "q_clusters", None) is not None
-        return "triton" if device.type == "cuda" and triton_available() and not compact else None
+    if option == "auto":
+        return _auto_backend(head, device, head.weight.dtype if compute is None else compute)
     if option == "triton":
         if not triton_available():
             raise ValueError("backend='triton' needs Triton (pip install triton); backend='auto' runs without it")
@@ -164,6 +230,17 @@ def choose_backend(head, device: torch.device) -> str | None:
             raise ValueError(f"backend='triton' runs on CUDA devices, not on {device.type} (TRITON_INTERPRET=1 runs the kernels on the CPU, slowly, for "
                              "tests); backend='auto' picks the per-cluster kernel there")
     return {"per_cluster": None, "grouped_torch": "torch", "triton": "triton"}[option]
+
+
+def _auto_backend(head, device: torch.device, compute: torch.dtype) -> str | None:
+    if getattr(head, "q_clusters", None) is not None:  # compact statistics are folded in by the per-cluster path only
+        return None
+    if device.type != "cuda":
+        return None
+    if torch.compiler.is_compiling():  # no probe while tracing: what an eager call found out, else the kernels
+        return "triton" if _triton_problems.get((str(device), compute)) is None else None
+    problem = triton_problem(device, compute)
+    return "triton" if problem is None else _fall_back(device, problem, None)
 
 
 def score(head, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor, backend: str):

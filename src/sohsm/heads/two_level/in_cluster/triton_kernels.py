@@ -22,6 +22,7 @@ the tests use.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -172,6 +173,12 @@ def _grad_weight_kernel(
              mask=col_ok[:, None] & d_ok[None, :])
 
 
+def launch_device(device: torch.device):
+    """A context in which the kernels launch on ``device``: Triton launches on the *current* CUDA device, not on
+    the tensors', so a head on ``cuda:1`` (with ``cuda:0`` current) would run on the wrong GPU without it."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -202,13 +209,13 @@ def grouped_forward(
     n_tiles = tile_cluster.numel()
     if n_tiles:
         block_n, block_k = _blocks(compute)
-        _forward_kernel[(n_tiles,)](
-            hidden, weight, tile_rows, tile_cluster, offsets, sizes, row_target, out, lse, logits,
-            d, width, sizes.numel(), hidden.stride(0), weight.stride(0), logits.stride(0),
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, COMPUTE=_tl_dtype(compute),
-            EMULATE=_interpreted(),
-            PRECISION=_precision(compute),
-        )
+        with launch_device(hidden.device):
+            _forward_kernel[(n_tiles,)](
+                hidden, weight, tile_rows, tile_cluster, offsets, sizes, row_target, out, lse, logits,
+                d, width, sizes.numel(), hidden.stride(0), weight.stride(0), logits.stride(0),
+                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, COMPUTE=_tl_dtype(compute),
+                EMULATE=_interpreted(), PRECISION=_precision(compute),
+            )
     return out, lse, logits
 
 
@@ -232,13 +239,13 @@ def grouped_grad_hidden(
     if n_tiles:
         block_n, block_d = _blocks(compute)
         grid = (n_tiles, triton.cdiv(d, block_d))
-        _grad_hidden_kernel[grid](
-            grad_logits, weight, tile_rows, tile_cluster, offsets, sizes, out,
-            d, sizes.numel(), grad_logits.stride(0), weight.stride(0), out.stride(0),
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, COMPUTE=_tl_dtype(compute),
-            EMULATE=_interpreted(),
-            PRECISION=_precision(compute),
-        )
+        with launch_device(grad_logits.device):
+            _grad_hidden_kernel[grid](
+                grad_logits, weight, tile_rows, tile_cluster, offsets, sizes, out,
+                d, sizes.numel(), grad_logits.stride(0), weight.stride(0), out.stride(0),
+                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, COMPUTE=_tl_dtype(compute),
+                EMULATE=_interpreted(), PRECISION=_precision(compute),
+            )
     return out
 
 
@@ -259,13 +266,13 @@ def grouped_grad_weight(
     n_clusters = sizes.numel()
     block_n, block_d = _blocks(compute)
     grid = (n_clusters, triton.cdiv(width, block_n), triton.cdiv(d, block_d))
-    _grad_weight_kernel[grid](
-        grad_logits, hidden, tile_rows, cluster_tile_start, cluster_tiles, offsets, sizes, out,
-        d, grad_logits.stride(0), hidden.stride(0), out.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, COMPUTE=_tl_dtype(compute),
-            EMULATE=_interpreted(),
-        PRECISION=_precision(compute),
-    )
+    with launch_device(hidden.device):
+        _grad_weight_kernel[grid](
+            grad_logits, hidden, tile_rows, cluster_tile_start, cluster_tiles, offsets, sizes, out,
+            d, grad_logits.stride(0), hidden.stride(0), out.stride(0),
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, COMPUTE=_tl_dtype(compute),
+            EMULATE=_interpreted(), PRECISION=_precision(compute),
+        )
     return out
 
 
