@@ -18,6 +18,8 @@ from sohsm.clustering import (
     greedy_assignment_reference,
     random_assignment,
 )
+from sohsm.clustering.assignments import tie_order
+from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
 
 
 def _random_tf(n: int, g: torch.Generator, kind: str) -> torch.Tensor:
@@ -35,15 +37,16 @@ def _replay(q: torch.Tensor, tf: torch.Tensor, assignment: torch.Tensor, max_siz
     """Check Algorithm 1's rules word by word (descending tf) on a result; returns the fallback count.
 
     An independent oracle: each word must be in the best cluster by q among the open ones
-    (ties: lowest id); when none is open, in the lightest cluster with room (ties: lowest id).
+    (ties: the word of rank r prefers r mod C, then r + 1 mod C, ...); when none is open, in the
+    lightest cluster with room (ties: lowest id).
     """
     n_clusters = q.size(1)
     sizes, masses, fallback = [0] * n_clusters, [0.0] * n_clusters, 0
-    for w in torch.sort(tf, descending=True, stable=True).indices.tolist():
+    for rank, w in enumerate(torch.sort(tf, descending=True, stable=True).indices.tolist()):
         c = int(assignment[w])
         open_ = [k for k in range(n_clusters) if sizes[k] < max_size and masses[k] < f_b]
         if open_:
-            best = max(open_, key=lambda k: (float(q[w, k]), -k))
+            best = max(open_, key=lambda k: (float(q[w, k]), -((k - rank) % n_clusters)))
             assert c == best, f"word {w} went to {c}, its best open cluster is {best}"
         else:
             fallback += 1
@@ -93,11 +96,15 @@ def test_greedy_places_words_in_descending_tf():
         assert fn(q, tf, 4, 0.35).assignment.tolist() == [2, 0, 1, 1]
 
 
-def test_greedy_prefers_higher_q_and_breaks_ties_by_lowest_cluster():
-    q = torch.tensor([[0.0, 2.0, 1.0], [1.0, 1.0, 0.0], [-1.0, -1.0, -1.0]])
-    tf = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
-    for fn in (greedy_assignment, greedy_assignment_reference):
-        assert fn(q, tf, 3, 1.0).assignment.tolist() == [1, 0, 0]
+def test_greedy_prefers_higher_q_and_breaks_ties_by_the_tie_order():
+    """Ties go to the cluster at the word's frequency rank mod C, then the ones after it (:func:`tie_order`)."""
+    q = torch.tensor([[0.0, 2.0, 1.0], [1.0, 1.0, 0.0], [-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0], [0.0, 0.0, 0.0]])
+    tf = torch.tensor([0.4, 0.3, 0.15, 0.1, 0.05], dtype=torch.float64)
+    # rank 1 ties 0 and 1: 1 first; rank 2 ties all: 2 first; rank 3: 0 first; rank 4 (order 1, 2, 0):
+    # 1 is full, 2 has room (the lowest id, 0, would have had room too)
+    for fn in (greedy_assignment, greedy_assignment_reference, greedy_assignment_deferred):
+        assert fn(q, tf, 2, 1.0).assignment.tolist() == [1, 1, 2, 0, 2], fn.__name__
+    assert tie_order(torch.tensor([0, 4]), 3).tolist() == [[0, 1, 2], [2, 0, 1]]
 
 
 def test_greedy_fallback_goes_to_the_lightest_cluster_with_room():
@@ -197,7 +204,7 @@ def test_vectorised_equals_reference_with_counts_that_fill_clusters_exactly():
     counts = torch.tensor([4.0, 4.0, 4.0, 4.0, 1.0, 3.0], dtype=torch.float64)
     tf = counts / counts.sum()
     expected = greedy_assignment_reference(q, tf, 4, 0.2)
-    assert expected.assignment.tolist() == [3, 4, 2, 0, 5, 5]
+    assert expected.assignment.tolist() == [3, 4, 2, 5, 6, 6]
     assert torch.equal(greedy_assignment(q, tf, 4, 0.2).assignment, expected.assignment)
 
 

@@ -101,10 +101,12 @@ class GreedyResult(NamedTuple):
         assignment: ``[N]`` cluster id of every word.
         fallback_words: how many words no cluster could take under both
             constraints and went to the lightest cluster with room (small N only).
+        rounds: rounds of proposals the deferred-acceptance solver took (0 from the others).
     """
 
     assignment: Tensor
     fallback_words: int
+    rounds: int = 0
 
 
 def _check_greedy_args(q: Tensor, tf: Tensor, max_size: int, freq_budget: float,
@@ -131,10 +133,29 @@ def _check_greedy_args(q: Tensor, tf: Tensor, max_size: int, freq_budget: float,
     return q, tf.detach().to(device=q.device, dtype=torch.float64)
 
 
+def tie_order(ranks: Tensor, n_clusters: int) -> Tensor:
+    """``[W, C]``: each cluster's place in the tie order of the words at frequency ranks ``ranks`` (``[W]``).
+
+    Algorithm 1's tie rule, which every solver follows: among clusters of equal ``q``, the word of
+    rank ``r`` (0 = most frequent) prefers cluster ``r mod C``, then ``r + 1 mod C``, and so on. Words
+    with the same row (every word not seen yet keeps q's uniform starting row) thus spread over all
+    clusters in turn instead of queueing for the lowest ids, which took deferred acceptance about
+    ``N / max_size`` rounds.
+    """
+    return (torch.arange(n_clusters, device=ranks.device) - ranks[:, None]).remainder(n_clusters)
+
+
+def best_clusters(scores: Tensor, ties: Tensor) -> Tensor:
+    """``[W]``: each row's best cluster by ``scores`` (``-inf``: not a candidate), ties to the lowest ``ties``."""
+    best = scores.max(dim=1, keepdim=True).values
+    return torch.where(scores == best, ties, scores.shape[1]).argmin(dim=1)
+
+
 def greedy_assignment_reference(q: Tensor, tf: Tensor, max_size: int, freq_budget: float) -> GreedyResult:
     """Algorithm 1 written as the paper prints it, one word and one cluster at a time.
 
-    Kept as the executable definition that :func:`greedy_assignment` is tested against.
+    Kept as the executable definition that :func:`greedy_assignment` is tested against. Ties between
+    clusters follow :func:`tie_order` (the paper leaves them open).
     """
     q, tf = _check_greedy_args(q, tf, max_size, freq_budget)
     n_words, n_clusters = q.shape
@@ -142,8 +163,9 @@ def greedy_assignment_reference(q: Tensor, tf: Tensor, max_size: int, freq_budge
     masses = [0.0] * n_clusters
     assignment = [0] * n_words
     fallback = 0
-    for w in torch.sort(tf, descending=True, stable=True).indices.tolist():
-        for c in torch.sort(q[w], descending=True, stable=True).indices.tolist():
+    for rank, w in enumerate(torch.sort(tf, descending=True, stable=True).indices.tolist()):
+        preference = torch.arange(rank, rank + n_clusters) % n_clusters  # the tie order (:func:`tie_order`)
+        for c in preference[torch.sort(q[w, preference], descending=True, stable=True).indices].tolist():
             if sizes[c] < max_size and masses[c] < freq_budget:
                 break
         else:  # no cluster meets both constraints: the lightest one with room
@@ -164,7 +186,7 @@ def greedy_assignment(
     ``freq_budget`` of the token mass. Every word ``w`` (most frequent first) goes
     to the open cluster with the highest ``q[w, c]``; if none is open (possible when
     ``n_clusters * freq_budget < 1``), it goes to the lightest cluster that still has
-    room ("fallback"). Ties go to the lower cluster id.
+    room ("fallback"). Ties between clusters follow :func:`tie_order`.
 
     Same result as :func:`greedy_assignment_reference`, but vectorised: a block of
     words takes its choices at once, and the block is only cut where one of its
@@ -202,6 +224,7 @@ def greedy_assignment(
         words = order[start : start + block_size]
         scores = read_rows(words)  # [n, C]
         word_tf = tf[words]
+        ties = tie_order(torch.arange(start, start + words.numel()), n_clusters)  # [n, C]
         while words.numel():
             closed = (sizes >= max_size) | (masses >= freq_budget)
             if bool(closed.all()):
@@ -212,9 +235,9 @@ def greedy_assignment(
                 sizes[c] += 1
                 masses[c] += tf[w]
                 fallback += 1
-                words, scores, word_tf = words[1:], scores[1:], word_tf[1:]
+                words, scores, word_tf, ties = words[1:], scores[1:], word_tf[1:], ties[1:]
                 continue
-            choice = torch.where(closed, minus_inf, scores).argmax(dim=1)  # [n]
+            choice = best_clusters(torch.where(closed, minus_inf, scores), ties)  # [n]
             # size and mass each word's cluster would have when the word's turn comes
             one_hot = torch.zeros(words.numel(), n_clusters, dtype=torch.float64)
             one_hot.scatter_(1, choice[:, None], 1.0)
@@ -228,6 +251,6 @@ def greedy_assignment(
             assignment[words[:cut]] = taken
             sizes += torch.bincount(taken, minlength=n_clusters)
             masses.index_add_(0, taken, word_tf[:cut])
-            words, scores, word_tf = words[cut:], scores[cut:], word_tf[cut:]
+            words, scores, word_tf, ties = words[cut:], scores[cut:], word_tf[cut:], ties[cut:]
         start += block_size
     return GreedyResult(assignment, fallback)
