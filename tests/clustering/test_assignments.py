@@ -18,7 +18,7 @@ from sohsm.clustering import (
     greedy_assignment_reference,
     random_assignment,
 )
-from sohsm.clustering.assignments import tie_order
+from sohsm.clustering.assignments import best_clusters, tie_order
 from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
 
 
@@ -104,7 +104,8 @@ def test_greedy_prefers_higher_q_and_breaks_ties_by_the_tie_order():
     # 1 is full, 2 has room (the lowest id, 0, would have had room too)
     for fn in (greedy_assignment, greedy_assignment_reference, greedy_assignment_deferred):
         assert fn(q, tf, 2, 1.0).assignment.tolist() == [1, 1, 2, 0, 2], fn.__name__
-    assert tie_order(torch.tensor([0, 4]), 3).tolist() == [[0, 1, 2], [2, 0, 1]]
+    assert tie_order(torch.tensor([0, 4]), 3).tolist() == [[0, 1, 2], [3, 1, 2]]  # order of (c - r) mod 3
+    assert best_clusters(torch.tensor([[0.0, 1.0, 0.0]]), tie_order(torch.tensor([2]), 3)).tolist() == [1]
 
 
 def test_greedy_fallback_goes_to_the_lightest_cluster_with_room():

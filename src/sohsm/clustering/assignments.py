@@ -134,21 +134,24 @@ def _check_greedy_args(q: Tensor, tf: Tensor, max_size: int, freq_budget: float,
 
 
 def tie_order(ranks: Tensor, n_clusters: int) -> Tensor:
-    """``[W, C]``: each cluster's place in the tie order of the words at frequency ranks ``ranks`` (``[W]``).
+    """``[W, C]`` int32 keys that order the clusters as the words at frequency ranks ``ranks`` (``[W]``) break ties.
 
     Algorithm 1's tie rule, which every solver follows: among clusters of equal ``q``, the word of
     rank ``r`` (0 = most frequent) prefers cluster ``r mod C``, then ``r + 1 mod C``, and so on. Words
     with the same row (every word not seen yet keeps q's uniform starting row) thus spread over all
     clusters in turn instead of queueing for the lowest ids, which took deferred acceptance about
-    ``N / max_size`` rounds.
+    ``N / max_size`` rounds. The key is ``c`` for ``c >= r mod C`` and ``c + C`` below it (in the order of
+    ``(c - r) mod C``, without an integer division per entry).
     """
-    return (torch.arange(n_clusters, device=ranks.device) - ranks[:, None]).remainder(n_clusters)
+    clusters = torch.arange(n_clusters, dtype=torch.int32, device=ranks.device)
+    first = ranks.remainder(n_clusters).to(torch.int32)[:, None]
+    return torch.where(clusters < first, clusters + n_clusters, clusters)
 
 
 def best_clusters(scores: Tensor, ties: Tensor) -> Tensor:
     """``[W]``: each row's best cluster by ``scores`` (``-inf``: not a candidate), ties to the lowest ``ties``."""
     best = scores.max(dim=1, keepdim=True).values
-    return torch.where(scores == best, ties, scores.shape[1]).argmin(dim=1)
+    return torch.where(scores == best, ties, 2 * scores.shape[1]).argmin(dim=1)  # keys are below 2C
 
 
 def greedy_assignment_reference(q: Tensor, tf: Tensor, max_size: int, freq_budget: float) -> GreedyResult:
@@ -219,12 +222,15 @@ def greedy_assignment(
     assignment = torch.empty(n_words, dtype=torch.long)
     fallback = 0
     minus_inf = torch.tensor(float("-inf"))
+    cyclic = torch.arange(n_clusters).repeat(2).unfold(0, n_clusters, 1)  # [C + 1, C]: row r is r, r + 1, ... mod C
     start = 0
     while start < n_words:
         words = order[start : start + block_size]
-        scores = read_rows(words)  # [n, C]
+        # each row's columns in its word's tie order (from rank mod C on): argmax's first maximum is the rule's
+        first = torch.arange(start, start + words.numel()).remainder(n_clusters)  # [n]
+        turn = cyclic[first]  # [n, C]: row i is first[i], first[i] + 1, ... mod C
+        scores = read_rows(words).gather(1, turn)  # [n, C]
         word_tf = tf[words]
-        ties = tie_order(torch.arange(start, start + words.numel()), n_clusters)  # [n, C]
         while words.numel():
             closed = (sizes >= max_size) | (masses >= freq_budget)
             if bool(closed.all()):
@@ -235,9 +241,11 @@ def greedy_assignment(
                 sizes[c] += 1
                 masses[c] += tf[w]
                 fallback += 1
-                words, scores, word_tf, ties = words[1:], scores[1:], word_tf[1:], ties[1:]
+                words, scores, word_tf, first, turn = words[1:], scores[1:], word_tf[1:], first[1:], turn[1:]
                 continue
-            choice = best_clusters(torch.where(closed, minus_inf, scores), ties)  # [n]
+            closed_in_turn = torch.cat([closed, closed]).unfold(0, n_clusters, 1)[first]  # [n, C], as scores
+            choice = turn.gather(1, torch.where(closed_in_turn, minus_inf, scores).argmax(dim=1, keepdim=True))
+            choice = choice.squeeze(1)  # [n]
             # size and mass each word's cluster would have when the word's turn comes
             one_hot = torch.zeros(words.numel(), n_clusters, dtype=torch.float64)
             one_hot.scatter_(1, choice[:, None], 1.0)
@@ -251,6 +259,6 @@ def greedy_assignment(
             assignment[words[:cut]] = taken
             sizes += torch.bincount(taken, minlength=n_clusters)
             masses.index_add_(0, taken, word_tf[:cut])
-            words, scores, word_tf, ties = words[cut:], scores[cut:], word_tf[cut:], ties[cut:]
+            words, scores, word_tf, first, turn = words[cut:], scores[cut:], word_tf[cut:], first[cut:], turn[cut:]
         start += block_size
     return GreedyResult(assignment, fallback)

@@ -563,3 +563,32 @@ def test_auto_solver_runs_on_qs_device(monkeypatch):
     monkeypatch.setattr(head, "q_device", lambda: torch.device("cuda"))
     head.reassign()
     assert calls == ["greedy_assignment", "greedy_assignment_deferred"]
+
+
+def test_a_reclustering_on_the_devices_path_reads_few_values_back(monkeypatch):
+    """On a GPU every read of a tensor's value waits for the device: the E-step's own reads are one (its record).
+
+    Counted as tests/cli/test_host_reads.py counts them, on the path a GPU takes (deferred acceptance,
+    the sync-free backend). Left, outside the E-step's code: ``set_assignment``'s checks (3) and the
+    per-cluster layout it builds (3). The E-step read 11 values before (the token total, the step and
+    four record fields each on their own).
+    """
+    n_words = 500
+    head = SelfOrganizedSoftmax(16, n_words, counts=torch.randint(1, 100, (n_words,)), update_every=0,
+                                solver="deferred_acceptance", backend="grouped_torch")
+    optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+    head.attach(optimizer)
+    for _ in range(3):
+        loss = head(torch.randn(32, 16), torch.randint(0, n_words, (32,))).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    reads = []
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy"):
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _real=real, _n=name, **k: (reads.append(_n),
+                                                                                            _real(self, *a, **k))[1])
+    record = head.reassign(optimizer)
+    monkeypatch.undo()
+    assert len(reads) <= 7, reads
+    assert record["step"] == 3 and 0 <= record["change_rate"] <= 1 and isinstance(record["empty_clusters"], int)

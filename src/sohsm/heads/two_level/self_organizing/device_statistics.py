@@ -113,3 +113,12 @@ def count_step(head) -> int:
     steps += 1
     head.__dict__["_steps_mirror"] = (steps, steps._version, value)
     return value
+
+
+def step_count(head) -> int:
+    """``head.steps`` as an int, from the host-side mirror of :func:`count_step` while it holds (else one read)."""
+    steps = head.steps
+    mirror = head.__dict__.get("_steps_mirror")
+    if mirror is not None and mirror[0] is steps and mirror[1] == steps._version:
+        return mirror[2]
+    return int(steps)
