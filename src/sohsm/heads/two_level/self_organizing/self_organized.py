@@ -130,10 +130,8 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             ``"deferred_acceptance"``: in rounds of tensor operations on ``q``'s device
             (:mod:`sohsm.clustering.deferred_acceptance`), with one read-back per round, so
             that ``q`` never leaves the GPU; ``"auto"`` (default): the deferred one when ``q``
-            is on a GPU, the sequential one on the CPU. Measured (``benchmarks/recluster.py``):
-            on the CPU the two take about as long (486 and 436 ms at 100k words, 132 and 147 ms
-            at 44k); on an H100 the deferred one took 1.5 / 2.8 / 4.5 ms at 50k / 128k / 256k
-            words against 148 / 574 / 2,057 ms for the sequential one.
+            is on a GPU, the sequential one on the CPU. Their times: ``docs/benchmarks/recluster.md``
+            (CPU) and ``docs/benchmarks/gpu.md``.
         q_clusters: ``M``, keep ``q`` compact: per word only the ``M`` clusters with the highest
             ``q`` (ids and values) and one value standing for every other cluster, the best of them
             (:mod:`sohsm.heads.two_level.self_organizing.compact_statistics`): ``N (2M + 1)`` 4-byte numbers in place of
