@@ -1,6 +1,15 @@
-"""The in-cluster softmax of a two-level head's training step: ``log P(w | h, C(w))`` for each row.
+"""The two-level head's computation over explicit tensors: stateless functions and autograd Functions.
 
-Which path runs is the head's ``backend`` (:func:`~sohsm.heads.two_level.in_cluster.grouped.choose_backend`):
+Nothing here holds state or sees the head: the head (:class:`~sohsm.heads.TwoLevelSoftmax`) owns the
+parameters, the cluster layout and the gradient buffer, and passes them in. One file an idea:
+
+* :mod:`.layout`: :class:`ClusterLayout`, where each word's row of the weight sits (rows grouped by cluster);
+* :mod:`.log_prob`: the cluster log-softmax (written once) and a training step's two parts;
+* :mod:`.backends`: the one table of in-cluster backends, the devices each serves, where each is the default;
+* :mod:`.gradient_sink`: where a backend that writes the weight's gradient itself puts it;
+* the backends' ops: :mod:`.per_cluster`, :mod:`.grouped` (with :mod:`.tiles` and :mod:`.triton_kernels`).
+
+Which backend runs is the head's ``backend`` option, read through :func:`.backends.select_backend`:
 
 ==================  ==========================================  =============================================
 ``backend``         runs                                        reads back
@@ -21,3 +30,10 @@ Which path runs is the head's ``backend`` (:func:`~sohsm.heads.two_level.in_clus
 The device top-k (:mod:`sohsm.heads.two_level.device_topk`) scores its candidate clusters with the
 same tiles.
 """
+from sohsm.heads.two_level.ops.backends import BACKENDS, BackendInfo, check_backend, select_backend
+from sohsm.heads.two_level.ops.gradient_sink import GradientSink
+from sohsm.heads.two_level.ops.layout import ClusterLayout, move_rows
+from sohsm.heads.two_level.ops.log_prob import TwoLevelLogProb, cluster_log_softmax, two_level_log_prob
+
+__all__ = ["BACKENDS", "BackendInfo", "ClusterLayout", "GradientSink", "TwoLevelLogProb", "check_backend",
+           "cluster_log_softmax", "move_rows", "select_backend", "two_level_log_prob"]
