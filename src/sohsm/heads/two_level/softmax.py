@@ -28,11 +28,12 @@ from torch import Tensor, nn
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
 from sohsm.heads.two_level import word_bands
 from sohsm.heads.two_level.word_bands import BandedWords
-from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, init_word_vectors, upcast
+from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, init_word_vectors
 from sohsm.heads.two_level.device_topk import exact_topk
 from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
 from sohsm.heads.two_level.ops import (BackendInfo, ClusterLayout, GradientSink, TwoLevelLogProb, check_backend,
-                                      cluster_log_softmax, move_rows, select_backend, two_level_log_prob)
+                                      cluster_log_softmax, exact_log_prob, move_rows, select_backend,
+                                      two_level_log_prob)
 from sohsm.heads.two_level.ops.grouped import compute_dtype
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
@@ -319,9 +320,8 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         hidden_c, hidden_w = self._split_hidden(hidden)
         backend = self.backend_for(hidden_w.device, compute_dtype(hidden_w, self.weight))
         cluster_logits = F.linear(hidden_c, self.cluster_weight)
-        if backend.sync_free:
-            return self._score_sync_free(cluster_logits, hidden_w, target, backend)
-        return self._score(cluster_logits, hidden_w, target, backend)
+        score = self._score if backend.sync_free else self._score_eagerly
+        return score(cluster_logits, hidden_w, target, backend)
 
     # -- how the in-cluster softmax is computed (the backend) -------------------------------------
     @property
@@ -352,43 +352,41 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None:
         """Hook for subclasses on the sync-free path: like :meth:`_observe`, but reads nothing back."""
 
-    def _score_sync_free(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor,
-                         backend: BackendInfo) -> TwoLevelLogProb:
-        """The rest of :meth:`_parts` by a sync-free backend: reads no value back to the host.
+    def _score(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor,
+               backend: BackendInfo) -> TwoLevelLogProb:
+        """The rest of :meth:`_parts`: the head's tensors handed to the ops, then the statistics hook.
 
-        Under ``torch.compile`` the layout is taken as it was last derived (a direct write into
-        :attr:`assignment` is noticed by the next eager call, not inside a compiled step).
+        A sync-free backend reads nothing back; under ``torch.compile`` the layout is then taken
+        as it was last derived (a direct write into :attr:`assignment` is noticed by the next
+        eager call, not inside a compiled step). The others run eagerly (:meth:`_score_eagerly`).
         """
         layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
-        if self._grad.dirty is not None:  # autograd, not the head, writes weight.grad here: forget what it wrote
-            self._grad.invalidate()
-        parts = two_level_log_prob(cluster_logits, hidden_w, self._word_weight(), target, self.assignment, layout,
-                                   backend, self._sync_free_width())
+        if backend.writes_gradient:
+            if torch.is_grad_enabled() and self.weight.requires_grad:
+                self._check_weight_is_whole()
+            weight, sink = self.weight, self._gradient_sink(layout)
+        else:
+            if self._grad.dirty is not None:  # autograd, not the head, writes weight.grad here: forget what it wrote
+                self._grad.invalidate()
+            weight, sink = self._word_weight(), None
+        parts = two_level_log_prob(cluster_logits, hidden_w, weight, target, self.assignment, layout, backend,
+                                   self._sync_free_width(), sink)
         if self.training:
-            self._observe_sync_free(target, parts.cluster_log_probs.detach())
+            observe = self._observe_sync_free if backend.sync_free else self._observe
+            observe(target, parts.cluster_log_probs.detach())
         return parts
 
     @torch.compiler.disable
-    def _score(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor,
-               backend: BackendInfo) -> TwoLevelLogProb:
-        """The rest of :meth:`_parts` by the per-cluster backend, which ``torch.compile`` runs eagerly.
-
-        Its per-cluster loop, and the layout it reads, depend on which clusters a
-        batch holds: traced, they would break the graph several times and
-        recompile for every new set of clusters.
-        """
-        if torch.is_grad_enabled() and self.weight.requires_grad:
-            self._check_weight_is_whole()
-        layout = self._layout
-        parts = two_level_log_prob(cluster_logits, hidden_w, self.weight, target, self.assignment, layout, backend,
-                                   layout.max_size, self._gradient_sink(layout))
-        if self.training:
-            self._observe(target, parts.cluster_log_probs.detach())
-        return parts
+    def _score_eagerly(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor,
+                       backend: BackendInfo) -> TwoLevelLogProb:
+        """:meth:`_score` outside ``torch.compile``'s graph, for a backend that reads its batch back: its
+        per-cluster loop, and the layout it reads, depend on which clusters a batch holds, so traced it
+        would break the graph several times and recompile for every new set of clusters."""
+        return self._score(cluster_logits, hidden_w, target, backend)
 
     def _gradient_sink(self, layout: ClusterLayout) -> GradientSink:
-        """Where the per-cluster backward writes :attr:`weight`'s gradient: ``weight.grad``, in the reused buffer,
-        each row kept inside its band's columns (``div_value``)."""
+        """Where a backend that writes :attr:`weight`'s gradient itself puts it: ``weight.grad``, in the reused
+        buffer, each row kept inside its band's columns (``div_value``)."""
         if self.band_projections is None:
             return GradientSink(self.weight, self._grad)
         return GradientSink(self.weight, self._grad, self.band_of_word[layout.word_of_slot], self._band_columns)
@@ -413,19 +411,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         """Exact ``[B, N]`` log-probabilities (word-id order): every word of every cluster is scored."""
         hidden = self._flatten_hidden(hidden)
         hidden_c, hidden_w = self._split_hidden(hidden)
-        cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        logits = upcast(F.linear(hidden_w, self._word_weight()))  # [B, N], slot order
-        layout = self._layout
-        index = layout.cluster_of_slot.expand_as(logits)
-        shape = (logits.size(0), self.n_clusters)
-        with torch.no_grad():  # a per-cluster maximum only stabilises the log-sum-exp
-            peak = logits.new_full(shape, float("-inf")).scatter_reduce(1, index, logits, "amax")
-            peak = peak.nan_to_num(neginf=0.0)
-        peak_slot = peak.gather(1, index)
-        sums = logits.new_zeros(shape).scatter_add(1, index, (logits - peak_slot).exp())
-        normaliser = (sums.log() + peak).gather(1, index)
-        log_probs_slot = logits - normaliser + cluster_log_probs.gather(1, index)
-        return log_probs_slot[:, layout.slot_of_word]
+        return exact_log_prob(self._cluster_log_probs(hidden_c), hidden_w, self._word_weight(), self._layout)
 
     @torch.no_grad()
     def search_topk(self, hidden: Tensor, k: int, chunk_pairs: int = 8192) -> TopKResult:

@@ -4,7 +4,7 @@ Nothing here holds state or sees the head: the head (:class:`~sohsm.heads.TwoLev
 parameters, the cluster layout and the gradient buffer, and passes them in. One file an idea:
 
 * :mod:`.layout`: :class:`ClusterLayout`, where each word's row of the weight sits (rows grouped by cluster);
-* :mod:`.log_prob`: the cluster log-softmax (written once) and a training step's two parts;
+* :mod:`.log_prob`: the cluster log-softmax (written once), a training step's two parts, exact ``log_prob``;
 * :mod:`.backends`: the one table of in-cluster backends, the devices each serves, where each is the default;
 * :mod:`.gradient_sink`: where a backend that writes the weight's gradient itself puts it;
 * the backends' ops: :mod:`.per_cluster`, :mod:`.grouped` (with :mod:`.tiles` and :mod:`.triton_kernels`).
@@ -33,7 +33,8 @@ same tiles.
 from sohsm.heads.two_level.ops.backends import BACKENDS, BackendInfo, check_backend, select_backend
 from sohsm.heads.two_level.ops.gradient_sink import GradientSink
 from sohsm.heads.two_level.ops.layout import ClusterLayout, move_rows
-from sohsm.heads.two_level.ops.log_prob import TwoLevelLogProb, cluster_log_softmax, two_level_log_prob
+from sohsm.heads.two_level.ops.log_prob import (TwoLevelLogProb, cluster_log_softmax, exact_log_prob,
+                                               two_level_log_prob)
 
 __all__ = ["BACKENDS", "BackendInfo", "ClusterLayout", "GradientSink", "TwoLevelLogProb", "check_backend",
-           "cluster_log_softmax", "move_rows", "select_backend", "two_level_log_prob"]
+           "cluster_log_softmax", "exact_log_prob", "move_rows", "select_backend", "two_level_log_prob"]
