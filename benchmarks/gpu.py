@@ -67,7 +67,6 @@ import torch.nn.functional as F
 import sohsm
 from sohsm import build_head
 from sohsm.heads import TwoLevelSoftmax
-from sohsm.heads.two_level.in_cluster import grouped
 
 SIZES = (50_000, 128_000, 256_000)
 DIMS = (1024, 4096)
@@ -131,8 +130,7 @@ def backend_that_runs(head, device, compute=torch.bfloat16) -> str:
     what ``backend="auto"`` chose, fallbacks included."""
     if not isinstance(head, TwoLevelSoftmax):
         return "-"
-    return {None: "per_cluster", "torch": "grouped_torch", "triton": "triton"}[
-        grouped.choose_backend(head, device, compute)]
+    return head.backend_for(device, compute).name
 
 
 #: (key, row name, builder, whether the step is checked for host synchronisation)

@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-# Without a GPU, Triton kernels (sohsm.heads.two_level.in_cluster.triton_kernels) run under Triton's interpreter. The flag
+# Without a GPU, Triton kernels (sohsm.heads.two_level.ops.triton_kernels) run under Triton's interpreter. The flag
 # must be set before Triton is first imported, and torch._dynamo imports it: so here, before any test module.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

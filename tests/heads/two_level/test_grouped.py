@@ -1,4 +1,4 @@
-"""The sync-free path of the two-level heads (sohsm.heads.two_level.in_cluster.grouped, device_statistics) on the CPU.
+"""The sync-free path of the two-level heads (sohsm.heads.two_level.ops.grouped, device_statistics) on the CPU.
 
 Its torch backend against the dense float64 reference, the heads on it against the
 per-cluster kernel, the static-shape statistics against ``update_statistics``, and the
@@ -17,8 +17,8 @@ import torch._dynamo.testing
 
 from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax
 from sohsm.heads.two_level.self_organizing import device_statistics
-from sohsm.heads.two_level.in_cluster import grouped
-from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout
+from sohsm.heads.two_level.ops import backends, grouped
+from sohsm.heads.two_level.ops.layout import ClusterLayout
 
 from tests.heads.reference import sequential_q_update
 
@@ -154,19 +154,19 @@ def test_head_on_sync_free_path_equals_the_per_cluster_kernel_over_training(kind
 def test_backend_option_selects_the_path(monkeypatch):
     head = _head("two_level", False)
     hidden, target = torch.randn(4, D, dtype=torch.float64), torch.arange(4)
-    assert head.backend == "auto" and grouped.choose_backend(head, hidden.device) is None  # CPU: the per-cluster kernel
+    assert head.backend == "auto" and head.backend_for(hidden.device).name == "per_cluster"  # CPU: the per-cluster kernel
     head.backend = "grouped_torch"
-    assert grouped.choose_backend(head, hidden.device) == "torch"
+    assert head.backend_for(hidden.device).name == "grouped_torch"
     head.backend = "per_cluster"
-    assert grouped.choose_backend(head, hidden.device) is None
+    assert head.backend_for(hidden.device).name == "per_cluster"
     head.backend = "triton"
-    monkeypatch.setattr(grouped, "triton_available", lambda: True)
+    monkeypatch.setattr(backends, "triton_available", lambda: True)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert grouped.choose_backend(head, hidden.device) == "triton"
+    assert head.backend_for(hidden.device).name == "triton"
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # compiled kernels need a GPU: one line says so
     with pytest.raises(ValueError, match="backend='triton' runs on CUDA devices, not on cpu"):
         head(hidden, target)
-    monkeypatch.setattr(grouped, "triton_available", lambda: False)
+    monkeypatch.setattr(backends, "triton_available", lambda: False)
     with pytest.raises(ValueError, match=r"backend='triton' needs Triton \(pip install triton\)"):
         head(hidden, target)
     with pytest.raises(ValueError, match="backend must be one of auto, per_cluster, grouped_torch, triton, got 'cuda'"):
@@ -176,37 +176,37 @@ def test_backend_option_selects_the_path(monkeypatch):
     assert TwoLevelSoftmax(D, 20, backend="grouped_torch").backend == "grouped_torch"
     # auto on CUDA takes the Triton kernels where they run, else the per-cluster kernel (test_auto_falls_back...)
     head.backend = "auto"
-    monkeypatch.setattr(grouped, "triton_problem", lambda device, compute: None)
-    assert grouped.choose_backend(head, torch.device("cuda")) == "triton"
+    monkeypatch.setattr(backends, "triton_problem", lambda device, compute: None)
+    assert head.backend_for(torch.device("cuda")).name == "triton"
 
 
 def test_auto_falls_back_with_one_warning_where_triton_cannot_run(monkeypatch):
     """On CUDA (the device named, nothing launched on it): Triton missing, float64, or kernels that do not compile
     (no C compiler, bf16 ``tl.dot`` before sm_80) make ``auto`` take the next backend and say why, once."""
-    monkeypatch.setattr(grouped, "_triton_problems", {})
-    monkeypatch.setattr(grouped, "_warned", set())
+    monkeypatch.setattr(backends, "_triton_problems", {})
+    monkeypatch.setattr(backends, "_warned", set())
     head = _head("two_level", False).float()
     cuda = torch.device("cuda")
-    monkeypatch.setattr(grouped, "triton_available", lambda: False)
+    monkeypatch.setattr(backends, "triton_available", lambda: False)
     with pytest.warns(RuntimeWarning, match="Triton is not installed.*the per-cluster kernel .* runs instead"):
-        assert grouped.choose_backend(head, cuda, torch.float32) is None
+        assert head.backend_for(cuda, torch.float32).name == "per_cluster"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once
-        assert grouped.choose_backend(head, cuda, torch.float32) is None
-    monkeypatch.setattr(grouped, "triton_available", lambda: True)
+        assert head.backend_for(cuda, torch.float32).name == "per_cluster"
+    monkeypatch.setattr(backends, "triton_available", lambda: True)
     with pytest.warns(RuntimeWarning, match="do not compute in torch.float64"):
-        assert grouped.choose_backend(head.double(), cuda) is None
+        assert head.double().backend_for(cuda).name == "per_cluster"
 
     def cannot_compile(*args):
         raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
 
-    monkeypatch.setattr(grouped, "run_triton_once", cannot_compile)  # what Triton's launcher raises without cc
+    monkeypatch.setattr(backends, "run_triton_once", cannot_compile)  # what Triton's launcher raises without cc
     with pytest.warns(RuntimeWarning, match=r"failed to run \(RuntimeError: Failed to find C compiler"):
-        assert grouped.choose_backend(head, cuda, torch.bfloat16) is None
+        assert head.backend_for(cuda, torch.bfloat16).name == "per_cluster"
     # while tracing nothing is tried: what an eager call found out
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert grouped.choose_backend(head, cuda, torch.bfloat16) is None
-    assert grouped.choose_backend(head, cuda, torch.float16) == "triton"
+    assert head.backend_for(cuda, torch.bfloat16).name == "per_cluster"
+    assert head.backend_for(cuda, torch.float16).name == "triton"
 
 
 def test_sync_free_path_under_bf16_autocast_is_close_to_float32():

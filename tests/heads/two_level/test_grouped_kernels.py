@@ -13,8 +13,8 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton, or the dev extra)")
 
 from sohsm.heads import TwoLevelSoftmax  # noqa: E402
-from sohsm.heads.two_level.in_cluster import grouped
-from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout  # noqa: E402
+from sohsm.heads.two_level.ops import grouped
+from sohsm.heads.two_level.ops.layout import ClusterLayout  # noqa: E402
 
 from tests.heads.two_level.kernel_device import triton_device  # noqa: E402
 
@@ -157,7 +157,7 @@ def test_kernels_trace_whole_under_torch_compile():
 def test_kernels_launch_on_the_tensors_device(monkeypatch):
     """Triton launches on the current CUDA device: every launch runs under ``launch_device(tensors' device)``, which
     makes ``cuda:1`` current while ``cuda:0`` is (the current device mocked: torch.cuda.device's exchange)."""
-    from sohsm.heads.two_level.in_cluster import triton_kernels
+    from sohsm.heads.two_level.ops import triton_kernels
 
     current = [0]
 

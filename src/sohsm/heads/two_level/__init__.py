@@ -2,8 +2,8 @@
 
 * :mod:`~sohsm.heads.two_level.softmax`: :class:`TwoLevelSoftmax`, the module (fixed clusters):
   its parameters, the rows of its word vectors grouped by cluster, exact evaluation;
-* :mod:`~sohsm.heads.two_level.in_cluster`: the in-cluster softmax of a training step, one
-  dispatcher over its backends (which runs when is said there);
+* :mod:`~sohsm.heads.two_level.ops`: its computation over explicit tensors: the cluster
+  log-softmax, the in-cluster backends and the one registry that says which runs where;
 * :mod:`~sohsm.heads.two_level.best_first` and :mod:`~sohsm.heads.two_level.device_topk`: exact top-k;
 * :mod:`~sohsm.heads.two_level.word_bands`: differentiated dimensions (``div_value``);
 * :mod:`~sohsm.heads.two_level.self_organizing`: :class:`SelfOrganizedSoftmax` and the machinery

@@ -5,7 +5,7 @@
 scores the words of its most probable cluster; a cluster can then only hold a
 better word if its ``log P(c | h)`` exceeds the row's k-th best score so far, so
 each unfinished row scores exactly those clusters, all in one grouped pass of the
-per-cluster kernel (:mod:`sohsm.heads.two_level.in_cluster.per_cluster`). A well-trained head
+per-cluster kernel (:mod:`sohsm.heads.two_level.ops.per_cluster`). A well-trained head
 visits a few clusters per row; an untrained one, whose cluster distribution is
 flat, may visit all of them.
 """
@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout, group_rows, in_cluster_logits
+from sohsm.heads.two_level.ops.layout import ClusterLayout
+from sohsm.heads.two_level.ops.per_cluster import group_rows, in_cluster_logits
 
 
 class TopKResult(NamedTuple):

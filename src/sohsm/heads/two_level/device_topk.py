@@ -20,7 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sohsm.heads.two_level.in_cluster.grouped import tiled_logits
+from sohsm.heads.two_level.ops.grouped import tiled_logits
+from sohsm.heads.two_level.ops.layout import ClusterLayout
+from sohsm.heads.two_level.ops.log_prob import cluster_log_softmax
 
 #: clusters a row scores by default: a trained head puts most of a row's mass in a few
 DEFAULT_CLUSTERS = 4
@@ -49,7 +51,7 @@ def device_topk(head, hidden: Tensor, k: int, clusters: int = DEFAULT_CLUSTERS, 
 
     Reads nothing back to the host: every shape follows from ``hidden``'s, ``k``, ``clusters``
     and the head's largest cluster. The (row, cluster) pairs are laid out in tiles of one
-    cluster each (:func:`~sohsm.heads.two_level.in_cluster.grouped.tiled_logits`, the sync-free training path's product),
+    cluster each (:func:`~sohsm.heads.two_level.ops.grouped.tiled_logits`, the sync-free training path's product),
     so the word vectors are gathered once per tile, not once per pair.
 
     Args:
@@ -69,34 +71,37 @@ def device_topk(head, hidden: Tensor, k: int, clusters: int = DEFAULT_CLUSTERS, 
     if isinstance(clusters, bool) or not isinstance(clusters, int) or not 1 <= clusters <= head.n_clusters:
         raise ValueError(f"clusters must be an integer in [1, {head.n_clusters}], got {clusters!r}")
     hidden = head._flatten_hidden(hidden)
-    batch, device = hidden.size(0), hidden.device
     # compiled, the layout is taken as last derived (deriving it checks the assignment's version: a host read)
     layout = head._layout_cache if torch.compiler.is_compiling() else head._layout
     hidden_c, hidden_w = head._split_hidden(hidden)
-    hidden_w = hidden_w.to(head.weight.dtype)
-    cluster_logits = F.linear(hidden_c, head.cluster_weight)
-    cluster_logits = cluster_logits.float() if cluster_logits.dtype in (torch.float16, torch.bfloat16) else cluster_logits
-    if layout.empty_clusters is not None:  # a cluster without words has probability 0
-        cluster_logits = cluster_logits.masked_fill(layout.empty_clusters, float("-inf"))
-    cluster_log_probs = F.log_softmax(cluster_logits, dim=1)  # [B, C]
+    cluster_log_probs = cluster_log_softmax(F.linear(hidden_c, head.cluster_weight), layout.empty_clusters)  # [B, C]
+    return topk_in_clusters(cluster_log_probs, hidden_w.to(head.weight.dtype), head.weight, layout,
+                            head._sync_free_width(), k, clusters, block_m)
+
+
+def topk_in_clusters(cluster_log_probs: Tensor, hidden_w: Tensor, weight: Tensor, layout: ClusterLayout, width: int,
+                     k: int, clusters: int, block_m: int = 16) -> DeviceTopK:
+    """:func:`device_topk` over explicit tensors: ``cluster_log_probs`` ``[B, C]`` (normalised), ``hidden_w``
+    ``[B, d_w]`` in the weight's dtype, ``weight`` ``[N, d_w]`` grouped by cluster as ``layout`` says, ``width`` at
+    least the largest cluster; ``1 <= k <= N`` and ``1 <= clusters <= C`` checked by the caller."""
+    batch, device = cluster_log_probs.size(0), cluster_log_probs.device
+    n_words, n_clusters = weight.size(0), cluster_log_probs.size(1)
     m = clusters
-    ranked = cluster_log_probs.topk(min(m + 1, head.n_clusters), dim=1)
+    ranked = cluster_log_probs.topk(min(m + 1, n_clusters), dim=1)
     top_log_probs, top_clusters = ranked.values[:, :m], ranked.indices[:, :m]  # [B, M]
     # the best any word outside the M clusters can do: the (M + 1)-th cluster's log-probability
-    bound = (ranked.values[:, m] if m < head.n_clusters
+    bound = (ranked.values[:, m] if m < n_clusters
              else cluster_log_probs.new_full((batch,), float("-inf")))
 
-    width = head._sync_free_width()  # the largest cluster: a static width
     pair_cluster = top_clusters.reshape(-1)  # [B * M], row-major
     pair_row = torch.arange(batch, device=device).repeat_interleave(m)
-    logits = _pair_logits(hidden_w, head.weight, pair_row, pair_cluster, layout.offsets_t, width, block_m)
+    logits = _pair_logits(hidden_w, weight, pair_row, pair_cluster, layout.offsets_t, width, block_m)
     columns = torch.arange(width, device=device)
     sizes = layout.sizes_t[pair_cluster]  # [B * M]
     logits = logits.masked_fill(columns >= sizes[:, None], float("-inf"))
     log_probs = F.log_softmax(logits, dim=1) + top_log_probs.reshape(-1, 1)  # [B * M, width]
-    slots = (layout.offsets_t[pair_cluster][:, None] + columns).clamp(max=head.n_classes - 1)
+    slots = (layout.offsets_t[pair_cluster][:, None] + columns).clamp(max=n_words - 1)
     words = layout.word_of_slot[slots]  # [B * M, width]
-
     # each row's candidates side by side, then the best k; equal scores by word id
     candidates = log_probs.reshape(batch, m * width)
     candidate_words = words.reshape(batch, m * width)

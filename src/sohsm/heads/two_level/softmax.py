@@ -8,9 +8,9 @@ forward pass and exact evaluation, and :meth:`TwoLevelSoftmax.set_assignment`,
 which moves every word's row, its gradient and its optimizer state together when
 the clusters change. Its parts live beside it, one idea a file:
 
-* :mod:`sohsm.heads.two_level.in_cluster.per_cluster`: the in-cluster softmax, one product per
-  present cluster on the word vectors stored grouped by cluster;
-* :mod:`sohsm.heads.two_level.in_cluster.grouped`: the same scores with static shapes (the sync-free path);
+* :mod:`sohsm.heads.two_level.ops`: the computation over explicit tensors (the cluster log-softmax,
+  the in-cluster backends and their registry); the head passes its parameters, layout and gradient
+  buffer in;
 * :mod:`sohsm.heads.two_level.best_first`: exact top-k by best-first search over the clusters.
 
 The self-organized head (:mod:`sohsm.heads.two_level.self_organizing.self_organized`) adds cluster
@@ -26,13 +26,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
-from sohsm.heads.two_level.in_cluster import grouped
 from sohsm.heads.two_level import word_bands
 from sohsm.heads.two_level.word_bands import BandedWords
-from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, init_word_vectors, upcast
+from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, init_word_vectors
 from sohsm.heads.two_level.device_topk import exact_topk
 from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
-from sohsm.heads.two_level.in_cluster.per_cluster import ClusterLayout, InClusterLogProb, move_rows
+from sohsm.heads.two_level.ops import (BackendInfo, ClusterLayout, GradientSink, TwoLevelLogProb, check_backend,
+                                      cluster_log_softmax, exact_log_prob, move_rows, select_backend,
+                                      two_level_log_prob)
+from sohsm.heads.two_level.ops.grouped import compute_dtype
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 from sohsm.heads.tying import HeadEmbedding
@@ -78,7 +80,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
             adaptive softmax's (:func:`~sohsm.heads.adaptive.default_cutoffs`, 2k and 10k
             of 44k words scaled to ``N``). Words are ranked by ``counts`` (else by id).
         backend: how the in-cluster softmax is computed in training, :meth:`topk` and :meth:`predict`
-            (:mod:`sohsm.heads.two_level.in_cluster` says which path runs when): ``"per_cluster"``
+            (:mod:`sohsm.heads.two_level.ops` says which path runs when): ``"per_cluster"``
             (one product per cluster a batch holds; reads the row counts back), ``"triton"`` (the
             sync-free kernels: static shapes, nothing read back), ``"grouped_torch"`` (the same
             path in plain torch, for small sizes and tests), ``"auto"`` (default): ``"triton"`` on
@@ -211,6 +213,9 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
 
     @_layout.setter
     def _layout(self, layout: ClusterLayout) -> None:
+        old = self.__dict__.get("_layout_cache")
+        if old is not None and old is not layout:
+            old.retired = True  # a backward that saved it refuses to write rows that have moved
         self._layout_cache = layout
 
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the layout on the same device
@@ -297,14 +302,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     # -- the forward pass ---------------------------------------------------------
     def _cluster_log_probs(self, hidden_c: Tensor) -> Tensor:
         """``[B, C]`` log P(c | h); a cluster without words gets probability 0."""
-        return self._normalise_clusters(F.linear(hidden_c, self.cluster_weight))
-
-    def _normalise_clusters(self, logits: Tensor) -> Tensor:
-        logits = upcast(logits)
-        empty = self._layout.empty_clusters
-        if empty is not None:
-            logits = logits.masked_fill(empty, float("-inf"))
-        return F.log_softmax(logits, dim=1)
+        return cluster_log_softmax(F.linear(hidden_c, self.cluster_weight), self._layout.empty_clusters)
 
     def _split_hidden(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
         """``(h_c, h_w)``: the inputs of the cluster softmax and of the word softmax."""
@@ -317,13 +315,13 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         projected = F.relu(self.projection(hidden))  # [B, 2d]
         return projected[:, : self.in_features], projected[:, self.in_features :]
 
-    def _parts(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _parts(self, hidden: Tensor, target: Tensor) -> TwoLevelLogProb:
         """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
         hidden_c, hidden_w = self._split_hidden(hidden)
-        backend = grouped.choose_backend(self, hidden_w.device, grouped.compute_dtype(hidden_w, self.weight))
-        if backend is not None:  # None: the per-cluster kernel
-            return grouped.score(self, F.linear(hidden_c, self.cluster_weight), hidden_w, target, backend)
-        return self._score(F.linear(hidden_c, self.cluster_weight), hidden_w, target)
+        backend = self.backend_for(hidden_w.device, compute_dtype(hidden_w, self.weight))
+        cluster_logits = F.linear(hidden_c, self.cluster_weight)
+        score = self._score if backend.sync_free else self._score_eagerly
+        return score(cluster_logits, hidden_w, target, backend)
 
     # -- how the in-cluster softmax is computed (the backend) -------------------------------------
     @property
@@ -333,11 +331,19 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
 
     @backend.setter
     def backend(self, value: str) -> None:
-        self._backend = grouped.check_backend(value)
+        self._backend = check_backend(value)
 
     def check_device(self, device: torch.device) -> None:
         """Refuse a ``backend`` that cannot run on ``device`` (``"triton"`` on the CPU, or without Triton)."""
-        grouped.choose_backend(self, device)
+        self.backend_for(device)
+
+    def backend_for(self, device: torch.device, compute: torch.dtype | None = None) -> BackendInfo:
+        """The in-cluster backend that runs on ``device`` with products in ``compute`` (default: the weight's dtype):
+        :attr:`backend`, or what ``"auto"`` picks there from the registry (:mod:`sohsm.heads.two_level.ops.backends`),
+        fallbacks included. Compact statistics (``q_clusters``) are folded in by the per-cluster backend only."""
+        compute = self.weight.dtype if compute is None else compute
+        sync_free = getattr(self, "q_clusters", None) is None
+        return select_backend(self.backend, torch.device(device), compute, sync_free=sync_free)
 
     def _sync_free_width(self) -> int:
         """Static width of the sync-free path's logits: the largest cluster (fixed clusters)."""
@@ -345,29 +351,45 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
 
     def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None:
         """Hook for subclasses on the sync-free path: like :meth:`_observe`, but reads nothing back."""
-    # -- end of the sync-free path ----------------------------------------------------------------
+
+    def _score(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor,
+               backend: BackendInfo) -> TwoLevelLogProb:
+        """The rest of :meth:`_parts`: the head's tensors handed to the ops, then the statistics hook.
+
+        A sync-free backend reads nothing back; under ``torch.compile`` the layout is then taken
+        as it was last derived (a direct write into :attr:`assignment` is noticed by the next
+        eager call, not inside a compiled step). The others run eagerly (:meth:`_score_eagerly`).
+        """
+        layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
+        if backend.writes_gradient:
+            if torch.is_grad_enabled() and self.weight.requires_grad:
+                self._check_weight_is_whole()
+            weight, sink = self.weight, self._gradient_sink(layout)
+        else:
+            if self._grad.dirty is not None:  # autograd, not the head, writes weight.grad here: forget what it wrote
+                self._grad.invalidate()
+            weight, sink = self._word_weight(), None
+        parts = two_level_log_prob(cluster_logits, hidden_w, weight, target, self.assignment, layout, backend,
+                                   self._sync_free_width(), sink)
+        if self.training:
+            observe = self._observe_sync_free if backend.sync_free else self._observe
+            observe(target, parts.cluster_log_probs.detach())
+        return parts
 
     @torch.compiler.disable
-    def _score(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The data-dependent rest of :meth:`_parts`, which ``torch.compile`` runs eagerly.
+    def _score_eagerly(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor,
+                       backend: BackendInfo) -> TwoLevelLogProb:
+        """:meth:`_score` outside ``torch.compile``'s graph, for a backend that reads its batch back: its
+        per-cluster loop, and the layout it reads, depend on which clusters a batch holds, so traced it
+        would break the graph several times and recompile for every new set of clusters."""
+        return self._score(cluster_logits, hidden_w, target, backend)
 
-        Its per-cluster loop, and the layout it reads, depend on which clusters a
-        batch holds: traced, they would break the graph several times and
-        recompile for every new set of clusters.
-        """
-        if torch.is_grad_enabled() and self.weight.requires_grad:
-            self._check_weight_is_whole()
-        cluster_log_probs = self._normalise_clusters(cluster_logits)  # [B, C]
-        target_cluster = self.assignment[target]
-        cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
-        # the in-cluster kernel scores in the weight's dtype (it is bound by reading the weight, not
-        # by arithmetic, so half-precision products would not pay for a converted copy of it)
-        word_part = InClusterLogProb.apply(
-            hidden_w.to(self.weight.dtype), self.weight, target_cluster, self._layout.position_of_word[target], self
-        )
-        if self.training:
-            self._observe(target, cluster_log_probs.detach())
-        return cluster_log_probs, cluster_part, word_part
+    def _gradient_sink(self, layout: ClusterLayout) -> GradientSink:
+        """Where a backend that writes :attr:`weight`'s gradient itself puts it: ``weight.grad``, in the reused
+        buffer, each row kept inside its band's columns (``div_value``)."""
+        if self.band_projections is None:
+            return GradientSink(self.weight, self._grad)
+        return GradientSink(self.weight, self._grad, self.band_of_word[layout.word_of_slot], self._band_columns)
 
     def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
         """Hook for subclasses: sees the cluster log-probabilities of every training batch."""
@@ -389,19 +411,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         """Exact ``[B, N]`` log-probabilities (word-id order): every word of every cluster is scored."""
         hidden = self._flatten_hidden(hidden)
         hidden_c, hidden_w = self._split_hidden(hidden)
-        cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        logits = upcast(F.linear(hidden_w, self._word_weight()))  # [B, N], slot order
-        layout = self._layout
-        index = layout.cluster_of_slot.expand_as(logits)
-        shape = (logits.size(0), self.n_clusters)
-        with torch.no_grad():  # a per-cluster maximum only stabilises the log-sum-exp
-            peak = logits.new_full(shape, float("-inf")).scatter_reduce(1, index, logits, "amax")
-            peak = peak.nan_to_num(neginf=0.0)
-        peak_slot = peak.gather(1, index)
-        sums = logits.new_zeros(shape).scatter_add(1, index, (logits - peak_slot).exp())
-        normaliser = (sums.log() + peak).gather(1, index)
-        log_probs_slot = logits - normaliser + cluster_log_probs.gather(1, index)
-        return log_probs_slot[:, layout.slot_of_word]
+        return exact_log_prob(self._cluster_log_probs(hidden_c), hidden_w, self._word_weight(), self._layout)
 
     @torch.no_grad()
     def search_topk(self, hidden: Tensor, k: int, chunk_pairs: int = 8192) -> TopKResult:
@@ -437,7 +447,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         """Same as ``log_prob(hidden).topk(k)``: by best-first search over clusters (:meth:`search_topk`) with the
         per-cluster backend, or, with a sync-free one, by :func:`~sohsm.heads.device_topk.exact_topk` (static
         shapes, one read-back of its certificate; the search for the rows it cannot certify)."""
-        if grouped.choose_backend(self, hidden.device) is not None:
+        if self.backend_for(hidden.device).sync_free:
             return exact_topk(self, hidden, k)
         result = self.search_topk(hidden, k)
         return result.values, result.indices

@@ -1,7 +1,7 @@
 """Rows of a batch laid out in tiles of one cluster each, with static shapes (the sync-free path's layout).
 
-Both implementations of :mod:`sohsm.heads.two_level.in_cluster.grouped` (the torch one and the kernels of
-:mod:`sohsm.heads.two_level.in_cluster.triton_kernels`) read the same layout, so it lives here, below both.
+Both implementations of :mod:`sohsm.heads.two_level.ops.grouped` (the torch one and the kernels of
+:mod:`sohsm.heads.two_level.ops.triton_kernels`) read the same layout, so it lives here, below both.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Triton kernels of the sync-free in-cluster softmax, registered as torch custom operators.
 
-The rows of a batch are laid out in tiles of one cluster each (:func:`sohsm.heads.tiles.tile_map`);
+The rows of a batch are laid out in tiles of one cluster each (:func:`sohsm.heads.two_level.ops.tiles.tile_map`);
 each kernel is one launch over all tiles or all clusters, whatever their number:
 
 * ``sohsm::grouped_forward`` (grid: tiles): a tile's rows against its cluster's
@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from sohsm.heads.two_level.in_cluster.tiles import tile_map
+from sohsm.heads.two_level.ops.tiles import tile_map
 
 #: compute dtypes of the kernels (their accumulators are float32, so float64 inputs are refused)
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -319,7 +319,7 @@ def in_cluster_log_prob_triton(
 ) -> Tensor:
     """``[B]`` in-cluster log-probabilities by the Triton kernels.
 
-    See :func:`sohsm.heads.grouped.in_cluster_log_prob`; ``compute``: the dtype of the products' operands.
+    See :func:`sohsm.heads.two_level.ops.grouped.in_cluster_log_prob`; ``compute``: the dtype of the products' operands.
     """
     names = {v: k for k, v in _DTYPES.items()}
     if compute not in names:

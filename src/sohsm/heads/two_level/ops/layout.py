@@ -1,0 +1,70 @@
+"""Where each word's row of a two-level head's weight sits: the cluster layout every op reads.
+
+The word vectors ``U^V`` are stored *grouped by cluster*: rows ``offsets[c] : offsets[c] + sizes[c]``
+of the weight are the words of cluster ``c`` in increasing word id. A cluster's words are then one
+contiguous block, so an op scores a cluster by one product on a slice and writes its gradient as
+one block. The head owns its layout (derived from its ``assignment``) and passes it to the ops.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class ClusterLayout:
+    """Where each word's row of the weight sits: a derived, non-persistent view of an assignment.
+
+    Args:
+        assignment: ``[N]`` cluster id of every word.
+        n_clusters: the number of clusters ``C`` (some may be empty).
+
+    Attributes:
+        word_of_slot / slot_of_word: ``[N]`` the word at each row of the weight, and back.
+        sizes / offsets: words of each cluster and where its block starts (host lists;
+            ``sizes_t`` / ``offsets_t`` the same on the device, ``offsets`` has ``C + 1`` entries).
+        cluster_of_slot: ``[N]`` cluster of each row.
+        position_of_word: ``[N]`` position of each word inside its cluster's block.
+        empty_clusters: ``[C]`` bool, clusters without words, or ``None`` if there are none.
+        retired: set by the owner once another layout replaces this one (the rows moved): a backward
+            that saved this layout then refuses to write a gradient for rows that are no longer there.
+    """
+
+    def __init__(self, assignment: Tensor, n_clusters: int) -> None:
+        #: version of the ``assignment`` tensor this layout was derived from (see ``TwoLevelSoftmax._layout``)
+        self.version = assignment._version
+        n_words = assignment.numel()
+        device = assignment.device
+        # words sorted by (cluster, word id): a stable sort keeps word-id order inside a cluster
+        self.word_of_slot = torch.sort(assignment, stable=True).indices
+        self.slot_of_word = torch.empty_like(self.word_of_slot)
+        self.slot_of_word[self.word_of_slot] = torch.arange(n_words, device=device)
+        sizes = torch.bincount(assignment, minlength=n_clusters)
+        offsets = torch.zeros(n_clusters + 1, dtype=torch.long, device=device)
+        offsets[1:] = sizes.cumsum(0)
+        self.sizes_t = sizes
+        self.offsets_t = offsets
+        self.sizes = sizes.tolist()
+        self.offsets = offsets.tolist()
+        self.max_size = max(self.sizes)
+        self.cluster_of_slot = assignment[self.word_of_slot]
+        #: [C] True for clusters without words (their P(c | h) must be 0), None if there are none
+        empty = sizes == 0
+        self.empty_clusters = empty if bool(empty.any()) else None
+        #: position of each word inside its cluster's block
+        self.position_of_word = self.slot_of_word - offsets[assignment]
+        self.retired = False
+
+
+@torch.no_grad()
+def move_rows(tensors: list[Tensor | None], permutation: Tensor) -> None:
+    """``t.copy_(t[permutation])`` for each tensor (``None`` skipped), through one scratch buffer per dtype:
+    on the CPU a fresh ``N x d`` tensor per move costs more than the move itself (its pages fault in)."""
+    scratch: dict = {}
+    for t in tensors:
+        if t is None:
+            continue
+        key = (t.dtype, t.device, t.shape)
+        if key not in scratch:
+            scratch[key] = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        torch.index_select(t, 0, permutation, out=scratch[key])
+        t.copy_(scratch[key])

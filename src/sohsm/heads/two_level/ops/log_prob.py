@@ -1,0 +1,83 @@
+"""A two-level training step's log-probabilities over explicit tensors: the cluster softmax, then a backend's.
+
+    log P(w | h) = log softmax_c(h_c . U^C)[C(w)] + log softmax_{w' in C(w)}(h_w . U^V_w')[w]
+
+:func:`cluster_log_softmax` is the one place the cluster softmax is normalised (the training step,
+exact evaluation and the device top-k all call it); :func:`two_level_log_prob` adds the in-cluster
+part by a backend of :mod:`sohsm.heads.two_level.ops.backends`; :func:`exact_log_prob` scores every word.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from sohsm.heads.base import upcast
+from sohsm.heads.two_level.ops.backends import BackendInfo
+from sohsm.heads.two_level.ops.gradient_sink import GradientSink
+from sohsm.heads.two_level.ops.layout import ClusterLayout
+
+
+def cluster_log_softmax(cluster_logits: Tensor, empty_clusters: Tensor | None) -> Tensor:
+    """``[B, C]`` ``log P(c | h)``, normalised in float32 or wider; a cluster without words (``empty_clusters``,
+    ``[C]`` bool, or ``None``) gets probability 0."""
+    logits = upcast(cluster_logits)
+    if empty_clusters is not None:
+        logits = logits.masked_fill(empty_clusters, float("-inf"))
+    return F.log_softmax(logits, dim=1)
+
+
+class TwoLevelLogProb(NamedTuple):
+    """The parts of a batch's log-probabilities; ``cluster_part + word_part`` is ``log P(target | h)``.
+
+    Attributes:
+        cluster_log_probs: ``[B, C]`` ``log P(c | h)`` of every cluster.
+        cluster_part: ``[B]`` ``log P(C(t) | h)``.
+        word_part: ``[B]`` ``log P(t | h, C(t))``.
+    """
+
+    cluster_log_probs: Tensor
+    cluster_part: Tensor
+    word_part: Tensor
+
+
+def two_level_log_prob(cluster_logits: Tensor, hidden_w: Tensor, weight: Tensor, target: Tensor, assignment: Tensor,
+                       layout: ClusterLayout, backend: BackendInfo, width: int,
+                       sink: GradientSink | None = None) -> TwoLevelLogProb:
+    """``log P(target | h)`` in its two parts, the in-cluster one by ``backend``.
+
+    Args:
+        cluster_logits: ``[B, C]`` ``h_c . U^C``.
+        hidden_w: ``[B, d_w]`` the input of the in-cluster softmax.
+        weight: ``[N, d_w]`` word vectors, rows grouped by cluster as ``layout`` says.
+        target: ``[B]`` word ids.
+        assignment: ``[N]`` cluster of every word (the one ``layout`` was derived from).
+        layout: where each word's row sits.
+        backend: the in-cluster backend.
+        width: the static width of a sync-free backend's scores (at least the largest cluster).
+        sink: where a backend that writes the weight's gradient puts it.
+    """
+    cluster_log_probs = cluster_log_softmax(cluster_logits, layout.empty_clusters)  # [B, C]
+    target_cluster = assignment[target]
+    cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
+    word_part = backend.kernel(hidden_w, weight, target_cluster, layout.position_of_word[target], layout, width, sink)
+    return TwoLevelLogProb(cluster_log_probs, cluster_part, word_part)
+
+
+def exact_log_prob(cluster_log_probs: Tensor, hidden_w: Tensor, weight: Tensor, layout: ClusterLayout) -> Tensor:
+    """Exact ``[B, N]`` ``log P(w | h)`` in word-id order: every word of every cluster scored, each cluster's
+    words normalised by a log-sum-exp over its block (``cluster_log_probs``: ``[B, C]`` from
+    :func:`cluster_log_softmax`; ``weight``: ``[N, d_w]`` grouped by cluster as ``layout`` says)."""
+    logits = upcast(F.linear(hidden_w, weight))  # [B, N], slot order
+    index = layout.cluster_of_slot.expand_as(logits)
+    shape = (logits.size(0), cluster_log_probs.size(1))
+    with torch.no_grad():  # a per-cluster maximum only stabilises the log-sum-exp
+        peak = logits.new_full(shape, float("-inf")).scatter_reduce(1, index, logits, "amax")
+        peak = peak.nan_to_num(neginf=0.0)
+    peak_slot = peak.gather(1, index)
+    sums = logits.new_zeros(shape).scatter_add(1, index, (logits - peak_slot).exp())
+    normaliser = (sums.log() + peak).gather(1, index)
+    log_probs_slot = logits - normaliser + cluster_log_probs.gather(1, index)
+    return log_probs_slot[:, layout.slot_of_word]

@@ -1,0 +1,128 @@
+"""The per-cluster backend of the in-cluster softmax: rows grouped by cluster, one product per cluster.
+
+    log P(w | h, C(w)) = log softmax_{w' in C(w)}(h_w . U^V_w')[w]
+
+The word vectors are stored grouped by cluster (:class:`~sohsm.heads.two_level.ops.layout.ClusterLayout`),
+so each cluster a batch holds costs one matrix product on a contiguous block forward and two
+backward, and its gradient is one contiguous block, written into ``weight.grad`` through a
+:class:`~sohsm.heads.two_level.ops.gradient_sink.GradientSink` (or returned, without one).
+
+The op reads the cluster counts of a batch back to the host (``.tolist()``) and runs one product
+per present cluster; :mod:`sohsm.heads.two_level.ops.grouped` computes the same scores with static
+shapes (the sync-free backends). The best-first search (:mod:`sohsm.heads.two_level.best_first`)
+scores (row, cluster) pairs with :func:`in_cluster_logits`.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from sohsm.heads.two_level.ops.gradient_sink import GradientSink
+from sohsm.heads.two_level.ops.layout import ClusterLayout
+
+
+class RowGroups(NamedTuple):
+    """Rows of a batch grouped by the cluster whose words they score."""
+
+    order: Tensor  # [B] row permutation that sorts rows by cluster
+    row_cluster: Tensor  # [B] cluster of each sorted row
+    clusters: list[int]  # present clusters, ascending
+    row_counts: list[int]  # rows of each present cluster, in the sorted batch
+
+
+def group_rows(row_cluster: Tensor, n_clusters: int) -> RowGroups:
+    """Sort rows by ``row_cluster`` (``[B]``, stable) and count each present cluster's rows (read back)."""
+    row_cluster_sorted, order = torch.sort(row_cluster, stable=True)
+    counts = torch.bincount(row_cluster, minlength=n_clusters).tolist()
+    clusters = [c for c, n in enumerate(counts) if n]
+    return RowGroups(order, row_cluster_sorted, clusters, [counts[c] for c in clusters])
+
+
+def in_cluster_logits(hidden_sorted: Tensor, weight: Tensor, layout: ClusterLayout, groups: RowGroups) -> Tensor:
+    """``[B, S]`` logits of each sorted row against its cluster's words, ``-inf`` past the cluster's size."""
+    sizes = layout.sizes
+    width = max([1] + [sizes[c] for c in groups.clusters])
+    logits = hidden_sorted.new_empty(hidden_sorted.size(0), width)
+    row_counts = groups.row_counts
+    weight_blocks = weight.split(sizes)  # one call makes every cluster's view
+    for c, h, out in zip(groups.clusters, hidden_sorted.split(row_counts), logits.split(row_counts)):
+        if sizes[c] == 1:  # a word alone in its cluster has in-cluster log-probability 0 whatever it scores
+            out[:, 0] = 0.0
+        else:
+            torch.mm(h, weight_blocks[c].t(), out=out[:, : sizes[c]])
+    row_size = layout.sizes_t[groups.row_cluster]
+    logits.masked_fill_(torch.arange(width, device=logits.device) >= row_size[:, None], float("-inf"))
+    return logits
+
+
+class InClusterLogProb(torch.autograd.Function):
+    """``log P(w_i | h_i, C(w_i))`` for each row, with a hand-written backward.
+
+    Forward: one matrix product per present cluster into a padded ``[B, S]``
+    buffer; the log-softmax and the target gather are done once for the batch.
+    Backward: the softmax gradient once for the batch, then two products per
+    present cluster. With a ``sink`` the weight gradient goes block by block into
+    ``weight.grad`` (autograd never sees an ``N x d`` tensor); without one it is
+    returned as a dense tensor.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, row_cluster: Tensor, row_position: Tensor,
+                layout: ClusterLayout, sink: GradientSink | None) -> Tensor:
+        groups = group_rows(row_cluster, len(layout.sizes))
+        hidden_sorted = hidden[groups.order]  # [B, d]
+        log_probs = F.log_softmax(in_cluster_logits(hidden_sorted, weight, layout, groups), dim=1)
+        position_sorted = row_position[groups.order]
+        out = torch.empty_like(log_probs[:, 0])
+        out[groups.order] = log_probs.gather(1, position_sorted[:, None]).squeeze(1)
+        ctx.save_for_backward(hidden_sorted, weight, log_probs, position_sorted)
+        ctx.groups, ctx.layout, ctx.sink = groups, layout, sink
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        hidden_sorted, weight, log_probs, position_sorted = ctx.saved_tensors
+        groups, layout, sink = ctx.groups, ctx.layout, ctx.sink
+        if layout.retired:
+            raise RuntimeError("the clusters changed between forward and backward: the weight's rows have moved")
+        g = grad_out[groups.order]
+        grad_logits = log_probs.exp().mul_(-g[:, None])  # -g * softmax
+        grad_logits.scatter_add_(1, position_sorted[:, None], g[:, None])  # + g at the target
+        sizes, offsets, row_counts = layout.sizes, layout.offsets, groups.row_counts
+        grad_hidden = grad_weight = None
+        if ctx.needs_input_grad[0]:
+            grad_sorted = torch.empty_like(hidden_sorted)
+            weight_blocks = weight.split(sizes)
+            for c, g_c, out in zip(groups.clusters, grad_logits.split(row_counts), grad_sorted.split(row_counts)):
+                if sizes[c] == 1:  # the softmax over one word has gradient 0
+                    out.zero_()
+                else:
+                    torch.mm(g_c[:, : sizes[c]], weight_blocks[c], out=out)
+            grad_hidden = torch.empty_like(grad_sorted)
+            grad_hidden[groups.order] = grad_sorted
+        if ctx.needs_input_grad[1]:
+            # a word alone in its cluster gets no gradient (its in-cluster softmax is constant): skip its block
+            blocks = [(offsets[c], offsets[c + 1], g_c[:, : sizes[c]], h_c)
+                      for c, g_c, h_c in zip(groups.clusters, grad_logits.split(row_counts),
+                                             hidden_sorted.split(row_counts)) if sizes[c] > 1]
+            if sink is not None:
+                sink.add_blocks(blocks)
+            else:
+                grad_weight = torch.zeros_like(weight)
+                for start, stop, a, b in blocks:
+                    grad_weight[start:stop].addmm_(a.t(), b)
+        return grad_hidden, grad_weight, None, None, None, None
+
+
+def in_cluster_log_prob(hidden: Tensor, weight: Tensor, row_cluster: Tensor, row_position: Tensor,
+                        layout: ClusterLayout, width: int | None = None, sink: GradientSink | None = None) -> Tensor:
+    """``[B]`` ``log P(w_i | h_i, C(w_i))`` by the per-cluster op, scored in the weight's dtype.
+
+    The op is bound by reading the weight, not by arithmetic, so half-precision products would
+    not pay for a converted copy of it. ``width`` is unused (the op sizes its buffer by the batch's
+    clusters); see :mod:`sohsm.heads.two_level.ops.backends` for the arguments.
+    """
+    return InClusterLogProb.apply(hidden.to(weight.dtype), weight, row_cluster, row_position, layout, sink)
