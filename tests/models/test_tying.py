@@ -168,19 +168,33 @@ def test_tying_checks_the_sizes_and_ties_once():
 
 
 @pytest.mark.parametrize("name", ["full", "two_level_frequency", "self_organized", "adaptive"])
-def test_a_tied_embedding_starts_as_the_heads_word_vectors(name):
-    """The tied weight is the head's, started by init_word_vectors: the model's own (U(+-0.1)) is gone."""
-    model = LSTMLanguageModel(N, emb_size=D, hidden_size=D)
+@pytest.mark.parametrize("model_class", ["lstm", "transformer"])
+def test_a_tied_weight_starts_as_the_models_embedding(name, model_class):
+    """One rule for every head and model: tying re-draws the word vectors the embedding reads with the model's
+    embedding initialisation (LSTM U(+-0.1), transformer N(0, 0.02)), not the head's U(+-d^-1/2)."""
+    torch.manual_seed(0)
+    n, d = 1000, 256  # the head's own bound would be d^-1/2 = 0.0625
+    if model_class == "lstm":
+        model = LSTMLanguageModel(n, emb_size=d, hidden_size=d)
+    else:
+        model = TransformerLM(n, hidden_size=d, layers=1, attention_heads=2, context=16)
     options = {"div_value": 2.0} if name == "adaptive" else {}
-    head = sohsm.build_head(name, D, N, counts=torch.arange(N, 0, -1), **options)
+    head = sohsm.build_head(name, d, n, counts=torch.arange(n, 0, -1), **options)
     model.tie_weights(head)
-    bound = sohsm.heads.base.word_vector_bound(D)
-    vectors = model.embedding(torch.arange(N)).detach()
+    drawn = torch.cat([v.detach().reshape(-1) for v in head.tied_vectors()])
+    assert drawn.numel() >= n * d // 4
+    if model_class == "lstm":
+        assert drawn.abs().max() <= 0.1 and drawn.abs().max() > 0.099 and drawn.abs().max() > d ** -0.5
+        assert abs(drawn.std().item() - 0.1 / 3 ** 0.5) < 0.002
+    else:
+        assert abs(drawn.std().item() - 0.02) < 0.001 and drawn.abs().max() > 0.06  # normal, not uniform
+    vectors = model.embedding(torch.arange(n)).detach()
     if name == "adaptive":  # the shortlist rows are the head's; tail words are read through their projections
         shortlist = head.word_of_rank[: head.cutoffs[0]]
         torch.testing.assert_close(vectors[shortlist], head.asm.head.weight[: head.cutoffs[0]].detach())
     else:
-        assert vectors.abs().max() <= bound and vectors.abs().max() > 0.9 * bound
+        rows = head.weight.detach() if name == "full" else in_word_order(head, head.weight.detach())
+        torch.testing.assert_close(vectors, rows, rtol=0, atol=0)  # the embedding reads exactly the re-drawn rows
 
 
 def test_transformer_ties_to_a_two_level_head():

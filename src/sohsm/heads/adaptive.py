@@ -202,6 +202,10 @@ class AdaptiveSoftmax(Head):
         """Adaptive input (:meth:`embed`): the embedding reads the shortlist rows and the tails' vectors and projections."""
         return HeadEmbedding(self)
 
+    def tied_vectors(self) -> list[Tensor]:
+        """The shortlist's rows of the head softmax and every tail's word vectors (their projections keep theirs)."""
+        return [self.asm.head.weight[: self.asm.shortlist_size], *(words.weight for _, words in self.asm.tail)]
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, n_classes={self.n_classes}, cutoffs={self.cutoffs}"
 

@@ -43,10 +43,13 @@ class FullSoftmax(Head):
 
     def tied_embedding(self) -> nn.Embedding:
         """An ``nn.Embedding`` whose weight IS :attr:`weight` (one parameter, saved under the model's
-        ``embedding.weight`` as well); it starts as the head's vectors (:func:`init_word_vectors`)."""
+        ``embedding.weight`` as well); the model re-draws it with its embedding's initialisation (:meth:`tied_vectors`)."""
         embedding = nn.Embedding(self.n_classes, self.in_features, _weight=self.weight.detach())  # no random draw
         embedding.weight = self.weight
         return embedding
+
+    def tied_vectors(self) -> list[Tensor]:
+        return [self.weight]
 
     def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
         hidden, target = self._check_inputs(hidden, target)

@@ -69,9 +69,14 @@ class LSTMLanguageModel(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if isinstance(self.embedding, nn.Embedding):  # a tied embedding is the head's, initialised there
-            nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
+        if isinstance(self.embedding, nn.Embedding):  # a tied embedding is the head's, re-drawn when tied
+            self.init_embedding(self.embedding.weight)
         self.lstm.reset_parameters()
+
+    @staticmethod
+    def init_embedding(weight: Tensor) -> Tensor:
+        """``U(-0.1, 0.1)``, the word LM's usual start (Zaremba et al.; pytorch/examples), tied or not."""
+        return nn.init.uniform_(weight, -0.1, 0.1)
 
     def forward(self, input: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
         if not isinstance(input, Tensor) or input.dim() != 2 or input.dtype != torch.long:
@@ -104,7 +109,7 @@ class LSTMLanguageModel(nn.Module):
         """
         if self.emb_size != self.hidden_size:
             raise ValueError(f"weight tying needs emb_size == hidden_size, got {self.emb_size} and {self.hidden_size}")
-        self.embedding = tie_embedding(self.embedding, head)
+        self.embedding = tie_embedding(self.embedding, head, init=self.init_embedding)
 
     def extra_repr(self) -> str:
         return f"dropout={self.dropout_p}"

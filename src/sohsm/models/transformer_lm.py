@@ -198,13 +198,18 @@ class TransformerLM(nn.Module):
         positions, LayerNorms and biases are left out, as GPT-2 and nanoGPT leave them)."""
         return [m.weight for block in self.blocks for m in block.modules() if isinstance(m, nn.Linear)]
 
+    @staticmethod
+    def init_embedding(weight: Tensor) -> Tensor:
+        """``N(0, 0.02)``, GPT-2's start for its word embedding, which its output layer shares."""
+        return nn.init.normal_(weight, std=0.02)
+
     def tie_weights(self, head: Head) -> None:
         """Make the embedding the output word vectors of ``head`` (as :meth:`LSTMLanguageModel.tie_weights` does).
 
         Raises:
             ValueError: the head has no word vectors to share, or they are not ``hidden_size`` wide.
         """
-        self.embedding = tie_embedding(self.embedding, head)
+        self.embedding = tie_embedding(self.embedding, head, init=self.init_embedding)
 
     def extra_repr(self) -> str:
         return (f"context={self.context}, positions={self.positions!r}, attention_heads={self.attention_heads}, "

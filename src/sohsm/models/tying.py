@@ -9,7 +9,10 @@ module only checks that the model's embedding can be replaced and that the sizes
 """
 from __future__ import annotations
 
-from torch import nn
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
 
 from sohsm.heads.base import Head
 from sohsm.heads.tying import HeadEmbedding
@@ -17,8 +20,12 @@ from sohsm.heads.tying import HeadEmbedding
 __all__ = ["HeadEmbedding", "tie_embedding"]
 
 
-def tie_embedding(embedding: nn.Module, head: Head) -> nn.Module:
+def tie_embedding(embedding: nn.Module, head: Head, init: Callable[[Tensor], object] | None = None) -> nn.Module:
     """The model's embedding after tying it to ``head``: the module ``head.tied_embedding()`` lends.
+
+    ``init`` (the model's embedding initialisation) re-draws the head's word vectors that the embedding reads
+    (:meth:`~sohsm.heads.Head.tied_vectors`), so that a tied weight starts as the model's embedding would,
+    whatever the head: the same rule for every head and model (docs/results/first-steps.md).
 
     Raises:
         ValueError: the embedding is tied already, the head cannot be tied (its reason), or the head's
@@ -30,4 +37,9 @@ def tie_embedding(embedding: nn.Module, head: Head) -> nn.Module:
     if head_shape != shape:
         raise ValueError(f"weight tying needs the head's {head_shape[0]} words x {head_shape[1]} inputs to match the "
                          f"embedding {shape}")
-    return head.tied_embedding()
+    tied = head.tied_embedding()
+    if init is not None:
+        with torch.no_grad():
+            for vectors in head.tied_vectors():
+                init(vectors)
+    return tied

@@ -261,6 +261,9 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
                              f"{self.in_features} (word_dim, div_value and cutoffs change their width)")
         return HeadEmbedding(self)
 
+    def tied_vectors(self) -> list[Tensor]:
+        return [self.weight]  # i.i.d. rows: the layout's order does not matter to a fresh draw
+
     def set_assignment(self, assignment: Tensor, optimizer: torch.optim.Optimizer | None = None) -> Tensor:
         """Move words to new clusters, keeping every word's vector, gradient and optimizer state.
 
