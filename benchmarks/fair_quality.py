@@ -149,6 +149,8 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
              "settings). Perplexity is the best dev perplexity of the run and the test perplexity of that",
              "same checkpoint (`best.pt`). Differences are taken seed by seed (same seed, same data order) as",
              "ratios of perplexities; p is a paired two-sided t-test on log perplexity over the seeds.",
+             "*tokens/s* is each run's own, trained beside other jobs on a two-core machine: a guide, not a speed",
+             "comparison (`benchmarks/heads.py` measures the heads side by side).",
              ""]
     for protocol, (corpus, settings, title) in PROTOCOLS.items():
         folder = results / protocol
