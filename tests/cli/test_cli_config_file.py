@@ -92,3 +92,23 @@ def test_train_from_a_flat_settings_file(tmp_path, ptb_slice, small, cli):
     code, _, err = cli("lm", "train", "--config", tmp_path / "typo.yaml", "--run-dir", tmp_path / "b")
     assert code == 2 and err.startswith("sohsm lm: error: --config ") and "did you mean hidden_size" in err
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("text", ["model: transformer\nhidden_size: 16\n",
+                                  "model:\n  architecture: transformer\n  hidden_size: 16\n"])
+def test_a_transformer_file_giving_only_its_width_takes_it_for_both(tmp_path, text):
+    """A transformer has one width: a file giving hidden_size alone is checked as a new run takes it."""
+    assert _read(tmp_path, text)["model.hidden_size"] == 16
+
+
+def test_flags_beside_a_file_override_it_before_it_is_checked(tmp_path, ptb_slice, cli):
+    (tmp_path / "tf.yaml").write_text("model: transformer\nemb_size: 512\nhidden_size: 16\nlayers: 1\n"
+                                      "attention_heads: 2\nbatch_size: 4\nbptt: 8\n")
+    base = ["--config", tmp_path / "tf.yaml", "--corpus", ptb_slice, "--head", "full", "--max-tokens", "64", "--quiet"]
+    code, _, err = cli("lm", "train", *base, "--run-dir", tmp_path / "bad")
+    assert code == 2 and err.startswith("sohsm lm: error: --config ") and "emb_size=512" in err
+    assert not (tmp_path / "bad").exists()
+    code, _, err = cli("lm", "train", *base, "--emb-size", "16", "--run-dir", tmp_path / "mended")
+    assert code == 0, err
+    model = json.loads((tmp_path / "mended" / "config.json").read_text())["model"]
+    assert model["emb_size"] == model["hidden_size"] == 16

@@ -24,14 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from sohsm.cli.config_flags import Flag, config_flags, parse_head_option, parse_option_list
-from sohsm.train.config import apply_overrides
+from sohsm.fields import FieldError
 
 #: the flag whose value is the head's options, and the key a config file may also give them under
 OPTIONS = "head.options"
 
 
-def read_config_file(path: str, config_class: type) -> dict[str, Any]:
+def read_config_file(path: str, config_class: type, beside: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``{field: value}`` (dotted fields) of the settings a file sets, checked against ``config_class``.
+
+    The file is checked as a new run would take it (:meth:`~sohsm.train.config.RunConfig.from_overrides`: a
+    transformer given only ``hidden_size`` takes it for its embedding too), with the settings typed ``beside``
+    it (dotted fields) in place of its own: flags override the file, so a flag may mend what the file alone
+    gets wrong. An error that names one of those typed settings is left for the config built from both to
+    raise, which names the flag.
 
     Raises:
         ValueError: an unreadable file, not a mapping, an unknown key (saying where it belongs), a key given
@@ -41,9 +47,13 @@ def read_config_file(path: str, config_class: type) -> dict[str, Any]:
     task = config_class().task
     if data.get("task", task) != task:  # a file without it is one of this task's
         raise ValueError(f"--config {path}: a config of the {data['task']!r} task, not of {task!r}")
+    beside = dict(beside or {})
     try:
         settings = settings_of(data, config_class)
-        apply_overrides(config_class(), settings)  # every value of its type and range
+        config_class.from_overrides({**settings, **beside})  # every value of its type and range
+    except FieldError as error:
+        if not any(field.path in beside for field in error.fields):
+            raise ValueError(f"--config {path}: {error}") from None
     except ValueError as error:
         raise ValueError(f"--config {path}: {error}") from None
     return settings
