@@ -56,6 +56,8 @@ def test_a_section_name_that_is_also_a_flag_reads_by_its_value(tmp_path):
     ("model:\n  hiden_size: 2\n", ["unknown setting model.hiden_size", "did you mean hidden_size"]),
     ("data: ptb\n", ["data is a section", "corpus"]),
     ("nothing_like_it: 1\n", ["unknown setting 'nothing_like_it'", "flag's name without its dashes"]),
+    ("architecture: transformer\n", ["unknown setting 'architecture': did you mean model?", "--model flag",
+                                      "model: {architecture: ...}"]),
 ])
 def test_an_unknown_key_says_where_it_belongs(tmp_path, text, words):
     with pytest.raises(ValueError) as info:

@@ -16,7 +16,6 @@ belongs, or which known names are close.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import typing
 from collections.abc import Mapping
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sohsm.cli.config_flags import Flag, config_flags, parse_head_option, parse_option_list
-from sohsm.fields import FieldError
+from sohsm.fields import FieldError, did_you_mean
 
 #: the flag whose value is the head's options, and the key a config file may also give them under
 OPTIONS = "head.options"
@@ -160,14 +159,22 @@ def _unknown_in_section(section: str, name: str, sections: dict[str, list[str]],
                 f"{homes[0]}: or at the top level ({flag.dest}: ...)")
     if name in by_name:  # a setting of the loop, not of a section
         return f"{section}.{name}: {name} is not a {section} setting: write it at the top level ({name}: ...)"
-    close = difflib.get_close_matches(name, sections[section], n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    hint = did_you_mean(name, sections[section])
+    hint = f"; {hint}" if hint else ""
     return f"unknown setting {section}.{name}{hint} ({section} holds {', '.join(sections[section])})"
 
 
 def _unknown(key: str, name: str, by_name: dict[str, Flag], sections: dict[str, list[str]]) -> str:
-    """Why a top-level key is refused, with the known names close to it."""
-    close = difflib.get_close_matches(name, sorted({flag.dest for flag in by_name.values()}), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    """Why a top-level key is refused, with the known names close to it; a field written flat whose flag has
+    another name (``architecture:``, which is ``model:``, the ``--model`` flag) is pointed to that name."""
+    renamed = {flag.path.rpartition(".")[2]: flag for flag in by_name.values()
+               if flag.dest != flag.path.rpartition(".")[2]}
+    if name in renamed:
+        flag = renamed[name]
+        section = flag.path.rpartition(".")[0]
+        return (f"unknown setting {key!r}: did you mean {flag.dest}? ({flag.path} is the {flag.option} flag: "
+                f"{flag.dest}: ... at the top level, or {section}: {{{name}: ...}})")
+    hint = did_you_mean(name, sorted({flag.dest for flag in by_name.values()}))
+    hint = hint + " " if hint else ""
     return (f"unknown setting {key!r}: {hint}a key is a flag's name without its dashes (emb_size or emb-size for "
             f"--emb-size) or a section holding its settings ({', '.join(sections)})")

@@ -19,6 +19,7 @@ import sys
 import textwrap
 from typing import NoReturn
 
+from sohsm.fields import did_you_mean
 from sohsm.version import __version__
 
 #: subcommand modules, in the order `sohsm --help` lists them
@@ -57,6 +58,14 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        """argparse's check of a choice, with the choices close to a mistyped one (``--head self_organised``)."""
+        if action.choices is not None and value not in action.choices:
+            hint = did_you_mean(value, action.choices)
+            listed = ", ".join(map(str, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}; {hint + ' ' if hint else ''}"
+                                                 f"(choose from {listed})")
 
     def error(self, message: str) -> NoReturn:
         message = message.removeprefix("argument ")  # "argument --head: invalid choice": the flag comes first

@@ -41,7 +41,7 @@ from torch import Tensor
 from sohsm.data.corpora import CORPORA, CorpusSpec
 from sohsm.data.corpus_files import corpus_status, fetch, verify_corpus
 from sohsm.data.errors import DataError, DataFieldError
-from sohsm.fields import escape, suggest
+from sohsm.fields import did_you_mean, escape, suggest
 from sohsm.data.files import cached_sha256, data_dir_origin, remove_tree, resolve_cache_dir, resolve_data_dir
 from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
 
@@ -218,8 +218,9 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
             if _looks_like_path(key):
                 raise DataError(f"{key}: no such file or folder (a corpus is a known name, "
                                 f"{', '.join(CORPORA)}, or your own text file or folder)")
-            raise DataError(f"unknown corpus {key!r}: neither a known corpus ({', '.join(CORPORA)}) "
-                            "nor an existing file or folder")
+            hint = did_you_mean(key, CORPORA)
+            raise DataError(f"unknown corpus {key!r}{f' ({hint})' if hint else ''}: neither a known corpus "
+                            f"({', '.join(CORPORA)}) nor an existing file or folder")
         plan = _user_plan(path, text_mode, valid_fraction, cache)
         config = config or VocabConfig()
     return _load(plan, config, cache, use_cache)
