@@ -78,6 +78,7 @@ def test_start_up_lines_and_the_estimate(tmp_path, ptb_slice, small, cli, monkey
     set_postfix = progress._EstimatingBar.set_postfix
     monkeypatch.setattr(progress._EstimatingBar, "set_postfix",
                         lambda self, *a, **k: postfixes.append(k) or set_postfix(self, *a, **k))
+    monkeypatch.setattr(progress, "LOSS_REFRESH_S", 1e9)  # between records only the records' losses, here
     loud = [option for option in small if option != "--quiet"]
     run_dir = tmp_path / "run"
     code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "self_organized", "--run-dir", run_dir, *loud,
