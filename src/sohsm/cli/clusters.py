@@ -10,7 +10,7 @@ from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``clusters`` command and its ``show`` and ``export`` subcommands."""
     sub = add_command_group(
-        subparsers, "clusters", help="inspect the word clusters of a trained run",
+        subparsers, "clusters",
         description="Inspect the word clusters of a run trained with a two-level head.",
         epilog="examples:\n  sohsm clusters show runs/ptb-sohsm\n  sohsm clusters show runs/ptb-sohsm --word actor",
     )

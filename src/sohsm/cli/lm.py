@@ -38,7 +38,7 @@ examples:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``lm`` command and its ``train``, ``compare``, ``eval`` and ``generate`` subcommands."""
     sub = add_command_group(
-        subparsers, "lm", help="train, evaluate and sample from language models",
+        subparsers, "lm",
         description="Train an LSTM language model with any output head, evaluate it, continue a text with it.",
         epilog="examples:\n  sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb\n"
         "  sohsm lm compare --corpus ptb --out runs/ptb-heads --epochs 2\n"

@@ -26,7 +26,7 @@ examples:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``w2v`` command and its ``train``, ``export``, ``neighbours`` and ``eval`` subcommands."""
     sub = add_command_group(
-        subparsers, "w2v", help="word embeddings with any head (word2vec's CBOW and skip-gram)",
+        subparsers, "w2v",
         description="Train word vectors as word2vec does, with any output head; export them in word2vec's "
         "formats, list a word's neighbours, score analogies and word similarity.",
         epilog="examples:\n  sohsm w2v train --corpus text8-small --head tree_huffman --run-dir runs/w2v\n"
