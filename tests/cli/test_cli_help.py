@@ -126,3 +126,18 @@ def test_ctrl_c_during_start_up_is_one_line_and_130(cli, monkeypatch):
     monkeypatch.setattr(importlib, "import_module", interrupted)
     code, out, err = cli("lm", "train", "--help")
     assert (code, out, err) == (130, "", "interrupted\n")
+
+
+def test_lm_train_help_is_wide_short_and_says_what_it_trains(cli, monkeypatch):
+    """Each help beside its flag on a wide terminal, no benchmark figures in a flag's help (they are in docs/),
+    and a first line that names both models."""
+    monkeypatch.setenv("COLUMNS", "122")
+    code, out, _ = cli("lm", "train", "--help")
+    assert code == 0
+    lines = out.splitlines()
+    assert max(map(len, lines)) > 100 and len(lines) < 170, len(lines)
+    description = " ".join(out.split("\n\n")[1].split())
+    assert description.startswith("Train a language model (the paper's LSTM, or a transformer")
+    helps = {a.dest: " ".join(a.help.split()) for a in _train("lm")._actions}
+    for dest in ("dropout", "fused"):
+        assert "->" not in helps[dest] and " ms" not in helps[dest] and len(helps[dest]) < 240, helps[dest]

@@ -40,12 +40,18 @@ COMMANDS = {
 }
 
 
+#: columns of the help where the terminal's width is unknown (a pipe, a file), and at most on a wide terminal
+HELP_COLUMNS, MAX_HELP_COLUMNS = 120, 140
+
+
 class RAW(argparse.RawDescriptionHelpFormatter):
     """Formatter of every subcommand parser: descriptions are wrapped by :func:`wrap`, epilogs kept as written, the
-    options as wide as those (100 columns) where the terminal allows."""
+    options as wide as the terminal (:data:`HELP_COLUMNS` where it is no terminal, at most :data:`MAX_HELP_COLUMNS`),
+    each help beside its flag."""
 
     def __init__(self, prog: str) -> None:
-        super().__init__(prog, width=min(100, shutil.get_terminal_size().columns - 2), max_help_position=30)
+        columns = shutil.get_terminal_size((HELP_COLUMNS, 24)).columns
+        super().__init__(prog, width=max(60, min(MAX_HELP_COLUMNS, columns) - 2), max_help_position=32)
 
 
 def wrap(text: str) -> str:
