@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sohsm.cli.config_flags import Flag, config_flags, parse_head_option, parse_option_list
+from sohsm.cli.config_flags import Flag, config_flags, parse_head_option, parse_option_list, read_int
 from sohsm.fields import FieldError, did_you_mean
 
 #: the flag whose value is the head's options, and the key a config file may also give them under
@@ -142,9 +142,12 @@ def _value(flag: Flag, value: Any, flat: bool) -> Any:
         return value
     if isinstance(value, str) and flag.type not in (str, bool):
         try:
-            value = None if flag.optional and value.lower() == "none" else flag.type(value)
+            value = None if flag.optional and value.lower() == "none" else (
+                read_int(value) if flag.type is int else flag.type(value))
         except ValueError:
             return value
+    if flag.type is int and isinstance(value, float) and value.is_integer():  # YAML's 1.0e5
+        value = int(value)
     if flat and "none_if" in flag.metadata and value == flag.metadata["none_if"]:
         return None
     return value
