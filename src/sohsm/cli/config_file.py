@@ -153,15 +153,20 @@ def _value(flag: Flag, value: Any, flat: bool) -> Any:
     return value
 
 
+def _a(word: str) -> str:
+    """``word`` with its article: ``a data``, ``an optim``."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 def _unknown_in_section(section: str, name: str, sections: dict[str, list[str]], by_name: dict[str, Flag]) -> str:
     """Why ``section.name`` is refused: it belongs to another section, or is close to a known name."""
     homes = [other for other, fields in sections.items() if name in fields]
     if homes:
         flag = by_name[f"{homes[0]}.{name}"]
-        return (f"{section}.{name}: {name} is not a {section} setting but a {homes[0]} one: write it under "
+        return (f"{section}.{name}: {name} is not {_a(section)} setting but {_a(homes[0])} one: write it under "
                 f"{homes[0]}: or at the top level ({flag.dest}: ...)")
     if name in by_name:  # a setting of the loop, not of a section
-        return f"{section}.{name}: {name} is not a {section} setting: write it at the top level ({name}: ...)"
+        return f"{section}.{name}: {name} is not {_a(section)} setting: write it at the top level ({name}: ...)"
     hint = did_you_mean(name, sections[section])
     hint = f"; {hint}" if hint else ""
     return f"unknown setting {section}.{name}{hint} ({section} holds {', '.join(sections[section])})"
