@@ -36,7 +36,7 @@ def test_train_any_head_learns_topics(cli, text, tmp_path, head):
     code, out, err = cli("w2v", "train", "--corpus", str(text), "--head", head, "--run-dir", str(run), "--epochs", "3",
                          *W2V_SMALL)
     assert code == 0, err
-    assert "all epochs done" in out and "corpus words/s" in out
+    assert "all epochs done" in out and "corpus words/s" in out and " rows/s, the progress bar's unit" in out
     vectors = load_vectors(run)
     assert "<unk>" not in vectors.words and len(vectors) == 48
     centred = vectors.vectors - vectors.vectors.mean(dim=0)  # the direction all words share says nothing of topics

@@ -66,3 +66,14 @@ def test_with_a_time_budget_the_bar_ends_where_the_budget_does():
     assert bar.total == pytest.approx(30_000 + 30 * 1000, rel=0.01)
     assert 45 <= 100 * bar.n / bar.total <= 55
     bar.close()
+
+
+def test_the_estimate_names_what_the_task_counts(capsys):
+    """A word2vec run counts rows: its estimate says rows/s, as its summary does, not tok/s."""
+    log = io.StringIO()
+    bar = _EstimatingBar(total=100_000, file=log, mininterval=0, units=("rows", "rows"))
+    for _ in range(progress.WARMUP_STEPS + progress.TIMED_STEPS):
+        bar.update(100)
+    bar.close()
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("≈")]
+    assert "for 100,000 rows at " in line and " rows/s" in line and "tok" not in line

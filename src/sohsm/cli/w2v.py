@@ -90,9 +90,10 @@ def _print_summary(result) -> None:
     why = {"done": "all epochs done", "max_tokens": "row budget spent", "time_budget": "time budget spent",
            "interrupted": "interrupted"}[result.stopped]
     words = _corpus_words(result)
-    speed = words / result.elapsed_s if result.elapsed_s > 0 and words else 0.0
+    seconds = result.elapsed_s if result.elapsed_s > 0 else float("inf")
     print(f"stopped     {why}: step {result.step:,}, {result.tokens:,} rows, epoch {result.epoch:.2f}, "
-          f"{result.elapsed_s:.1f} s of training ({speed:,.0f} corpus words/s)")
+          f"{result.elapsed_s:.1f} s of training ({result.tokens / seconds:,.0f} rows/s, the progress bar's unit; "
+          f"{words / seconds:,.0f} corpus words/s)")
     if result.last_eval is not None:
         print(f"dev         ppl {result.last_eval.ppl:.2f} of the centre word (best {result.best_ppl:.2f})")
     print(f"signature   {format_signature(result.signature)}")

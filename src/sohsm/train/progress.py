@@ -63,8 +63,9 @@ class _EstimatingBar(tqdm):
     """
 
     def __init__(self, *args, time_left: float | None = None, cuda: bool = False, clock=time.perf_counter,
-                 **kwargs) -> None:
+                 units: tuple[str, str] = ("tokens", "tok"), **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self._units = units
         self._time_left, self._cuda, self._updates, self._mark = time_left, cuda, 0, None
         self._born = time.perf_counter()
         self._clock, self._planned = clock, self.total
@@ -131,13 +132,14 @@ class _EstimatingBar(tqdm):
     def _estimate(self, rate: float, spent: float) -> None:
         planned = self._planned
         left = max(planned - self.n, 0) / rate
-        what = f"{planned:,} tokens" if self.initial == 0 else \
-            f"the remaining {planned - self.initial:,} of {planned:,} tokens"
-        line = f"≈ {duration_text(left + spent)} for {what} at {rate:,.0f} tok/s"
+        units, per_second = self._units
+        what = f"{planned:,} {units}" if self.initial == 0 else \
+            f"the remaining {planned - self.initial:,} of {planned:,} {units}"
+        line = f"≈ {duration_text(left + spent)} for {what} at {rate:,.0f} {per_second}/s"
         if self._time_left is not None and left + spent > self._time_left:
             reach = self.n + rate * max(self._time_left - spent, 0)
             line = (f"≈ {duration_text(self._time_left)} (the time budget) for about {reach:,.0f} of {planned:,} "
-                    f"planned tokens at {rate:,.0f} tok/s")
+                    f"planned {units} at {rate:,.0f} {per_second}/s")
         self.write(line + " (training time; dev evaluations come on top)", file=sys.stderr)
 
 
@@ -149,17 +151,18 @@ def _is_terminal(stream) -> bool:
 
 
 def progress_bar(lines: list[str], planned_tokens: int, done_tokens: int, elapsed_s: float,
-                 time_budget: float | None, device: torch.device, enabled: bool, clock=time.perf_counter) -> tqdm:
+                 time_budget: float | None, device: torch.device, enabled: bool, clock=time.perf_counter,
+                 unit: tuple[str, str] = ("tokens", "tok")) -> tqdm:
     """Print a task's start-up ``lines`` (when ``enabled``) and return the session's tqdm bar of tokens.
 
     The bar prints an estimate of the session's training time once it has timed
     :data:`TIMED_STEPS` steps; with a time budget its total follows the budget (``clock``: the seconds of
-    training the budget counts).
+    training the budget counts); ``unit``: what it counts, in words and per second (:attr:`sohsm.train.task.Task.unit`).
     """
     if enabled:
         for line in lines:
             print(line, file=sys.stderr, flush=True)
     time_left = None if time_budget is None else max(time_budget - elapsed_s, 0.0)
-    return _EstimatingBar(total=planned_tokens, initial=min(done_tokens, planned_tokens), unit="tok",
+    return _EstimatingBar(total=planned_tokens, initial=min(done_tokens, planned_tokens), unit=unit[1], units=unit,
                           unit_scale=True, dynamic_ncols=True, disable=not enabled, desc="train", smoothing=0.05,
                           time_left=time_left, cuda=device.type == "cuda", clock=clock)

@@ -195,7 +195,8 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
     if progress and ranks.world > 1:
         lines.append(f"processes  {ranks.world} ({torch.distributed.get_backend()}), each on 1/{ranks.world} of "
                      "every batch; this one (rank 0) writes")
-    bar = progress_bar(lines, planned, p.tokens, p.elapsed_s, config.time_budget, device, progress, clock=clock.now)
+    bar = progress_bar(lines, planned, p.tokens, p.elapsed_s, config.time_budget, device, progress, clock=clock.now,
+                       unit=task.unit)
     # a warm-up or a cosine moves the rate every step, over the steps the budget plans
     optim = config.optim
     rate_moves = optim.warmup > 0 or optim.lr_schedule != "constant"
