@@ -12,7 +12,8 @@ apart from the text, and :meth:`FieldError.render` writes them either way::
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 
@@ -97,3 +98,14 @@ class FieldError(ValueError):
 def escape(text: str) -> str:
     """``text`` as a literal part of a :class:`FieldError` template (braces doubled)."""
     return text.replace("{", "{{").replace("}", "}}")
+
+
+def did_you_mean(word: str, names: Iterable[str]) -> str:
+    """``"did you mean ptb?"``: the known ``names`` close to a mistyped ``word`` (``difflib``'s measure, as
+    settings files' keys are matched), or ``""`` where none is close.
+
+    >>> did_you_mean("self_organised", ["full", "self_organized", "tree"])
+    'did you mean self_organized?'
+    """
+    close = difflib.get_close_matches(str(word), [str(name) for name in names], n=3, cutoff=0.6)
+    return f"did you mean {' or '.join(close)}?" if close else ""

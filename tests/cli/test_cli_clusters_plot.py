@@ -1,11 +1,13 @@
 """`sohsm clusters show` and `sohsm plot` on runs trained on a slice of real PTB text."""
 from __future__ import annotations
 
+import re
 import struct
 
 import pytest
 
 from sohsm.runs.plots import curve, figure1
+from sohsm.runs.report import cluster_lines
 
 TOKENS_PER_STEP = 16 * 10
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -40,7 +42,23 @@ def test_clusters_show_lists_heaviest_clusters_with_words(runs, cli):
     masses = [float(row.split()[3]) for row in rows]
     assert masses == sorted(masses, reverse=True)
     assert all(1 <= len(row.split()) - 4 <= 6 for row in rows)
-    assert "the" in out.split()  # the most frequent word sits in one of the heaviest clusters
+    assert "the" in out.replace("(", " ").split()  # the most frequent word: a heavy cluster, or a one-word one named
+
+
+def test_one_word_clusters_are_counted_not_listed_before_the_learned_ones(runs, cli):
+    """A shortlist's one-word clusters (the, <unk>, <eos>) are the heaviest: listed by mass they hide the classes."""
+    code, out, err = cli("clusters", "show", runs / "sohsm", "--top", 5)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert re.search(r"; \d+ one-word clusters not listed \(the <unk> <eos> ", lines[0]), lines[0]
+    assert all(int(row.split()[2]) > 1 for row in lines[2:])
+    code, out, err = cli("clusters", "show", runs / "sohsm", "--top", 5, "--one-word")
+    assert code == 0 and "not listed" not in out, err
+    rows = out.strip().splitlines()[2:]
+    assert ["1", "the"] in [row.split()[2:5:2] for row in rows]  # among the others, by mass
+    table = cluster_lines(runs / "sohsm", top=5)
+    assert "one-word clusters not listed (the <unk> <eos> " in table[0]
+    assert all(int(row.split("|")[3]) > 1 for row in table[4:]) and len(table) == 4 + 5
 
 
 def test_clusters_show_word(runs, cli):

@@ -53,9 +53,14 @@ def test_a_section_name_that_is_also_a_flag_reads_by_its_value(tmp_path):
     ("data:\n  emb_size: 64\n", ["data.emb_size", "not a data setting but a model one", "emb_size: ..."]),
     ("model:\n  corpus: ptb\n", ["not a model setting but a data one", "corpus: ..."]),
     ("model:\n  epochs: 2\n", ["epochs is not a model setting", "at the top level"]),
+    ("optim:\n  corpus: ptb\n", ["corpus is not an optim setting but a data one"]),
+    ("data:\n  lr: 0.1\n", ["lr is not a data setting but an optim one"]),
+    ("optim:\n  epochs: 2\n", ["epochs is not an optim setting"]),
     ("model:\n  hiden_size: 2\n", ["unknown setting model.hiden_size", "did you mean hidden_size"]),
     ("data: ptb\n", ["data is a section", "corpus"]),
     ("nothing_like_it: 1\n", ["unknown setting 'nothing_like_it'", "flag's name without its dashes"]),
+    ("architecture: transformer\n", ["unknown setting 'architecture': did you mean model?", "--model flag",
+                                      "model: {architecture: ...}"]),
 ])
 def test_an_unknown_key_says_where_it_belongs(tmp_path, text, words):
     with pytest.raises(ValueError) as info:
@@ -92,3 +97,23 @@ def test_train_from_a_flat_settings_file(tmp_path, ptb_slice, small, cli):
     code, _, err = cli("lm", "train", "--config", tmp_path / "typo.yaml", "--run-dir", tmp_path / "b")
     assert code == 2 and err.startswith("sohsm lm: error: --config ") and "did you mean hidden_size" in err
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("text", ["model: transformer\nhidden_size: 16\n",
+                                  "model:\n  architecture: transformer\n  hidden_size: 16\n"])
+def test_a_transformer_file_giving_only_its_width_takes_it_for_both(tmp_path, text):
+    """A transformer has one width: a file giving hidden_size alone is checked as a new run takes it."""
+    assert _read(tmp_path, text)["model.hidden_size"] == 16
+
+
+def test_flags_beside_a_file_override_it_before_it_is_checked(tmp_path, ptb_slice, cli):
+    (tmp_path / "tf.yaml").write_text("model: transformer\nemb_size: 512\nhidden_size: 16\nlayers: 1\n"
+                                      "attention_heads: 2\nbatch_size: 4\nbptt: 8\n")
+    base = ["--config", tmp_path / "tf.yaml", "--corpus", ptb_slice, "--head", "full", "--max-tokens", "64", "--quiet"]
+    code, _, err = cli("lm", "train", *base, "--run-dir", tmp_path / "bad")
+    assert code == 2 and err.startswith("sohsm lm: error: --config ") and "emb_size=512" in err
+    assert not (tmp_path / "bad").exists()
+    code, _, err = cli("lm", "train", *base, "--emb-size", "16", "--run-dir", tmp_path / "mended")
+    assert code == 0, err
+    model = json.loads((tmp_path / "mended" / "config.json").read_text())["model"]
+    assert model["emb_size"] == model["hidden_size"] == 16

@@ -81,3 +81,19 @@ def test_train_from_a_config_file_with_flags_overriding_it(tmp_path, ptb_slice, 
     assert again == saved
     code, _, err = cli("lm", "train", "--config", config, "--run-dir", tmp_path / "c", "--hidden-size", 0)
     assert code == 2 and "--hidden-size must be >= 1" in err and not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("text, value", [("100000", 100_000), ("1e5", 100_000), ("2.5e6", 2_500_000),
+                                         ("100_000", 100_000)])
+def test_an_integer_budget_may_be_written_as_a_float_is(text, value, tmp_path):
+    """--max-tokens 1e5, as budgets are written; a value that is no whole number is still refused."""
+    parser = build_parser(["lm"])
+    args = parser.parse_args(["lm", "train", "--run-dir", "r", "--max-tokens", text, "--batch-size", text])
+    assert args.max_tokens == value and args.batch_size == value
+    (tmp_path / "s.yaml").write_text(f"max_tokens: {text}\nlog_every: 1.0e2\n")
+    assert read_config_file(str(tmp_path / "s.yaml"), LMConfig) == {"max_tokens": value, "log_every": 100}
+
+
+def test_a_budget_that_is_no_whole_number_is_refused(cli):
+    code, _, err = cli("lm", "train", "--corpus", "ptb", "--head", "full", "--run-dir", "r", "--max-tokens", "2.5")
+    assert code == 2 and "--max-tokens: invalid int value: '2.5'" in err

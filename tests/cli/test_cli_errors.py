@@ -31,6 +31,20 @@ def test_argparse_errors_are_one_line_with_the_commands_prefix(argv, words, cli,
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["--head", "self_organised"], "--head: invalid choice: 'self_organised'; did you mean self_organized?"),
+    (["--head", "self_organized", "--head-option", "gama=2"], "has no option 'gama'; did you mean gamma?"),
+    (["--head", "full", "--corpus", "ptbx"], "unknown corpus 'ptbx' (did you mean ptb?)"),
+    (["--head", "full", "--optimizer", "adamm"], "did you mean adam or adamw?"),
+])
+def test_a_mistyped_name_gets_the_known_names_close_to_it(argv, words, cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    corpus = [] if "--corpus" in argv else ["--corpus", "ptb"]
+    line = _one_line(*cli("lm", "train", *corpus, *argv, "--run-dir", "x")[::2])
+    assert words in line
+    assert not list(tmp_path.iterdir())
+
+
 def test_the_commands_own_checks_use_the_same_prefix(cli, tmp_path):
     line = _one_line(*cli(*NEW_RUN, "--run-dir", tmp_path / "r", "--head-option", "gamma")[::2])
     assert "--head-option: expected KEY=VALUE" in line

@@ -87,3 +87,57 @@ def test_every_example_in_the_help_is_one_whole_command_that_parses():
                 pytest.fail(f"{parser.prog}: the example does not parse: {example}")
             checked += 1
     assert checked >= 20
+
+
+def _loaded_after(argv: list[str]) -> set[str]:
+    """The modules a fresh interpreter has loaded after running ``sohsm ARGV`` (its output dropped)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import sohsm.cli.main
+
+    src = str(Path(sohsm.cli.main.__file__).parents[2])
+    code = ("import contextlib, io, sys\nfrom sohsm.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            f"    try:\n        main({argv!r})\n    except SystemExit:\n        pass\n"
+            "print(' '.join(sys.modules))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], [], ["data", "list"], ["data", "--help"]])
+def test_starting_the_command_imports_no_torch(argv, tmp_path):
+    """`sohsm --help`, `--version` and `data list` start at once: torch (seconds to import) is not imported."""
+    loaded = _loaded_after([*argv, *(["--data-dir", str(tmp_path)] if argv == ["data", "list"] else [])])
+    assert "sohsm.cli.main" in loaded and not {"torch", "matplotlib", "triton"} & loaded
+
+
+def test_ctrl_c_during_start_up_is_one_line_and_130(cli, monkeypatch):
+    """An interrupt while a command's modules are imported (seconds for torch) is no traceback."""
+    import importlib
+
+    def interrupted(name, *args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib, "import_module", interrupted)
+    code, out, err = cli("lm", "train", "--help")
+    assert (code, out, err) == (130, "", "interrupted\n")
+
+
+def test_lm_train_help_is_wide_short_and_says_what_it_trains(cli, monkeypatch):
+    """Each help beside its flag on a wide terminal, no benchmark figures in a flag's help (they are in docs/),
+    and a first line that names both models."""
+    monkeypatch.setenv("COLUMNS", "122")
+    code, out, _ = cli("lm", "train", "--help")
+    assert code == 0
+    lines = out.splitlines()
+    assert max(map(len, lines)) > 100 and len(lines) < 170, len(lines)
+    description = " ".join(out.split("\n\n")[1].split())
+    assert description.startswith("Train a language model (the paper's LSTM, or a transformer")
+    helps = {a.dest: " ".join(a.help.split()) for a in _train("lm")._actions}
+    for dest in ("dropout", "fused"):
+        assert "->" not in helps[dest] and " ms" not in helps[dest] and len(helps[dest]) < 240, helps[dest]

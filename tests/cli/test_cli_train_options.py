@@ -78,6 +78,7 @@ def test_start_up_lines_and_the_estimate(tmp_path, ptb_slice, small, cli, monkey
     set_postfix = progress._EstimatingBar.set_postfix
     monkeypatch.setattr(progress._EstimatingBar, "set_postfix",
                         lambda self, *a, **k: postfixes.append(k) or set_postfix(self, *a, **k))
+    monkeypatch.setattr(progress, "LOSS_REFRESH_S", 1e9)  # between records only the records' losses, here
     loud = [option for option in small if option != "--quiet"]
     run_dir = tmp_path / "run"
     code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "self_organized", "--run-dir", run_dir, *loud,
@@ -85,7 +86,7 @@ def test_start_up_lines_and_the_estimate(tmp_path, ptb_slice, small, cli, monkey
     assert code == 0, err
     lines = err.splitlines()
     first = next(line for line in lines if "train tokens" in line)
-    for text in (f"{ptb_slice.name}: ", " words, ", "LSTM 1×32/32", "head self_organized: ", " parameters, ",
+    for text in (f"{ptb_slice.name}: ", " words, ", "LSTM 1×32/32, tied |", "head self_organized: ", " parameters, ",
                  " clusters, K ", "(auto, ≈8 per epoch)", "| cpu"):
         assert text in first, text
     assert f"plan: {30 * TOKENS_PER_STEP:,} tokens (max_tokens;" in err
@@ -99,6 +100,18 @@ def test_start_up_lines_and_the_estimate(tmp_path, ptb_slice, small, cli, monkey
     assert all(float(p["loss"]) > 0 and float(p["ppl"]) > 1 for p in early)
     assert [float(p["ppl"]) for p in from_records] == pytest.approx([round(r["ppl"], 1) for r in records], abs=0.051)
     assert len(from_records) == len(records) == 3
+
+
+@pytest.mark.parametrize("overrides, said", [
+    ({"head.name": "self_organized"}, "tied"),
+    ({"head.name": "self_organized", "model.emb_size": 32, "model.hidden_size": 64},
+     "untied (emb_size 32 != hidden_size 64; equal sizes tie)"),
+    ({"head.name": "tree"}, "untied (head tree cannot be tied: it has no word vectors"),
+    ({"head.name": "full", "model.tie_weights": False}, "untied (tie_weights false)"),
+])
+def test_the_start_up_lines_say_whether_the_head_is_tied_and_why_not(overrides, said):
+    """A new run ties where it can; one untied by its sizes or its head says so, not silently."""
+    assert lm_progress.describe_tying(TrainConfig.from_overrides(overrides)).startswith(said)
 
 
 def test_the_announced_k_is_the_one_the_head_chooses():

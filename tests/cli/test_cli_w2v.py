@@ -1,10 +1,13 @@
 """`sohsm w2v`: train with any head, resume exactly, export readable by gensim, neighbours, eval, bad input."""
 from __future__ import annotations
 
+import shlex
+
 import numpy as np
 import pytest
 import torch
 
+import sohsm.cli.w2v as w2v_cli
 from sohsm.tasks.w2v.kernel import numba_available
 from sohsm.tasks.w2v.vectors import load_vectors
 
@@ -33,7 +36,7 @@ def test_train_any_head_learns_topics(cli, text, tmp_path, head):
     code, out, err = cli("w2v", "train", "--corpus", str(text), "--head", head, "--run-dir", str(run), "--epochs", "3",
                          *W2V_SMALL)
     assert code == 0, err
-    assert "all epochs done" in out and "corpus words/s" in out
+    assert "all epochs done" in out and "corpus words/s" in out and " rows/s, the progress bar's unit" in out
     vectors = load_vectors(run)
     assert "<unk>" not in vectors.words and len(vectors) == 48
     centred = vectors.vectors - vectors.vectors.mean(dim=0)  # the direction all words share says nothing of topics
@@ -125,6 +128,22 @@ def test_eval_reports_analogies_and_similarity(cli, text, tmp_path):
     assert code == 0, err
     assert "of 1 questions in the vocabulary; coverage 50.0% of 2" in out
     assert "(4 of 5 pairs in the vocabulary)" in out and "topics" in out
+
+
+def test_the_summarys_evaluate_hint_runs_as_printed_or_says_where_the_files_are(cli, text, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    code, out, err = cli("w2v", "train", "--corpus", str(text), "--run-dir", str(run), "--epochs", "1",
+                         "--max-tokens", "100", *W2V_SMALL)
+    assert code == 0, err
+    (hint,) = [line.split(None, 1)[1] for line in out.splitlines() if line.startswith("evaluate ")]
+    if w2v_cli.eval_file("questions-words.txt") is not None:
+        program, *argv = shlex.split(hint)
+        code, out, err = cli(*argv)
+        assert program == "sohsm" and code == 0 and "analogies " in out and "similarity " in out, err
+    monkeypatch.setattr(w2v_cli, "eval_file", lambda name: None)  # no gensim: the hint says where to get them
+    assert "pip install gensim" in w2v_cli._eval_hint(str(run)) and "gensim/test/test_data/" in w2v_cli._eval_hint("r")
+    code, _, err = cli("w2v", "eval", str(run), "--analogies", "questions-words.txt")
+    assert code == 2 and "questions-words.txt comes with gensim (pip install gensim), in gensim/test/test_data/" in err
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,9 +1,11 @@
 """Known corpora load with the counts of the data sources, checksums are enforced, tokens are cached."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
+
 import pytest
 import torch
 
@@ -132,6 +134,26 @@ def test_missing_corpus_is_one_clear_line(tmp_path):
 def test_unknown_name(tmp_path):
     with pytest.raises(DataError, match="unknown corpus 'nope'"):
         load_corpus("nope", cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("name", ["nothere.txt", "texts/nothere", "./nothere"])
+def test_a_missing_file_is_called_missing_not_unknown(tmp_path, name):
+    with pytest.raises(DataError, match=f"^{re.escape(name)}: no such file or folder"):
+        load_corpus(name, cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("text, refusal", [
+    ("", "has no words"), ("\n \n", "has no words"),
+    ("just a few words\n", "give at least two lines of text"),
+])
+def test_a_text_too_short_to_split_is_not_told_to_try_running_text_in_vain(tmp_path, text, refusal):
+    """``text_mode='running'`` is suggested only where it would split the text."""
+    (tmp_path / "short.txt").write_text(text)
+    with pytest.raises(DataError) as info:
+        load_corpus(tmp_path / "short.txt", cache_dir=tmp_path / "cache")
+    assert refusal in str(info.value) and "running" not in str(info.value)
+    with pytest.raises(DataError):  # where it is not suggested, running text fails too
+        load_corpus(tmp_path / "short.txt", cache_dir=tmp_path / "cache", text_mode="running")
 
 
 def test_user_text_file_lines(tmp_path):

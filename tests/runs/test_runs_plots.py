@@ -55,7 +55,8 @@ def test_a_partial_training_record_counts_until_a_full_one_follows():
     assert curve(resumed, "train", "ppl", "steps") == ([10.0, 30.0], [900.0, 650.0])
 
 
-@pytest.mark.parametrize("high, low", [(8000.0, 300.0), (100_000.0, 100.0), (900.0, 300.0), (160.0, 120.0)])
+@pytest.mark.parametrize("high, low", [(8000.0, 300.0), (100_000.0, 100.0), (900.0, 300.0), (160.0, 120.0),
+                                       (10_000.0, 175.0), (2000.0, 175.0)])
 def test_log_axes_label_their_ticks_without_overlap(high, low):
     ppls = [high * (low / high) ** (i / 29) for i in range(30)]
     fig = draw_figure1([PlottedRun("run (full)", "full", _train_records(ppls))])
@@ -70,3 +71,29 @@ def test_log_axes_label_their_ticks_without_overlap(high, low):
     for i, box in enumerate(boxes):
         for j in range(i + 1, len(boxes)):
             assert not box.overlaps(boxes[j]), (labels[i].get_text(), labels[j].get_text())
+
+
+def _tick_labels(fig, title: str) -> list[float]:
+    ax = _panels(fig)[title]
+    fig.canvas.draw()
+    bottom, top = ax.get_ylim()
+    return [tick.get_loc() for tick in ax.yaxis.get_major_ticks() + ax.yaxis.get_minor_ticks()
+            if bottom <= tick.get_loc() <= top and tick.label1.get_visible() and tick.label1.get_text()]
+
+
+@pytest.mark.parametrize("high", [2000.0, 10_000.0])
+def test_a_best_value_between_decades_has_a_labelled_tick_near_it(high):
+    """Over one or two decades the steps between them are labelled: 175 is read against 200, not only 100."""
+    ppls = [high * (175.0 / high) ** (i / 29) for i in range(30)]
+    ticks = _tick_labels(draw_figure1([PlottedRun("run (full)", "full", _train_records(ppls))]), "training perplexity")
+    assert any(abs(tick / 175.0 - 1) < 0.2 for tick in ticks), ticks
+
+
+def test_runs_on_several_corpora_say_so_in_the_title_and_the_legend():
+    records = _train_records([900.0, 700.0])
+    runs = [PlottedRun("a (full)", "full", records, "ptb"), PlottedRun("b (full)", "full", records, "wikitext-2")]
+    fig = draw_figure1(runs)
+    title = fig.get_suptitle()
+    assert "2 corpora (ptb, wikitext-2)" in title and "compare only within a corpus" in title
+    assert [text.get_text() for text in fig.legends[0].get_texts()] == ["a (full) [ptb]", "b (full) [wikitext-2]"]
+    assert draw_figure1(runs[:1]).get_suptitle().endswith(", on ptb")

@@ -11,6 +11,7 @@ import torch
 from sohsm.train.checkpoint import remove_orphans, save_checkpoint, write_atomic
 from sohsm.train import guard
 from sohsm.train.guard import DivergenceError, StopSignals, check_finite_parameters, check_step, gradient_norm
+import sohsm.train.lock as lock_module
 from sohsm.train.lock import RunLock
 
 
@@ -21,6 +22,32 @@ def test_a_second_lock_on_a_run_directory_is_refused(tmp_path):
             RunLock(tmp_path).acquire()
     with RunLock(tmp_path):  # released on exit: the next trainer may go
         pass
+
+
+def test_the_lock_file_goes_with_the_lock(tmp_path):
+    """A finished run directory holds no .lock."""
+    with RunLock(tmp_path):
+        assert (tmp_path / ".lock").is_file()
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_a_lock_file_removed_as_it_was_opened_is_not_locked(tmp_path, monkeypatch):
+    """A trainer that opened .lock just before its holder removed it takes the lock on the file there now (held by
+    a third trainer: refused), not on the removed one, so two trainers never hold two files."""
+    first = RunLock(tmp_path)
+    first.acquire()
+    stale = os.open(tmp_path / ".lock", os.O_RDWR)  # opened before the holder let go
+    first.release()
+    third = RunLock(tmp_path)
+    third.acquire()  # a new .lock
+    opened, real_open = [], os.open
+    monkeypatch.setattr(lock_module.os, "open",
+                        lambda path, *args: opened.append(path) or (stale if len(opened) == 1 else real_open(path, *args)))
+    with pytest.raises(ValueError, match="in use by another trainer"):
+        RunLock(tmp_path).acquire()
+    assert len(opened) == 2
+    monkeypatch.undo()
+    third.release()
 
 
 # -- orphans -----------------------------------------------------------------------------------------

@@ -4,6 +4,9 @@ from __future__ import annotations
 import io
 import re
 
+import pytest
+
+import sohsm.train.progress as progress
 from sohsm.train.progress import _EstimatingBar
 
 
@@ -36,11 +39,41 @@ def test_on_a_terminal_the_bar_is_overwritten_as_tqdm_does():
     assert re.search(r"\r {10,}\ra line\n", terminal.getvalue())  # cleared in place, no line break of its own
 
 
-def test_the_early_loss_is_shown_at_a_few_steps_until_the_first_record():
+def test_the_early_loss_is_shown_at_a_few_steps_until_the_first_record_then_every_few_seconds(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
     bar = _bar(io.StringIO())
-    assert [k for k in range(1, 40) if bar.wants_early_loss(k)] == [1, 2, 4, 8, 16, 32]
+    assert [k for k in range(1, 40) if bar.wants_loss(k)] == [1, 2, 4, 8, 16, 32]
     bar.show_loss(5.0, is_nll=True, record=False)
-    assert bar.wants_early_loss(64) and "loss=5.000" in str(bar) and "ppl=148.4" in str(bar)
+    assert bar.wants_loss(64) and "loss=5.000" in str(bar) and "ppl=148.4" in str(bar)
     bar.show_loss(4.0, is_nll=False)  # a train record's (a sampled objective: no perplexity)
-    assert not bar.wants_early_loss(64) and "loss=4.000" in str(bar) and "ppl=-" in str(bar)
+    assert not bar.wants_loss(64) and "loss=4.000" in str(bar) and "ppl=-" in str(bar)
+    now[0] += progress.LOSS_REFRESH_S / 2
+    assert not any(bar.wants_loss(k) for k in range(65, 200))
+    now[0] += progress.LOSS_REFRESH_S / 2  # between records, the loss moves every few seconds, not every record
+    assert bar.wants_loss(201)
     bar.close()
+
+
+def test_with_a_time_budget_the_bar_ends_where_the_budget_does():
+    """A 60 s budget of a run planned for hours: the total is what 60 s reach, so the bar is not at 1%."""
+    training = [0.0]
+    bar = _EstimatingBar(total=10_000_000, file=io.StringIO(), mininterval=0, time_left=60.0,
+                         clock=lambda: training[0])
+    for _ in range(30):  # 1,000 tokens a second of training
+        training[0] += 1.0
+        bar.update(1000)
+    assert bar.total == pytest.approx(30_000 + 30 * 1000, rel=0.01)
+    assert 45 <= 100 * bar.n / bar.total <= 55
+    bar.close()
+
+
+def test_the_estimate_names_what_the_task_counts(capsys):
+    """A word2vec run counts rows: its estimate says rows/s, as its summary does, not tok/s."""
+    log = io.StringIO()
+    bar = _EstimatingBar(total=100_000, file=log, mininterval=0, units=("rows", "rows"))
+    for _ in range(progress.WARMUP_STEPS + progress.TIMED_STEPS):
+        bar.update(100)
+    bar.close()
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("≈")]
+    assert "for 100,000 rows at " in line and " rows/s" in line and "tok" not in line

@@ -10,7 +10,7 @@ from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``clusters`` command and its ``show`` and ``export`` subcommands."""
     sub = add_command_group(
-        subparsers, "clusters", help="inspect the word clusters of a trained run",
+        subparsers, "clusters",
         description="Inspect the word clusters of a run trained with a two-level head.",
         epilog="examples:\n  sohsm clusters show runs/ptb-sohsm\n  sohsm clusters show runs/ptb-sohsm --word actor",
     )
@@ -18,7 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "show", help="the heaviest clusters and their most frequent words", formatter_class=_RAW,
         description=_wrap(
             "List the clusters of a run's head, heaviest (by share of training tokens) first, with "
-            "their sizes, token mass and most frequent words, like the paper's Table 3; or the cluster of one word.",
+            "their sizes, token mass and most frequent words, like the paper's Table 3; or the cluster of one word. "
+            "One-word clusters (a self-organized head's shortlist: each of its most frequent words alone) are "
+            "counted and named in the first line, not listed, unless --one-word.",
         ),
         epilog="examples:\n  sohsm clusters show runs/ptb-sohsm --top 8 --words 10\n"
         "  sohsm clusters show runs/ptb-sohsm --word company --words 30\n"
@@ -28,6 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=8, metavar="N", help="clusters to show (default 8; 0 = all)")
     p.add_argument("--words", type=int, default=10, metavar="N", help="words per cluster (default 10; 0 = all)")
     p.add_argument("--word", metavar="WORD", help="show the cluster of WORD instead")
+    p.add_argument("--one-word", action="store_true", help="list one-word clusters too, among the others by mass")
     p.add_argument("--checkpoint", choices=("best", "last"), default="best",
                    help="best.pt (best dev perplexity, the default) or last.pt")
     p.set_defaults(func=_show)
@@ -52,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _show(args: argparse.Namespace) -> int:
     from sohsm.heads import ClusteredHead
-    from sohsm.runs.clusters import cluster_of_word, cluster_table
+    from sohsm.runs.clusters import cluster_of_word, cluster_table, learned_first, one_word_note
     from sohsm.train.loading import load_run  # a run of any task: a language model's or a summariser's
 
     for flag, value in (("--top", args.top), ("--words", args.words)):
@@ -71,13 +74,15 @@ def _show(args: argparse.Namespace) -> int:
         else:
             table = cluster_table(run.head, run.vocab, words)
             rank = {s.cluster: i + 1 for i, s in enumerate(table)}
-            rows = table[: args.top] if args.top else table
+            listed, one_word = (table, []) if args.one_word else learned_first(table)
+            rows = listed[: args.top] if args.top else listed
     except ValueError as error:
         raise CommandError(str(error)) from None
     sizes = [s.size for s in table]
     empty = sum(1 for n in sizes if n == 0)
+    skipped = f"; {one_word_note(one_word)}, --one-word lists them" if args.word is None and one_word else ""
     print(f"{run.path} (step {run.step:,}): {run.config.head.name} head, {len(table)} clusters "
-          f"({empty} empty), {len(run.vocab):,} words")
+          f"({empty} empty), {len(run.vocab):,} words{skipped}")
     print(f"{'rank':>4}  {'cluster':>7}  {'words':>5}  {'tf-mass':>7}  most frequent words")
     for s in rows:
         print(f"{rank[s.cluster]:>4}  {s.cluster:>7}  {s.size:>5}  {s.tf_mass:>7.4f}  {' '.join(s.words)}")

@@ -16,22 +16,27 @@ belongs, or which known names are close.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sohsm.cli.config_flags import Flag, config_flags, parse_head_option, parse_option_list
-from sohsm.train.config import apply_overrides
+from sohsm.cli.config_flags import Flag, config_flags, parse_head_option, parse_option_list, read_int
+from sohsm.fields import FieldError, did_you_mean
 
 #: the flag whose value is the head's options, and the key a config file may also give them under
 OPTIONS = "head.options"
 
 
-def read_config_file(path: str, config_class: type) -> dict[str, Any]:
+def read_config_file(path: str, config_class: type, beside: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``{field: value}`` (dotted fields) of the settings a file sets, checked against ``config_class``.
+
+    The file is checked as a new run would take it (:meth:`~sohsm.train.config.RunConfig.from_overrides`: a
+    transformer given only ``hidden_size`` takes it for its embedding too), with the settings typed ``beside``
+    it (dotted fields) in place of its own: flags override the file, so a flag may mend what the file alone
+    gets wrong. An error that names one of those typed settings is left for the config built from both to
+    raise, which names the flag.
 
     Raises:
         ValueError: an unreadable file, not a mapping, an unknown key (saying where it belongs), a key given
@@ -41,9 +46,13 @@ def read_config_file(path: str, config_class: type) -> dict[str, Any]:
     task = config_class().task
     if data.get("task", task) != task:  # a file without it is one of this task's
         raise ValueError(f"--config {path}: a config of the {data['task']!r} task, not of {task!r}")
+    beside = dict(beside or {})
     try:
         settings = settings_of(data, config_class)
-        apply_overrides(config_class(), settings)  # every value of its type and range
+        config_class.from_overrides({**settings, **beside})  # every value of its type and range
+    except FieldError as error:
+        if not any(field.path in beside for field in error.fields):
+            raise ValueError(f"--config {path}: {error}") from None
     except ValueError as error:
         raise ValueError(f"--config {path}: {error}") from None
     return settings
@@ -133,12 +142,20 @@ def _value(flag: Flag, value: Any, flat: bool) -> Any:
         return value
     if isinstance(value, str) and flag.type not in (str, bool):
         try:
-            value = None if flag.optional and value.lower() == "none" else flag.type(value)
+            value = None if flag.optional and value.lower() == "none" else (
+                read_int(value) if flag.type is int else flag.type(value))
         except ValueError:
             return value
+    if flag.type is int and isinstance(value, float) and value.is_integer():  # YAML's 1.0e5
+        value = int(value)
     if flat and "none_if" in flag.metadata and value == flag.metadata["none_if"]:
         return None
     return value
+
+
+def _a(word: str) -> str:
+    """``word`` with its article: ``a data``, ``an optim``."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
 
 
 def _unknown_in_section(section: str, name: str, sections: dict[str, list[str]], by_name: dict[str, Flag]) -> str:
@@ -146,18 +163,26 @@ def _unknown_in_section(section: str, name: str, sections: dict[str, list[str]],
     homes = [other for other, fields in sections.items() if name in fields]
     if homes:
         flag = by_name[f"{homes[0]}.{name}"]
-        return (f"{section}.{name}: {name} is not a {section} setting but a {homes[0]} one: write it under "
+        return (f"{section}.{name}: {name} is not {_a(section)} setting but {_a(homes[0])} one: write it under "
                 f"{homes[0]}: or at the top level ({flag.dest}: ...)")
     if name in by_name:  # a setting of the loop, not of a section
-        return f"{section}.{name}: {name} is not a {section} setting: write it at the top level ({name}: ...)"
-    close = difflib.get_close_matches(name, sections[section], n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        return f"{section}.{name}: {name} is not {_a(section)} setting: write it at the top level ({name}: ...)"
+    hint = did_you_mean(name, sections[section])
+    hint = f"; {hint}" if hint else ""
     return f"unknown setting {section}.{name}{hint} ({section} holds {', '.join(sections[section])})"
 
 
 def _unknown(key: str, name: str, by_name: dict[str, Flag], sections: dict[str, list[str]]) -> str:
-    """Why a top-level key is refused, with the known names close to it."""
-    close = difflib.get_close_matches(name, sorted({flag.dest for flag in by_name.values()}), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    """Why a top-level key is refused, with the known names close to it; a field written flat whose flag has
+    another name (``architecture:``, which is ``model:``, the ``--model`` flag) is pointed to that name."""
+    renamed = {flag.path.rpartition(".")[2]: flag for flag in by_name.values()
+               if flag.dest != flag.path.rpartition(".")[2]}
+    if name in renamed:
+        flag = renamed[name]
+        section = flag.path.rpartition(".")[0]
+        return (f"unknown setting {key!r}: did you mean {flag.dest}? ({flag.path} is the {flag.option} flag: "
+                f"{flag.dest}: ... at the top level, or {section}: {{{name}: ...}})")
+    hint = did_you_mean(name, sorted({flag.dest for flag in by_name.values()}))
+    hint = hint + " " if hint else ""
     return (f"unknown setting {key!r}: {hint}a key is a flag's name without its dashes (emb_size or emb-size for "
             f"--emb-size) or a section holding its settings ({', '.join(sections)})")

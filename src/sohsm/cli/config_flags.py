@@ -134,12 +134,31 @@ def _show(value: Any) -> str:
     return "none" if value is None else "{}" if value == {} else str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def read_int(text: str) -> int:
+    """An integer as a user writes a budget: ``100000``, ``1e5``, ``2.5e6``, ``100_000`` (a float's notation is
+    taken where its value is a whole number).
+
+    Raises:
+        ValueError: not a whole number (``2.5``, ``big``).
+    """
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)  # raises for a text that is no number
+        if not value.is_integer():
+            raise ValueError(f"not a whole number: {text!r}") from None
+        return int(value)
+
+
 def _reader(flag: Flag):
-    """The argparse ``type`` of a flag: the field's type, and ``none`` for a field that may be ``None``."""
+    """The argparse ``type`` of a flag: the field's type (an int also in a float's notation, ``1e5``: :func:`read_int`),
+    and ``none`` for a field that may be ``None``."""
+    convert = read_int if flag.type is int else flag.type
+
     def read(text: str) -> Any:
         if flag.optional and text.lower() == "none":
             return None
-        return flag.type(text)
+        return convert(text)
 
     read.__name__ = flag.type.__name__  # argparse names the type in its error: "invalid int value"
     return read

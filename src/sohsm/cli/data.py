@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group
-from sohsm.data import corpora, corpus_files, loading
+from sohsm.data import corpora, corpus_files
 from sohsm.data.errors import DataError
 from sohsm.data.files import data_dir_origin, resolve_cache_dir, resolve_data_dir
 from sohsm.data.headlines import headline_status
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``data`` command and its ``fetch``, ``list`` and ``info`` subcommands."""
     names = ", ".join(corpora.corpus_names())
     sub = add_command_group(
-        subparsers, "data", help="fetch, list and inspect corpora",
+        subparsers, "data",
         description="Fetch, list and inspect the corpora in your data directory "
         "(--data-dir, else $SOHSM_DATA, else ~/.cache/sohsm).",
         epilog="examples:\n  sohsm data list\n  sohsm data fetch ptb\n  sohsm data info ptb",
@@ -114,7 +114,9 @@ def _list(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     try:
-        corpus = loading.load_corpus(args.name, args.data_dir, min_count=args.min_count, max_size=args.max_size,
+        from sohsm.data.loading import load_corpus  # torch: only where a corpus is read
+
+        corpus = load_corpus(args.name, args.data_dir, min_count=args.min_count, max_size=args.max_size,
                                      cache_dir=args.cache_dir, text_mode=args.text_mode,
                                      valid_fraction=args.valid_fraction)
     except (DataError, ValueError) as error:

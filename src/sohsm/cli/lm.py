@@ -1,4 +1,4 @@
-"""`sohsm lm`: train, evaluate and sample from LSTM language models with any head."""
+"""`sohsm lm`: train, evaluate and sample from language models (LSTM or transformer) with any head."""
 from __future__ import annotations
 
 import argparse
@@ -13,8 +13,8 @@ from sohsm.data.errors import DataError
 
 _TRAIN_EPILOG = """\
 defaults are the paper's text8 setting: 1-layer LSTM 512/512, Adagrad lr 0.1, clip 0.25, BPTT 20,
-batch 128, weight decay 1e-6 on the LSTM, 5 epochs; the self-organized head re-clusters about
-8 times per epoch unless --update-every K says otherwise.
+batch 128, weight decay 1e-6 on the LSTM, 5 epochs (--model transformer brings the transformer's recipe);
+the self-organized head re-clusters about 8 times per epoch unless --update-every K says otherwise.
 
 examples:
   sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb-sohsm --epochs 1
@@ -38,8 +38,9 @@ examples:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``lm`` command and its ``train``, ``compare``, ``eval`` and ``generate`` subcommands."""
     sub = add_command_group(
-        subparsers, "lm", help="train, evaluate and sample from language models",
-        description="Train an LSTM language model with any output head, evaluate it, continue a text with it.",
+        subparsers, "lm",
+        description="Train a language model (the paper's LSTM, or a transformer) with any output head, evaluate "
+        "it, continue a text with it.",
         epilog="examples:\n  sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb\n"
         "  sohsm lm compare --corpus ptb --out runs/ptb-heads --epochs 2\n"
         "  sohsm lm eval runs/ptb --split test\n  sohsm lm generate runs/ptb --prompt \"the company said\"",
@@ -55,7 +56,8 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
 
     add_train_command(
         sub, LMConfig, _print_summary, help="train a language model (or resume a run)",
-        description="Train an LSTM language model with the chosen head in RUN_DIR: config.json, vocab.json, "
+        description="Train a language model (the paper's LSTM, or a transformer: --model transformer) with the "
+        "chosen head in RUN_DIR: config.json, vocab.json, "
         "metrics.jsonl, last.pt and best.pt (best dev perplexity). Stops when the epochs, --max-tokens or "
         "--time-budget run out, or on Ctrl-C, kill (SIGTERM) or a closed terminal (SIGHUP), after saving a "
         "checkpoint; a run whose loss or gradient becomes NaN or infinite stops and keeps its last good one.",

@@ -8,6 +8,10 @@ Every error is one line on standard error with one prefix, the command's
 (``sohsm lm: error: ...``), whoever finds it: argparse (an unknown choice, a
 missing or unrecognised flag), a subcommand's own checks (:class:`CommandError`)
 or the machine (:class:`OSError`).
+
+Start-up is quick (``sohsm --help``, ``--version`` and ``data list`` import no torch): a command's module is
+imported only when that command is run, and modules import torch and the heads where they use them. A Ctrl-C
+at any point of a command, its start-up included, is one line, exit status 130.
 """
 from __future__ import annotations
 
@@ -17,20 +21,37 @@ import os
 import shutil
 import sys
 import textwrap
+from collections.abc import Iterable
 from typing import NoReturn
 
+from sohsm.fields import did_you_mean
 from sohsm.version import __version__
 
-#: subcommand modules, in the order `sohsm --help` lists them
-COMMANDS = ("data", "lm", "s2s", "w2v", "clusters", "tree", "plot")
+#: subcommand modules (``sohsm.cli.<name>``) and their one-line help, in the order `sohsm --help` lists them;
+#: only the module of the command run is imported
+COMMANDS = {
+    "data": "fetch, list and inspect corpora",
+    "lm": "train, evaluate and sample from language models",
+    "s2s": "headline generation: make pairs, train, decode, score",
+    "w2v": "word embeddings with any head (word2vec's CBOW and skip-gram)",
+    "clusters": "inspect the word clusters of a trained run",
+    "tree": "build word trees for the tree softmax",
+    "plot": "draw the paper's Figure 1 for training runs",
+}
+
+
+#: columns of the help where the terminal's width is unknown (a pipe, a file), and at most on a wide terminal
+HELP_COLUMNS, MAX_HELP_COLUMNS = 120, 140
 
 
 class RAW(argparse.RawDescriptionHelpFormatter):
     """Formatter of every subcommand parser: descriptions are wrapped by :func:`wrap`, epilogs kept as written, the
-    options as wide as those (100 columns) where the terminal allows."""
+    options as wide as the terminal (:data:`HELP_COLUMNS` where it is no terminal, at most :data:`MAX_HELP_COLUMNS`),
+    each help beside its flag."""
 
     def __init__(self, prog: str) -> None:
-        super().__init__(prog, width=min(100, shutil.get_terminal_size().columns - 2), max_help_position=30)
+        columns = shutil.get_terminal_size((HELP_COLUMNS, 24)).columns
+        super().__init__(prog, width=max(60, min(MAX_HELP_COLUMNS, columns) - 2), max_help_position=32)
 
 
 def wrap(text: str) -> str:
@@ -58,18 +79,27 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def _check_value(self, action: argparse.Action, value) -> None:
+        """argparse's check of a choice, with the choices close to a mistyped one (``--head self_organised``)."""
+        if action.choices is not None and value not in action.choices:
+            hint = did_you_mean(value, action.choices)
+            listed = ", ".join(map(str, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}; {hint + ' ' if hint else ''}"
+                                                 f"(choose from {listed})")
+
     def error(self, message: str) -> NoReturn:
         message = message.removeprefix("argument ")  # "argument --head: invalid choice": the flag comes first
         self.exit(2, error_line(self.prog, f"{message} (see {self.prog} --help)") + "\n")
 
 
-def add_command_group(subparsers: argparse._SubParsersAction, name: str, *, help: str, description: str,
+def add_command_group(subparsers: argparse._SubParsersAction, name: str, *, description: str,
                       epilog: str) -> argparse._SubParsersAction:
     """Add command ``name`` with subcommands (``sohsm lm train``, ...); returns the action to add them to.
 
-    The command alone prints its help to standard error and exits with 2.
+    Its one-line help is its entry in :data:`COMMANDS`. The command alone prints its help to standard error and
+    exits with 2.
     """
-    parser = subparsers.add_parser(name, help=help, formatter_class=RAW, description=wrap(description),
+    parser = subparsers.add_parser(name, help=COMMANDS[name], formatter_class=RAW, description=wrap(description),
                                    epilog=epilog)
     parser.set_defaults(func=lambda args: usage(parser))
     return parser.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")
@@ -81,7 +111,9 @@ def usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The ``sohsm`` parser with the full parsers of ``commands`` (default: all); any other command is there by
+    name and help alone, its module not imported."""
     parser = Parser(
         prog="sohsm",
         description="Self-organized hierarchical softmax: train, evaluate and inspect "
@@ -89,14 +121,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sohsm {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"sohsm.cli.{name}").register(subparsers)
+    built = set(COMMANDS if commands is None else commands)
+    for name, help in COMMANDS.items():
+        if name in built:
+            importlib.import_module(f"sohsm.cli.{name}").register(subparsers)
+        else:
+            subparsers.add_parser(name, help=help)
     return parser
 
 
+def command_of(argv: list[str]) -> str | None:
+    """The command ``argv`` runs (its first word that is no option), or ``None``."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run the command ``argv`` (default: the process's arguments) asks for; its exit status.
+
+    A Ctrl-C during start-up (imports, parsing) is one line and 130, as during a command."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
+    parser = build_parser([command for command in [command_of(argv)] if command in COMMANDS])
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # found by the top parser, but said under the subcommand that was given them
         prog = " ".join(["sohsm", *(getattr(args, key, None) or "" for key in ("command", f"{args.command}_command"))])
@@ -113,9 +164,6 @@ def main(argv: list[str] | None = None) -> int:
     except CommandError as error:
         print(error_line(prog, str(error)), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:  # `sohsm ... | head`: the reader has gone, and so has the reason to write
         _stdout_to_devnull()
         return 141  # 128 + SIGPIPE, as a process killed by it would report

@@ -4,13 +4,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sohsm.cli.main import RAW as _RAW, CommandError, describe_os_error, wrap as _wrap
+from sohsm.cli.main import COMMANDS, RAW as _RAW, CommandError, describe_os_error, wrap as _wrap
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``plot`` command."""
     parser = subparsers.add_parser(
-        "plot", help="draw the paper's Figure 1 for training runs", formatter_class=_RAW,
+        "plot", help=COMMANDS["plot"], formatter_class=_RAW,
         description=_wrap(
             "Draw dev perplexity, cluster perplexity, in-cluster perplexity, class change rate, moved "
             "token mass and training perplexity against training tokens (or epochs, seconds, steps), one line "

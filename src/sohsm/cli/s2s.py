@@ -30,7 +30,7 @@ examples:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``s2s`` command and its ``pairs``, ``titles``, ``train``, ``decode`` and ``score`` subcommands."""
     sub = add_command_group(
-        subparsers, "s2s", help="headline generation: make pairs, train, decode, score",
+        subparsers, "s2s",
         description="Make training pairs from your own Gigaword; train an attention encoder-decoder that writes a "
         "headline for a news sentence, with any head as its output layer (the paper's second experiment); decode "
         "with beam search; score with ROUGE.",

@@ -68,12 +68,13 @@ def training_overrides(args: argparse.Namespace, flags: list[Flag], config_class
         CommandError: an unreadable or invalid config file.
     """
     overrides: dict[str, Any] = {}
+    typed = typed_fields(args, flags)
     if getattr(args, "config", None):
         try:
-            overrides.update(read_config_file(args.config, config_class))
+            overrides.update(read_config_file(args.config, config_class, typed))
         except ValueError as error:
             raise CommandError(str(error)) from None
-    overrides.update(typed_fields(args, flags))
+    overrides.update(typed)
     return overrides
 
 

@@ -10,7 +10,7 @@ from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``tree`` command and its ``build`` subcommand."""
     sub = add_command_group(
-        subparsers, "tree", help="build word trees for the tree softmax",
+        subparsers, "tree",
         description="Build binary word trees for the tree hierarchical softmax from trained runs.",
         epilog="examples:\n  sohsm tree build runs/ptb-tree-random --output ptb-bootstrap.pt",
     )

@@ -26,7 +26,7 @@ examples:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``w2v`` command and its ``train``, ``export``, ``neighbours`` and ``eval`` subcommands."""
     sub = add_command_group(
-        subparsers, "w2v", help="word embeddings with any head (word2vec's CBOW and skip-gram)",
+        subparsers, "w2v",
         description="Train word vectors as word2vec does, with any output head; export them in word2vec's "
         "formats, list a word's neighbours, score analogies and word similarity.",
         epilog="examples:\n  sohsm w2v train --corpus text8-small --head tree_huffman --run-dir runs/w2v\n"
@@ -90,19 +90,56 @@ def _print_summary(result) -> None:
     why = {"done": "all epochs done", "max_tokens": "row budget spent", "time_budget": "time budget spent",
            "interrupted": "interrupted"}[result.stopped]
     words = _corpus_words(result)
-    speed = words / result.elapsed_s if result.elapsed_s > 0 and words else 0.0
+    seconds = result.elapsed_s if result.elapsed_s > 0 else float("inf")
     print(f"stopped     {why}: step {result.step:,}, {result.tokens:,} rows, epoch {result.epoch:.2f}, "
-          f"{result.elapsed_s:.1f} s of training ({speed:,.0f} corpus words/s)")
+          f"{result.elapsed_s:.1f} s of training ({result.tokens / seconds:,.0f} rows/s, the progress bar's unit; "
+          f"{words / seconds:,.0f} corpus words/s)")
     if result.last_eval is not None:
         print(f"dev         ppl {result.last_eval.ppl:.2f} of the centre word (best {result.best_ppl:.2f})")
     print(f"signature   {format_signature(result.signature)}")
     print(f"vectors     sohsm w2v export {run} --format text")
     print(f"neighbours  sohsm w2v neighbours {run} WORD")
-    print(f"evaluate    sohsm w2v eval {run} --analogies questions-words.txt --similarity wordsim353.tsv")
+    print(f"evaluate    {_eval_hint(run)}")
     if result.signature.get("clusters") is not None:
         print(f"clusters    sohsm w2v clusters {run}")
     if result.stopped != "done":
         print(f"resume      sohsm w2v train --run-dir {run} --resume")
+
+
+#: word2vec's evaluation files, by the flag of `w2v eval` that reads each; gensim ships them (pip install gensim)
+EVAL_FILES = {"analogies": "questions-words.txt", "similarity": "wordsim353.tsv"}
+#: where in an installed gensim they are
+GENSIM_TEST_DATA = Path("gensim", "test", "test_data")
+
+
+def eval_file(name: str) -> Path | None:
+    """gensim's copy of word2vec's evaluation file ``name`` (:data:`EVAL_FILES`), found without importing
+    gensim; ``None`` where gensim is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(GENSIM_TEST_DATA.parts[0])
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(root).joinpath(*GENSIM_TEST_DATA.parts[1:], name)
+        if path.is_file():
+            return path
+    return None
+
+
+def _where_eval_files_are(name: str) -> str:
+    """Where word2vec's file ``name`` is to be found, in words."""
+    found = eval_file(name)
+    return (f"word2vec's {name} is {found}" if found else
+            f"word2vec's {name} comes with gensim (pip install gensim), in {GENSIM_TEST_DATA.as_posix()}/")
+
+
+def _eval_hint(run: str) -> str:
+    """`w2v eval` on word2vec's own evaluation files: a command that runs as printed where gensim's copies are
+    installed, else the files' names and where to get them."""
+    found = {flag: eval_file(name) for flag, name in EVAL_FILES.items()}
+    if all(found.values()):
+        return f"sohsm w2v eval {run} " + " ".join(f"--{flag} {shlex.quote(str(path))}" for flag, path in found.items())
+    return (f"sohsm w2v eval {run} " + " ".join(f"--{flag} {name}" for flag, name in EVAL_FILES.items())
+            + f"   # word2vec's files: pip install gensim puts them in {GENSIM_TEST_DATA.as_posix()}/")
 
 
 def _corpus_words(result) -> int:
@@ -181,7 +218,7 @@ def _eval(args: argparse.Namespace) -> int:
     for name in ("analogies", "similarity"):
         path = getattr(args, name)
         if path and not Path(path).is_file():
-            raise CommandError(f"--{name}: no file {path}")
+            raise CommandError(f"--{name}: no file {path} ({_where_eval_files_are(EVAL_FILES[name])})")
     vectors = _load(args)
     try:
         if args.analogies:

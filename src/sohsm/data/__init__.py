@@ -10,13 +10,14 @@
   (:mod:`sohsm.data.gigaword_sgml` reads its SGML, :mod:`sohsm.data.ptb_tokens` makes PTB-style tokens).
 * :mod:`sohsm.data.reverse`: the synthetic reverse task.
 * :mod:`sohsm.data.files`: data directories, checksums, downloads and atomic writes.
+
+The modules that need torch (batching, loading) are imported on first use of their names, so that listing
+and checking corpora (``sohsm data list``) starts at once.
 """
-from sohsm.data.batching import batchify, bptt_batches, num_bptt_batches
 from sohsm.data.corpora import CORPORA, CorpusSpec, FileSpec, Split, corpus_names, get_spec, register_corpus
 from sohsm.data.corpus_files import CorpusStatus, FileStatus, corpus_status, fetch, verify_corpus
 from sohsm.data.errors import DataError
 from sohsm.data.files import Source, resolve_cache_dir, resolve_data_dir
-from sohsm.data.loading import Corpus, load_corpus
 from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
 
 __all__ = [
@@ -46,3 +47,21 @@ __all__ = [
     "resolve_data_dir",
     "verify_corpus",
 ]
+
+
+#: names from the modules that import torch, given on first use
+_LAZY = {"batchify": "batching", "bptt_batches": "batching", "num_bptt_batches": "batching",
+         "Corpus": "loading", "load_corpus": "loading"}
+
+
+def __getattr__(name: str):
+    """The names of :mod:`sohsm.data.batching` and :mod:`sohsm.data.loading` on first use (they import torch)."""
+    if _LAZY.get(name) == "batching":
+        from sohsm.data import batching as module
+    elif _LAZY.get(name) == "loading":
+        from sohsm.data import loading as module
+    else:
+        raise AttributeError(f"module 'sohsm.data' has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value

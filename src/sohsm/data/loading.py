@@ -41,7 +41,7 @@ from torch import Tensor
 from sohsm.data.corpora import CORPORA, CorpusSpec
 from sohsm.data.corpus_files import corpus_status, fetch, verify_corpus
 from sohsm.data.errors import DataError, DataFieldError
-from sohsm.fields import escape, suggest
+from sohsm.fields import did_you_mean, escape, suggest
 from sohsm.data.files import cached_sha256, data_dir_origin, remove_tree, resolve_cache_dir, resolve_data_dir
 from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
 
@@ -215,11 +215,21 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
     else:
         path = Path(name_or_path).expanduser()
         if not path.exists():
-            raise DataError(f"unknown corpus {key!r}: neither a known corpus ({', '.join(CORPORA)}) "
-                            "nor an existing file or folder")
+            if _looks_like_path(key):
+                raise DataError(f"{key}: no such file or folder (a corpus is a known name, "
+                                f"{', '.join(CORPORA)}, or your own text file or folder)")
+            hint = did_you_mean(key, CORPORA)
+            raise DataError(f"unknown corpus {key!r}{f' ({hint})' if hint else ''}: neither a known corpus "
+                            f"({', '.join(CORPORA)}) nor an existing file or folder")
         plan = _user_plan(path, text_mode, valid_fraction, cache)
         config = config or VocabConfig()
     return _load(plan, config, cache, use_cache)
+
+
+def _looks_like_path(key: str) -> bool:
+    """Whether a corpus argument was meant as a file or folder (``runs/my.txt``, ``~/text``, ``notes.txt``)
+    rather than a known corpus's name, so that a missing one is called missing, not unknown."""
+    return "/" in key or os.sep in key or key.startswith(("~", ".")) or bool(Path(key).suffix)
 
 
 def fetch_on_first_use(name: str, data_dir: str | os.PathLike[str] | None = None,
@@ -307,6 +317,11 @@ def _fraction_cut(text: str, fraction: float, lines: bool, path: Path) -> int:
         n_lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
         n_valid = max(1, round(n_lines * fraction))
         if n_lines - n_valid < 1:
+            if not text.split():
+                raise DataError(f"{path}: the file has no words (it is empty or only whitespace)")
+            if not _splits_as_running_text(text, fraction):
+                raise DataError(f"{path}: {n_lines} line(s) is too few to split into train and valid; "
+                                "give at least two lines of text")
             raise DataFieldError(escape(f"{path}: {n_lines} line(s) is too few to split into train and valid; ")
                                  + "give more text or use {}", suggest("text_mode", "running"))
         pos = len(text) - 1 if text.endswith("\n") else len(text)
@@ -314,6 +329,13 @@ def _fraction_cut(text: str, fraction: float, lines: bool, path: Path) -> int:
             pos = text.rfind("\n", 0, pos)
         return pos + 1
     return _snap(text, len(text) - round(len(text) * fraction), False)
+
+
+def _splits_as_running_text(text: str, fraction: float) -> bool:
+    """Whether ``text`` read as running text gives words on both sides of its train/valid cut (so that
+    suggesting ``text_mode='running'`` helps)."""
+    cut = _snap(text, len(text) - round(len(text) * fraction), False)
+    return bool(text[:cut].split()) and bool(text[cut:].split())
 
 
 def _cache_key(plan: _Plan, config: VocabConfig) -> str:

@@ -25,11 +25,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import torch
-from torch import Tensor
+
+if TYPE_CHECKING:  # torch is imported where a batch is made, so that checking the data files needs no torch
+    import torch
+    from torch import Tensor
 
 from sohsm.data.errors import DataError
 from sohsm.data.files import write_atomic_text
@@ -194,12 +196,16 @@ def pad(sequences: Sequence[np.ndarray], value: int) -> Tensor:
     out = np.full((max(len(s) for s in sequences), len(sequences)), value, dtype=np.int64)
     for j, s in enumerate(sequences):
         out[: len(s), j] = s
+    import torch
+
     return torch.from_numpy(out)
 
 
 def make_batch(sources: Sequence[np.ndarray], targets: Sequence[np.ndarray] | None, vocab: Vocabulary,
                device: torch.device | str | None = None) -> PairBatch:
     """Pad encoded articles (and titles) into a :class:`PairBatch` on ``device``."""
+    import torch
+
     p = pad_id(vocab)
     source = pad(sources, p)
     lengths = torch.tensor([len(s) for s in sources], dtype=torch.long)
@@ -217,6 +223,8 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.nda
     The same seed and epoch always give the same batches, so a run resumed
     mid-epoch reads the batches an uninterrupted one would. The last batch may be smaller.
     """
+    import torch
+
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     order = torch.randperm(n, generator=generator).numpy()
     return [order[i: i + batch_size] for i in range(0, n, batch_size)]

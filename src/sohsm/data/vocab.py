@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
-from torch import Tensor
+
+if TYPE_CHECKING:  # torch is imported where a tensor is made, so that listing corpora needs no torch
+    from torch import Tensor
 
 from sohsm.data.errors import DataError
 from sohsm.data.files import write_atomic_text
@@ -172,11 +176,14 @@ class Vocabulary:
             words = words.split()
         elif not isinstance(words, Sequence):
             words = list(words)
+        import torch
+
         return torch.from_numpy(self.encode_numpy(words))
 
     def decode(self, ids: Tensor | np.ndarray | Iterable[int]) -> list[str]:
         """Words of ``ids`` (any iterable of ints, tensor or array of any shape, flattened)."""
-        if isinstance(ids, Tensor):
+        torch = sys.modules.get("torch")  # a tensor exists only where torch was imported
+        if torch is not None and isinstance(ids, torch.Tensor):
             ids = ids.reshape(-1).tolist()
         elif isinstance(ids, np.ndarray):
             ids = ids.reshape(-1).tolist()

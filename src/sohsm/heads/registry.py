@@ -28,6 +28,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Union
 
+from sohsm.fields import did_you_mean
 from sohsm.heads.base import Head, check_counts, check_size
 
 HeadFactory = Callable[..., Head]
@@ -112,7 +113,9 @@ def check_head_options(name: str, options: Mapping[str, Any]) -> None:
         return
     for key, value in options.items():
         if key not in valid:
-            raise ValueError(f"head {name!r} has no option {key!r}; its options: {', '.join(sorted(valid)) or 'none'}")
+            hint = did_you_mean(key, valid)
+            raise ValueError(f"head {name!r} has no option {key!r}; {hint + ' ' if hint else ''}"
+                             f"its options: {', '.join(sorted(valid)) or 'none'}")
         hint = valid[key].type
         if hint is not None and not _fits(value, hint):
             raise ValueError(f"head {name!r}: option {key} must be {_describe(hint)}, got {value!r} "
@@ -162,7 +165,8 @@ def build_head(name: str, in_features: int, n_classes: int, counts=None, **optio
 # -- introspection ---------------------------------------------------------------------------
 def _entry(name: str) -> _Entry:
     if name not in _REGISTRY:
-        raise ValueError(f"unknown head {name!r}; known heads: {', '.join(head_names())}")
+        hint = did_you_mean(name, head_names())
+        raise ValueError(f"unknown head {name!r}; {hint + ' ' if hint else ''}known heads: {', '.join(head_names())}")
     return _REGISTRY[name]
 
 

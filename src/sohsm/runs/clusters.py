@@ -65,6 +65,24 @@ def cluster_table(head: Head, vocab: Vocabulary, words: int | None = 10) -> list
     return table
 
 
+def learned_first(table: list[ClusterSummary]) -> tuple[list[ClusterSummary], list[ClusterSummary]]:
+    """``(clusters of two or more words, one-word clusters)``, each in ``table``'s order.
+
+    A one-word cluster is a word on its own (a self-organized head's shortlist gives each of its most frequent
+    words one: ``the``, ``<unk>``, ``<eos>``); it is heavy, so a table by mass would open with them and hide
+    the learned classes a listing is for. Empty clusters stay with the first part, at its end.
+    """
+    return [s for s in table if s.size != 1], [s for s in table if s.size == 1]
+
+
+def one_word_note(one_word: list[ClusterSummary], shown: int = 8) -> str:
+    """``"4 one-word clusters not listed (the <unk> <eos> N)"``: what :func:`learned_first` set aside."""
+    words = [s.words[0] for s in one_word if s.words]
+    more = f" ... +{len(words) - shown}" if len(words) > shown else ""
+    plural = "s" if len(one_word) != 1 else ""
+    return f"{len(one_word)} one-word cluster{plural} not listed ({' '.join(words[:shown])}{more})"
+
+
 def cluster_of_word(head: Head, vocab: Vocabulary, word: str, words: int | None = 10) -> ClusterSummary:
     """The cluster that holds ``word``.
 

@@ -30,18 +30,37 @@ FIGURE1_PANELS = (
 
 @dataclass(frozen=True)
 class PlottedRun:
-    """One run of a figure: its legend entry, its head's name (``"?"`` where unknown) and its records."""
+    """One run of a figure: its legend entry, its head's name (``"?"`` where unknown), its records and the corpus
+    it trained on (a known corpus's name or a file's; ``"?"`` where unknown)."""
 
     label: str
     head: str
     records: list[dict[str, Any]]
+    corpus: str = "?"
 
 
-def _head_name(run_dir: Path) -> str:
+def _run_facts(run_dir: Path) -> tuple[str, str]:
+    """``(head, corpus)`` of a run from its ``config.json`` (``"?"`` for what it does not say)."""
     try:
-        return str(json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))["head"]["name"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return "?"
+        config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "?", "?"
+    facts = []
+    for section, key in (("head", "name"), ("data", "corpus")):
+        try:
+            facts.append(Path(str(config[section][key])).name or "?")
+        except (KeyError, TypeError):
+            facts.append("?")
+    return facts[0], facts[1]
+
+
+def corpora_note(runs: Sequence[PlottedRun]) -> str:
+    """What the runs trained on, for the title: ``on ptb``, or a warning where they mix corpora (their perplexities
+    do not compare); ``""`` where no run says."""
+    corpora = sorted({run.corpus for run in runs} - {"?"})
+    if len(corpora) > 1:
+        return f"runs on {len(corpora)} corpora ({', '.join(corpora)}): perplexities compare only within a corpus"
+    return f"on {corpora[0]}" if corpora else ""
 
 
 #: what the x axis can count, and its label: tokens (the default) compares runs of different batch sizes
@@ -145,9 +164,9 @@ def read_runs(dirs: Sequence[Path], labels: Sequence[str] | None = None) -> list
         metrics = d / METRICS_FILE
         if not metrics.is_file():
             raise ValueError(f"{d} is not a training run directory (no {METRICS_FILE})")
-        head = _head_name(d)
+        head, corpus = _run_facts(d)
         runs.append(PlottedRun(labels[i] if labels is not None else f"{d.resolve().name} ({head})", head,
-                               read_metrics(metrics)))
+                               read_metrics(metrics), corpus))
     if not any(curve(run.records, kind, key, "steps")[0] for run in runs for kind, key, _, _ in FIGURE1_PANELS):
         empty = ", ".join(str(d) for d in dirs)
         raise ValueError(f"nothing to plot: {METRICS_FILE} of {empty} holds no training or dev record yet "
@@ -176,8 +195,9 @@ def _empty_panel_text(kind: str, runs: Sequence[PlottedRun]) -> str:
 def draw_figure1(runs: Sequence[PlottedRun], x: str = "tokens"):
     """The figure of :func:`figure1` (a matplotlib ``Figure`` on the Agg canvas) for runs read by :func:`read_runs`.
 
-    Log-scale axes label their decades, and the steps between them only where that leaves room (an axis
-    over less than a decade).
+    Log-scale axes label their decades, and steps between them where that leaves room (2, 3, 4, 6 of each
+    decade over up to three decades, every step over less than one). The title names the corpus; where the runs
+    mix corpora it says so, and each legend entry names its run's.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -188,6 +208,8 @@ def draw_figure1(runs: Sequence[PlottedRun], x: str = "tokens"):
     fig = Figure(figsize=(15, 8.5), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 3, sharex=True).ravel()
+    mixed = len({run.corpus for run in runs} - {"?"}) > 1
+    labels = [f"{run.label} [{run.corpus}]" if mixed else run.label for run in runs]
     for ax, (kind, key, title, log_y) in zip(axes, FIGURE1_PANELS):
         drawn = False
         for index, run in enumerate(runs):
@@ -195,10 +217,10 @@ def draw_figure1(runs: Sequence[PlottedRun], x: str = "tokens"):
             color = f"C{index % 10}"
             if xs:
                 ax.plot(xs, values, marker="o" if len(xs) < 30 else None, markersize=3, color=color,
-                        label=run.label)
+                        label=labels[index])
                 drawn = True
             else:  # keep the run's colour and legend entry in every panel
-                ax.plot([], [], color=color, label=run.label)
+                ax.plot([], [], color=color, label=labels[index])
         ax.set_title(title, fontsize=11)
         ax.grid(True, alpha=0.3)
         if log_y and drawn and all(v > 0 for run in runs for v in curve(run.records, kind, key, "steps")[1]):
@@ -213,17 +235,20 @@ def draw_figure1(runs: Sequence[PlottedRun], x: str = "tokens"):
         ax.set_xlabel(X_AXES[x])
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="outside lower center", ncols=min(len(runs), 4), frameon=False)
-    fig.suptitle("Self-organized hierarchical softmax: dev perplexities and class changes (cf. the paper's Figure 1)")
+    note = corpora_note(runs)
+    fig.suptitle("Self-organized hierarchical softmax: dev perplexities and class changes (cf. the paper's Figure 1)"
+                 + (f"\n{note}" if mixed else f", {note}" if note else ""))
     return fig
 
 
 def _minor_log_labels():
-    """matplotlib's LogFormatter, which labels a log axis's minor ticks only where they have room (all of them
-    over less than 0.4 decades, a few over less than one, none beyond), writing plain numbers (300, not 3x10^2)."""
+    """matplotlib's LogFormatter, which labels a log axis's minor ticks where they have room (all of them over
+    less than a decade, 2, 3, 4 and 6 of each over up to three, none beyond), writing plain numbers (300, not
+    3x10^2), so that a value between decades (a best dev ppl of 175) has a labelled tick near it."""
     from matplotlib.ticker import LogFormatter
 
     class MinorLogLabels(LogFormatter):
         def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
             return f"{x:g}"
 
-    return MinorLogLabels(labelOnlyBase=False, minor_thresholds=(1, 0.4))
+    return MinorLogLabels(labelOnlyBase=False, minor_thresholds=(3, 1))

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
-from sohsm.runs.clusters import cluster_table
+from sohsm.runs.clusters import cluster_table, learned_first, one_word_note
 from sohsm.train.checkpoint import CONFIG_FILE, LAST, METRICS_FILE
 from sohsm.train.loading import load_run
 from sohsm.train.metrics import read_metrics
@@ -146,16 +146,19 @@ def cluster_lines(run_dir: str | os.PathLike[str], top: int = 8, words: int = 10
     run = load_run(run_dir, checkpoint)
     table = cluster_table(run.head, run.vocab, words=words)
     empty = sum(1 for s in table if s.size == 0)
+    rank = {s.cluster: i for i, s in enumerate(table, start=1)}
+    listed, one_word = learned_first(table)
+    skipped = f"; {one_word_note(one_word)}" if one_word else ""
     lines = [
         f"`{run.run_dir.name}` ({run.config.head.name} head, {run.path.name} at step {run.step:,}, "
-        f"{run.tokens:,} training tokens): the {min(top, len(table))} heaviest of {len(table)} clusters "
-        f"({empty} empty), most frequent words first.",
+        f"{run.tokens:,} training tokens): the {min(top, len(listed))} heaviest of {len(table)} clusters "
+        f"({empty} empty{skipped}), most frequent words first; rank is by tf-mass among all clusters.",
         "",
         "| rank | cluster | words | tf-mass | most frequent words |",
         "|---:|---:|---:|---:|---|",
     ]
-    for rank, s in enumerate(table[:top], start=1):
-        lines.append(f"| {rank} | {s.cluster} | {s.size} | {s.tf_mass:.4f} | {' '.join(s.words)} |")
+    for s in listed[:top]:
+        lines.append(f"| {rank[s.cluster]} | {s.cluster} | {s.size} | {s.tf_mass:.4f} | {' '.join(s.words)} |")
     return lines
 
 

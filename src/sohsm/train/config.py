@@ -79,10 +79,8 @@ class OptimConfig:
     #: divide the rate by this whenever a dev evaluation is no better than the best so far (pytorch/examples'
     #: language model divides by 4); 1: never
     anneal: float = field(default=1.0, metadata={"metavar": "F"})
-    #: take the optimizer's fused step where torch has one for that optimizer and device: one pass over each
-    #: weight (on the CPU, Adagrad's step on a 44k x 512 weight takes 31 ms instead of 206 ms; CUDA has no fused
-    #: Adagrad, which then takes torch's default, foreach, step); false: torch's default step, whose updates
-    #: equal the fused step's to within 1e-6
+    #: take the optimizer's fused step where torch has one for that optimizer and device (one pass over each
+    #: weight, several times faster: docs/results/lm.md); false: torch's default step, equal to within 1e-6
     fused: bool = True
     #: the rate over the run: ``constant`` (the paper's; lr_decay and anneal still apply) or ``cosine``, falling from
     #: lr to lr / 10 along half a cosine over the planned steps (epochs, max_tokens) after the warm-up

@@ -195,7 +195,8 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
     if progress and ranks.world > 1:
         lines.append(f"processes  {ranks.world} ({torch.distributed.get_backend()}), each on 1/{ranks.world} of "
                      "every batch; this one (rank 0) writes")
-    bar = progress_bar(lines, planned, p.tokens, p.elapsed_s, config.time_budget, device, progress)
+    bar = progress_bar(lines, planned, p.tokens, p.elapsed_s, config.time_budget, device, progress, clock=clock.now,
+                       unit=task.unit)
     # a warm-up or a cosine moves the rate every step, over the steps the budget plans
     optim = config.optim
     rate_moves = optim.warmup > 0 or optim.lr_schedule != "constant"
@@ -330,7 +331,7 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
                     p.log_steps += 1
                     p.cursor = cursor
                     bar.update(n)
-                    if bar.wants_early_loss(p.step - first_step) and p.log_tokens:  # a loss before the first record
+                    if bar.wants_loss(p.step - first_step) and p.log_tokens:  # a loss between records
                         bar.show_loss(log_sum.item() / p.log_tokens, head.loss_is_nll, record=False)
                     log_reclusterings(log)
                     if p.step % config.log_every == 0:

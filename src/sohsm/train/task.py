@@ -68,6 +68,9 @@ class Task(ABC):
     corpus_fields: ClassVar[tuple[str, ...]] = ()
     #: what the run's data is called in messages (``"corpus 'ptb'"``)
     data_name: str = "the data"
+    #: what ``tokens_per_epoch`` counts, in words and per second, as the progress bar, its estimate and the
+    #: summary name it (a word2vec run counts training rows, not corpus words)
+    unit: ClassVar[tuple[str, str]] = ("tokens", "tok")
 
     config: RunConfig
     vocab: Vocabulary

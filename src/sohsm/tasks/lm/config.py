@@ -95,15 +95,13 @@ class ModelConfig:
     attention_heads: int = 8
     #: transformer only: learned position vectors (GPT-2's, bptt of them) or rotary embeddings of queries and keys
     positions: str = field(default="learned", metadata={"choices": POSITIONS})
-    #: dropout on the LSTM's input and output: PTB dev ppl fell for every head measured (LSTM 256, seed 1: full
-    #: 129.1 -> 121.8, self-organized 135.0 -> 123.1, frequency binning 135.0 -> 125.8); 0 is the paper's text8 model
-    #: (a transformer: on its embeddings, attention weights and residual branches)
+    #: dropout on the LSTM's input and output (a transformer: its embeddings, attention weights and residual
+    #: branches); 0 is the paper's text8 model, 0.2 lowered PTB dev ppl for every head measured (docs/results/lm.md)
     dropout: float = field(default=0.2, metadata={"metavar": "P"})
-    #: share the embedding with the head's output word vectors (Press & Wolf 2017): every head that has word vectors
-    #: (full, the two-level heads, adaptive softmax through adaptive input), emb_size = hidden_size; a head without
-    #: them (trees, sampled heads, dsoftmax) is refused
+    #: share the embedding with the head's output word vectors (Press & Wolf 2017); needs emb_size = hidden_size and
+    #: a head with word vectors (full, two-level, adaptive), not trees, sampled heads or dsoftmax
     tie_weights: bool = field(default=False, metadata={
-        "default_help": "true for a new run whose head can be tied where emb_size = hidden_size, else false"})
+        "default_help": "true for a new run that can be tied"})
 
 
 def ties_by_default(overrides: typing.Mapping[str, typing.Any]) -> bool:

@@ -1,6 +1,6 @@
 """The start-up lines of a language model's training session (before the progress bar, on stderr)::
 
-    ptb: 10,000 words, 887,521 train tokens | LSTM 1×512/512 | head self_organized: 5.2M parameters,
+    ptb: 10,000 words, 887,521 train tokens | LSTM 1×512/512, tied | head self_organized: 5.2M parameters,
         100 clusters, K 43 (auto, ≈8 per epoch) | 11M parameters in all | cpu
     plan: 4,437,760 tokens (5 epochs)
 """
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from sohsm.data.loading import Corpus
-from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead
+from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead, tying_refusal
 from sohsm.tasks.lm.config import LMConfig
 from sohsm.tasks.lm.model import describe_model
 from sohsm.train.progress import count_text, duration_text, parameter_count
@@ -24,6 +24,20 @@ def describe_k(head: Head, config: LMConfig) -> str | None:
     return head.describe_schedule(config.batch_size * config.bptt)
 
 
+def describe_tying(config: LMConfig) -> str:
+    """``tied``, or ``untied`` with the reason, so that a run untied by its sizes or its head is not untied
+    silently (a new run ties where it can: :func:`~sohsm.tasks.lm.config.ties_by_default`)."""
+    m, head = config.model, config.head
+    if m.tie_weights:
+        return "tied"
+    refusal = tying_refusal(head.name, m.hidden_size, head.options)
+    if refusal is not None:
+        return f"untied (head {head.name} cannot be tied: {refusal})"
+    if m.emb_size != m.hidden_size:
+        return f"untied (emb_size {m.emb_size} != hidden_size {m.hidden_size}; equal sizes tie)"
+    return "untied (tie_weights false)"
+
+
 def startup_lines(config: LMConfig, corpus: Corpus, model: nn.Module, head: Head, device: torch.device,
                   planned_tokens: int, tokens_per_epoch: int, done_tokens: int = 0) -> list[str]:
     """The two lines a session prints before it trains: what runs (data, model, head, device) and the plan."""
@@ -34,7 +48,7 @@ def startup_lines(config: LMConfig, corpus: Corpus, model: nn.Module, head: Head
     if k is not None:
         head_facts.append(k)
     what = (f"{corpus.name}: {len(corpus.vocab):,} words, {corpus.train.numel():,} train tokens | "
-            f"{describe_model(config.model, config.bptt)} | head {config.head.name}: {', '.join(head_facts)} | "
+            f"{describe_model(config.model, config.bptt)}, {describe_tying(config)} | head {config.head.name}: {', '.join(head_facts)} | "
             f"{count_text(parameter_count(model, head))} parameters in all | {device}")
     epochs = planned_tokens / tokens_per_epoch
     if config.max_tokens is not None and config.max_tokens == planned_tokens:

@@ -81,6 +81,7 @@ class W2VTask(Task):
     checkpoint_format = W2V_CHECKPOINT_FORMAT
     location_fields = ("data.data_dir", "data.cache_dir")
     corpus_fields = ("data.corpus",)
+    unit = ("rows", "rows")
 
     def __init__(self, config: W2VConfig, corpus: Corpus, device: torch.device) -> None:
         self.config, self.corpus, self.device = config, corpus, device
