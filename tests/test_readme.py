@@ -54,5 +54,5 @@ def test_the_set_up_is_the_core_and_an_extra_per_need():
     assert names(extras["gpu"]) == {"triton"} and names(extras["w2v"]) == {"numba", "gensim"}
     assert "pytest>=7" in extras["dev"] and "sohsm[gpu,w2v]" in extras["dev"]
     set_up = README.read_text().split("## Set up and run", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in set_up
+    assert "pip install torch==2.13.0 --index-url \"$TORCH_CPU_INDEX\"" in set_up
     assert re.search(r"^pip install -e \.\s", set_up, flags=re.M), set_up
