@@ -419,7 +419,7 @@ def test_lr_decay_follows_the_epochs_and_resumes_exactly(tmp_path, ptb_slice, sm
         text = (ptb_slice / f"{split}.txt").read_text(encoding="utf-8").splitlines(keepends=True)[:lines]
         (corpus / f"{split}.txt").write_text("".join(text), encoding="utf-8")
     common = ["--corpus", corpus, "--head", "full", *small, "--optimizer", "sgd", "--lr", 1, "--lr-decay", 2,
-              "--lr-decay-after", 1, "--log-every", 1, "--eval-every", 0]
+              "--lr-decay-after", 1, "--log-every", 1, "--eval-every", 0, "--warmup", 0]  # the schedule alone
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert cli("lm", "train", "--run-dir", straight, *common, "--epochs", 3)[0] == 0
     assert cli("lm", "train", "--run-dir", resumed, *common, "--epochs", 1)[0] == 0
@@ -453,7 +453,7 @@ def test_anneal_divides_the_rate_when_dev_stalls_and_resumes_exactly(tmp_path, p
     """SGD at a rate that overfits 60 lines: every stalled evaluation divides the rate by 4; a resume follows."""
     corpus = _tiny_corpus(tmp_path, ptb_slice)
     common = ["--corpus", corpus, "--head", "full", *small, "--optimizer", "sgd", "--lr", 5, "--anneal", 4,
-              "--log-every", 1, "--eval-every", 2]
+              "--log-every", 1, "--eval-every", 2, "--warmup", 0]  # the annealing alone
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert cli("lm", "train", "--run-dir", straight, *common, "--epochs", 12)[0] == 0
     assert cli("lm", "train", "--run-dir", resumed, *common, "--epochs", 5)[0] == 0
