@@ -97,14 +97,19 @@ class Precision:
 
 
 def autocast_fails(amp: str, device: torch.device, run: Any) -> str | None:
-    """Whether ``run()`` (a tiny forward) fails under autocast ``amp`` on ``device``; the error's text, or ``None``.
+    """Whether ``run()`` (a tiny forward, and its backward where it has one: training takes other kernels than
+    inference on some CPUs) fails under autocast ``amp`` on ``device``; the error's text, or ``None``.
 
     Some kernels have no low-precision version on some devices (oneDNN has no
     float16 LSTM on the CPU); the run is refused before it starts, not at step 1.
     """
     try:
-        with Precision(amp, device).autocast(), torch.no_grad():
-            run()
+        with Precision(amp, device).autocast():
+            output = run()
+        while isinstance(output, (tuple, list)):  # a module's (output, state): the output
+            output = output[0]
+        if isinstance(output, torch.Tensor) and output.requires_grad:  # the training step's kernels too
+            output.float().sum().backward()
     except RuntimeError as error:
         return str(error).splitlines()[0]
     return None
