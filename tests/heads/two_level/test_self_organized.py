@@ -569,9 +569,10 @@ def test_a_reclustering_on_the_devices_path_reads_few_values_back(monkeypatch):
     """On a GPU every read of a tensor's value waits for the device: the E-step's own reads are one (its record).
 
     Counted as tests/cli/test_host_reads.py counts them, on the path a GPU takes (deferred acceptance,
-    the sync-free backend). Left, outside the E-step's code: ``set_assignment``'s checks (3) and the
-    per-cluster layout it builds (3). The E-step read 11 values before (the token total, the step and
-    four record fields each on their own).
+    the sync-free backend): the record's sums (one read) and the new layout's largest cluster (one). It read
+    11 values before (the token total, the step and four record fields each on their own, then
+    ``set_assignment``'s checks and the layout's host lists): at about 6 re-clusterings in 300 steps, two
+    reads each are 0.04 a step.
     """
     n_words = 500
     head = SelfOrganizedSoftmax(16, n_words, counts=torch.randint(1, 100, (n_words,)), update_every=0,
@@ -590,5 +591,5 @@ def test_a_reclustering_on_the_devices_path_reads_few_values_back(monkeypatch):
                                                                                             _real(self, *a, **k))[1])
     record = head.reassign(optimizer)
     monkeypatch.undo()
-    assert len(reads) <= 7, reads
+    assert len(reads) <= 2, reads
     assert record["step"] == 3 and 0 <= record["change_rate"] <= 1 and isinstance(record["empty_clusters"], int)

@@ -280,6 +280,11 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         moved = new != self.assignment
         if not bool(moved.any()):
             return moved
+        return self._move_words(new, moved, optimizer)
+
+    def _move_words(self, new: Tensor, moved: Tensor, optimizer: torch.optim.Optimizer | None) -> Tensor:
+        """:meth:`set_assignment` of a checked ``new`` assignment on the head's device, reading nothing back
+        (a re-clustering's own assignment is valid by construction; moving none is a plain copy)."""
         old_layout = self._layout
         new_layout = ClusterLayout(new, self.n_clusters)
         # new slot s holds word new.word_of_slot[s], which sat at old.slot_of_word[...]

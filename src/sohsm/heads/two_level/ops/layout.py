@@ -20,11 +20,13 @@ class ClusterLayout:
 
     Attributes:
         word_of_slot / slot_of_word: ``[N]`` the word at each row of the weight, and back.
-        sizes / offsets: words of each cluster and where its block starts (host lists;
-            ``sizes_t`` / ``offsets_t`` the same on the device, ``offsets`` has ``C + 1`` entries).
+        sizes / offsets: words of each cluster and where its block starts (host lists, read back on first
+            use: only the per-cluster kernel needs them; ``sizes_t`` / ``offsets_t`` the same on the device,
+            ``offsets`` has ``C + 1`` entries).
+        max_size: the largest cluster (the one value a layout reads back when it is built).
         cluster_of_slot: ``[N]`` cluster of each row.
         position_of_word: ``[N]`` position of each word inside its cluster's block.
-        empty_clusters: ``[C]`` bool, clusters without words, or ``None`` if there are none.
+        empty_clusters: ``[C]`` bool, clusters without words (kept on the device, never read back).
         retired: set by the owner once another layout replaces this one (the rows moved): a backward
             that saved this layout then refuses to write a gradient for rows that are no longer there.
     """
@@ -43,16 +45,28 @@ class ClusterLayout:
         offsets[1:] = sizes.cumsum(0)
         self.sizes_t = sizes
         self.offsets_t = offsets
-        self.sizes = sizes.tolist()
-        self.offsets = offsets.tolist()
-        self.max_size = max(self.sizes)
+        self._host: tuple[list[int], list[int]] | None = None
+        self.max_size = int(sizes.max()) if n_clusters else 0
         self.cluster_of_slot = assignment[self.word_of_slot]
-        #: [C] True for clusters without words (their P(c | h) must be 0), None if there are none
-        empty = sizes == 0
-        self.empty_clusters = empty if bool(empty.any()) else None
+        #: [C] True for clusters without words (their P(c | h) must be 0)
+        self.empty_clusters = sizes == 0
         #: position of each word inside its cluster's block
         self.position_of_word = self.slot_of_word - offsets[assignment]
         self.retired = False
+
+    @property
+    def sizes(self) -> list[int]:
+        return self._host_lists()[0]
+
+    @property
+    def offsets(self) -> list[int]:
+        return self._host_lists()[1]
+
+    def _host_lists(self) -> tuple[list[int], list[int]]:
+        if self._host is None:  # one read of both, on first use
+            both = torch.cat([self.sizes_t, self.offsets_t]).tolist()
+            self._host = (both[: self.sizes_t.numel()], both[self.sizes_t.numel():])
+        return self._host
 
 
 @torch.no_grad()

@@ -341,7 +341,8 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         else:
             assignment, fallback_words = None, 0
         assignment, fallback_words = self.broadcast_assignment(assignment, fallback_words)
-        moved = self.set_assignment(assignment, optimizer)
+        new = assignment.to(self.assignment.device, torch.long)  # Algorithm 1's: valid by construction, unchecked
+        moved = self._move_words(new, new != self.assignment, optimizer)  # reads nothing back
         self._sync_free_width()  # the sync-free path's width follows the new clusters
         if self.moved_vectors == "cluster_mean" and bool(moved.any()):
             give_cluster_means(self, moved, optimizer)
