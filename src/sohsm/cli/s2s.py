@@ -182,10 +182,11 @@ def _print_reverse_accuracy(run_dir) -> bool:
 
     if json.loads((run_dir / "config.json").read_text())["data"].get("dataset") != "reverse":
         return False
-    run = load_run(run_dir, "last", task="s2s")
+    checkpoint = "best" if (run_dir / "best.pt").exists() else "last"  # the best dev ppl's, as `lm eval` takes
+    run = load_run(run_dir, checkpoint, task="s2s")
     held_out = held_out_pairs(run.config)
     print(f"accuracy    {100 * sequence_accuracy(run, held_out):.1f}% of {len(held_out):,} held-out strings "
-          "reversed exactly (greedy decoding, last.pt)")
+          f"reversed exactly (greedy decoding, {checkpoint}.pt)")
     return True
 
 
