@@ -57,10 +57,11 @@ PROTOCOLS: dict[str, tuple[str, list[str], str]] = {
 NOTES: dict[str, str] = {
     "promise": "Trained at commit c5884e4; the untied self-organized and frequency-binning runs of seed 1 at "
                "1e5e578, which differs only in the tied weight's start (untied runs train the same).",
-    "lstm256-ptb": "Trained at commit c5884e4, seed 1 only (the seeds 2 and 3 and the full softmax, about an hour a "
-                   "run on one thread here, are not run yet: `train lstm256-ptb --seeds 1,2,3` trains what is "
-                   "missing). The earlier six-epoch tables (docs/results/lm.md) compared the tied self-organized "
-                   "head with untied heads only.",
+    "lstm256-ptb": "Trained at commit c5884e4: seed 1 of six runs, seed 2 of the two tied two-level heads. Not run "
+                   "yet: the full softmax (about an hour a run on one thread here), the rest of seeds 2 and 3 "
+                   "(`train lstm256-ptb --seeds 1,2,3` trains what is missing), WikiText-2 and the text8 prefix. "
+                   "The earlier six-epoch tables (docs/results/lm.md) compared the tied self-organized head with "
+                   "untied heads only.",
 }
 
 #: run name -> (head, tied); the table's order
