@@ -203,9 +203,10 @@ def test_auto_falls_back_with_one_warning_where_triton_cannot_run(monkeypatch):
     monkeypatch.setattr(backends, "run_triton_once", cannot_compile)  # what Triton's launcher raises without cc
     with pytest.warns(RuntimeWarning, match=r"failed to run \(RuntimeError: Failed to find C compiler"):
         assert head.backend_for(cuda, torch.bfloat16).name == "per_cluster"
-    # while tracing nothing is tried: what an eager call found out
+    # while tracing nothing is tried: what an eager call found out, and a traceable backend in place of the
+    # per-cluster kernel, whose host-side grouping would break the graph
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert head.backend_for(cuda, torch.bfloat16).name == "per_cluster"
+    assert head.backend_for(cuda, torch.bfloat16).name == "grouped_torch"
     assert head.backend_for(cuda, torch.float16).name == "triton"
 
 
@@ -308,16 +309,16 @@ def test_training_step_compiles_with_fullgraph(kind):
 
 
 def test_self_organized_head_with_the_target_check_on_traces_whole():
-    """``torch.compile(head, fullgraph=True)`` with the target check on (its default): the range is checked on the
-    device without a read-back. On the CPU the sync-free path is named (``auto`` takes the per-cluster kernel
-    there, whose host-side grouping cannot be traced; on CUDA ``auto`` is Triton, which traces)."""
+    """``torch.compile(head, fullgraph=True)`` with every default, the target check on: the range is checked on the
+    device without a read-back, and ``backend="auto"`` takes a sync-free backend while tracing (eagerly on the CPU
+    it is the per-cluster kernel, whose host-side grouping cannot be traced; on CUDA it is Triton, which traces)."""
     torch._dynamo.reset()
     counts = (1000.0 / torch.arange(1, N + 1)).round()
     torch.manual_seed(0)
     head = SelfOrganizedSoftmax(D, N, counts=counts)
     assert head.check_targets
     eager = copy.deepcopy(head)  # eagerly on the CPU: the per-cluster kernel
-    head.backend = "grouped_torch"
+    assert head.backend == "auto" and head.backend_for(torch.device("cpu")).name == "per_cluster"
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (head, eager)]
     for m, opt in zip((head, eager), optimizers):
         m.attach(opt)

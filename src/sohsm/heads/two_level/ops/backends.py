@@ -13,7 +13,11 @@ weight's gradient itself puts it (``None`` for the others: autograd returns it).
 
 A head's ``backend`` option names one of :data:`BACKENDS`, or ``"auto"``: the backend whose
 ``default_devices`` names the device type (else the one marked for any device); where it cannot run
-there (its ``problem`` says why), one warning, and its ``fallback`` runs instead.
+there (its ``problem`` says why), one warning, and its ``fallback`` runs instead. While
+``torch.compile`` traces, ``"auto"`` never takes a backend that reads its batch back (its host-side grouping
+would break the graph, and ``fullgraph=True`` refuses a break): where the device's default does, the first
+sync-free backend that runs there is taken instead (on the CPU the grouped kernel in plain torch), so a head
+with its defaults traces whole.
 """
 from __future__ import annotations
 
@@ -196,9 +200,23 @@ def select_backend(option: str, device: torch.device, compute: torch.dtype, sync
             continue
         reason = info.problem(device, compute) if info.problem is not None else None
         if reason is None:
-            return info
+            break
         _warn_once(device, reason, _fallback(info))
         info = _fallback(info)
+    if sync_free and not info.sync_free and torch.compiler.is_compiling():
+        return _traceable_backend(device, compute) or info
+    return info
+
+
+def _traceable_backend(device: torch.device, compute: torch.dtype) -> BackendInfo | None:
+    """The first registered sync-free backend that runs on ``device`` with products in ``compute``: what
+    ``"auto"`` takes while ``torch.compile`` traces (see the module docstring)."""
+    for info in BACKENDS.values():
+        if not info.sync_free or _device_refusal(info, device) is not None:
+            continue
+        if info.problem is None or info.problem(device, compute) is None:
+            return info
+    return None
 
 
 def _device_refusal(info: BackendInfo, device: torch.device) -> str | None:
