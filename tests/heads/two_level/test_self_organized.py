@@ -305,6 +305,35 @@ def test_gradients_exact_after_a_reassignment_that_moves_words():
     torch.testing.assert_close(head.cluster_weight.grad, params.cluster_weight.grad, rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("backend", ["per_cluster", "grouped_torch"])
+def test_reclustering_after_a_step_drops_the_spent_gradient(backend):
+    """The step hook's re-clustering sets ``weight.grad`` to ``None`` (the step used it) rather than moving an
+    ``N x d`` gradient no one reads; a direct ``set_assignment`` still moves it with the words; the next step's
+    gradient is exact either way (the reused buffer is zeroed whole)."""
+    head = make_head(13, update_every=2).double()
+    head.backend = backend
+    optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+    head.attach(optimizer)
+    g = torch.Generator().manual_seed(13)
+    for step in (1, 2):
+        optimizer.zero_grad(set_to_none=False)
+        head(torch.randn(32, D, generator=g, dtype=torch.float64), torch.randint(0, N, (32,), generator=g)).loss.backward()
+        optimizer.step()
+        assert (head.weight.grad is None) == (step == 2), step
+    _random_q(head, 13)
+    head(*_batch(13)).loss.backward()
+    before = in_word_order(head, head.weight.grad).clone()
+    assert head.reassign()["change_rate"] > 0  # not after a step: the gradient moves with its words
+    torch.testing.assert_close(in_word_order(head, head.weight.grad), before, rtol=0, atol=0)
+    optimizer.zero_grad(set_to_none=False)
+    hidden, target = _batch(11)
+    head(hidden, target).loss.backward()
+    params = ref_params(head)
+    cluster_part, word_part = two_level_parts(params, hidden, target)
+    (-(cluster_part + word_part).mean()).backward()
+    torch.testing.assert_close(in_word_order(head, head.weight.grad), params.word_weight.grad, rtol=0, atol=1e-10)
+
+
 def test_attached_optimizer_reassigns_every_k_steps():
     K = 3
     head = make_head(12, update_every=K, n_clusters=6)

@@ -55,11 +55,19 @@ class ReclusterSchedule:
         if self.frozen:
             return
         if self.freeze_after_tokens is not None and self.tokens_seen >= self.freeze_after_tokens:
+            self._drop_spent_gradient()
             self.reassign(optimizer)
             self.freeze(optimizer)
             return
         if self.update_every and self.is_reassign_step(step):
+            self._drop_spent_gradient()
             self.reassign(optimizer)
+
+    def _drop_spent_gradient(self) -> None:
+        """Before a re-clustering that follows ``optimizer.step()``: the step has used the weight's gradient, so it
+        is dropped (``weight.grad = None``, as ``zero_grad()`` does) instead of moved with the words, an ``N x d``
+        gather no one reads. The head's reused buffer stays allocated; its next step zeroes it whole."""
+        self.weight.grad = None
 
     def is_reassign_step(self, step: int) -> bool:
         """Whether Algorithm 1 runs after optimizer step ``step`` (``update_every`` and ``update_growth``).
