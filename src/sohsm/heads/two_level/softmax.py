@@ -238,9 +238,17 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         return self.weight.detach()[self._layout.slot_of_word]
 
     def embed(self, ids: Tensor) -> Tensor:
-        """``[*] -> [*, d]``: the vectors of ``ids``, a tied input embedding that follows the clusters."""
+        """``[*] -> [*, d]``: the vectors of ``ids``, a tied input embedding that follows the clusters.
+
+        Where the head writes the weight's gradient itself (the per-cluster backend) the lookup's gradient is
+        row-sparse: autograd adds the batch's rows into the head's dense ``weight.grad`` in place, instead of
+        building a second ``N x d`` gradient and adding the two. Elsewhere (autograd's backends, under
+        ``torch.compile``) it is dense.
+        """
         self._grad.shared = True  # autograd adds the embedding's share into weight.grad: the head's record lapses
-        return F.embedding(self._layout.slot_of_word[ids], self.weight)
+        sparse = (torch.is_grad_enabled() and self.weight.requires_grad and not torch.compiler.is_compiling()
+                  and self.backend_for(ids.device).writes_gradient)
+        return F.embedding(self._layout.slot_of_word[ids], self.weight, sparse=sparse)
 
     @classmethod
     def tying_refusal(cls, in_features: int, options: dict) -> str | None:
