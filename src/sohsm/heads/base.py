@@ -108,6 +108,22 @@ class HeadOutput(NamedTuple):
     loss: Tensor
 
 
+class HeadMemory(NamedTuple):
+    """What a head of given sizes holds during a training step, known before it is built (a run's pre-flight check).
+
+    Attributes:
+        parameters: its parameter count, word vectors included.
+        word_vectors: of which its word vectors (what tying shares with the input embedding).
+        extra_bytes: bytes alive during a step beyond parameters, gradients and optimizer state.
+        extra: what ``extra_bytes`` are (``""`` when none), as a list's item: ``"output logits"``.
+    """
+
+    parameters: int
+    word_vectors: int
+    extra_bytes: int = 0
+    extra: str = ""
+
+
 class ClusterScores(NamedTuple):
     """The two factors of a two-level head's log-probability, per row.
 
@@ -192,6 +208,16 @@ class Head(nn.Module):
     def predict(self, hidden: Tensor) -> Tensor:
         """The most probable word per row, ``[B]``; same as ``log_prob(hidden).argmax(1)``."""
         return self.topk(hidden, 1)[1][:, 0]
+
+    # -- what a run needs ------------------------------------------------------------
+    @classmethod
+    def memory_estimate(cls, in_features: int, n_classes: int, options: dict, rows: int) -> HeadMemory:
+        """A lower bound on what a head of this class holds in a training step over ``rows`` hidden states.
+
+        Asked of the class, so a run that cannot fit is refused before anything is allocated. By default
+        its ``[N, d]`` word vectors; heads with more (clusters, statistics, full logits) add theirs.
+        """
+        return HeadMemory(parameters=n_classes * in_features, word_vectors=n_classes * in_features)
 
     # -- weight tying ---------------------------------------------------------------
     @classmethod

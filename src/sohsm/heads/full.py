@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sohsm.heads.base import Head, HeadOutput, init_word_vectors, upcast
+from sohsm.heads.base import Head, HeadMemory, HeadOutput, init_word_vectors, upcast
 from sohsm.heads.registry import register_head
 
 
@@ -35,6 +35,11 @@ class FullSoftmax(Head):
 
     def reset_parameters(self) -> None:
         init_word_vectors(self.weight, self.bias)
+
+    @classmethod
+    def memory_estimate(cls, in_features: int, n_classes: int, options: dict, rows: int) -> HeadMemory:
+        """Its word vectors, and the ``[rows, N]`` logits and their gradient (float32) a step holds."""
+        return HeadMemory(n_classes * in_features, n_classes * in_features, 2 * rows * n_classes * 4, "output logits")
 
     @classmethod
     def tying_refusal(cls, in_features: int, options: dict) -> str | None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Union
 
 from sohsm.fields import did_you_mean
-from sohsm.heads.base import Head, check_counts, check_size
+from sohsm.heads.base import Head, HeadMemory, check_counts, check_size
 
 HeadFactory = Callable[..., Head]
 
@@ -133,6 +133,19 @@ def tying_refusal(name: str, in_features: int, options: Mapping[str, Any]) -> st
     if head_class is None:
         return "its factory does not say which head class it builds"
     return head_class.tying_refusal(int(in_features), dict(options))
+
+
+def memory_estimate(name: str, in_features: int, n_classes: int, options: Mapping[str, Any], rows: int) -> HeadMemory:
+    """What head ``name`` with ``options`` holds in a training step over ``rows`` hidden states
+    (:meth:`Head.memory_estimate` of the class it builds; its word vectors alone where the factory does not say).
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    head_class = _entry(name).head_class
+    if head_class is None:
+        return HeadMemory(parameters=int(n_classes) * int(in_features), word_vectors=int(n_classes) * int(in_features))
+    return head_class.memory_estimate(int(in_features), int(n_classes), dict(options), int(rows))
 
 
 def build_head(name: str, in_features: int, n_classes: int, counts=None, **options) -> Head:

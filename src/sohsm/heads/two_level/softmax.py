@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
 from sohsm.heads.two_level import word_bands
 from sohsm.heads.two_level.word_bands import BandedWords
-from sohsm.heads.base import ClusteredHead, ClusterScores, HeadOutput, check_counts, init_word_vectors
+from sohsm.heads.base import ClusteredHead, ClusterScores, HeadMemory, HeadOutput, check_counts, init_word_vectors
 from sohsm.heads.two_level.device_topk import exact_topk
 from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
 from sohsm.heads.two_level.ops import (BackendInfo, ClusterLayout, GradientSink, TwoLevelLogProb, check_backend,
@@ -249,6 +249,15 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         sparse = (torch.is_grad_enabled() and self.weight.requires_grad and not torch.compiler.is_compiling()
                   and self.backend_for(ids.device).writes_gradient)
         return F.embedding(self._layout.slot_of_word[ids], self.weight, sparse=sparse)
+
+    @classmethod
+    def memory_estimate(cls, in_features: int, n_classes: int, options: dict, rows: int) -> HeadMemory:
+        """Its word vectors, the clusters' vectors (``ceil(sqrt(N))`` unless ``n_clusters`` says) and Eq. 1's
+        projection where it has one."""
+        clusters = options.get("n_clusters") or default_n_clusters(n_classes)
+        projection = 2 * in_features * in_features if options.get("projection") else 0
+        words = n_classes * in_features
+        return HeadMemory(words + clusters * in_features + projection, words)
 
     @classmethod
     def tying_refusal(cls, in_features: int, options: dict) -> str | None:

@@ -8,13 +8,13 @@ batch at the first evaluation, which then loses the step's checkpoint).
 """
 from __future__ import annotations
 
-import math
 import os
 
 import torch
 
 from sohsm.data.loading import Corpus
 from sohsm.fields import FieldError, escape, has
+from sohsm.heads import memory_estimate
 from sohsm.tasks.lm.config import LMConfig
 
 #: bytes of a float32 value
@@ -47,30 +47,20 @@ def estimate_bytes(config: LMConfig, n_words: int) -> tuple[int, str]:
     """A lower bound on the memory a training step needs, and what it covers.
 
     Counts the parameters of the model (LSTM or transformer) and the head, their gradients
-    and the optimizer's state (float32), the self-organized head's statistics ``q``, and
-    for the full softmax its ``[bptt * batch_size, N]`` logits and their gradient.
-    Activations of the model are left out: the bound stays a bound.
+    and the optimizer's state (float32), and what the head says a step holds besides
+    (:meth:`~sohsm.heads.Head.memory_estimate`: the full softmax's logits, the self-organized
+    head's statistics). Activations of the model are left out: the bound stays a bound.
     """
     m, h = config.model, config.model.hidden_size
     if m.architecture == "transformer":  # per block: attention 4h^2 + 4h, MLP 8h^2 + 5h, two LayerNorms 4h
-        lstm = m.layers * (12 * h * h + 13 * h) + 2 * h + (config.bptt * h if m.positions == "learned" else 0)
+        body = m.layers * (12 * h * h + 13 * h) + 2 * h + (config.bptt * h if m.positions == "learned" else 0)
     else:
-        lstm = sum(4 * h * ((m.emb_size if layer == 0 else h) + h) + 8 * h for layer in range(m.layers))
-    clusters = math.ceil(math.sqrt(n_words))
-    head = n_words * h
-    head -= n_words * h if m.tie_weights else 0  # the head's word vectors are the embedding
-    if config.head.name != "full":
-        head += clusters * h
-        if config.head.options.get("projection"):
-            head += 2 * h * h
-    params = n_words * m.emb_size + lstm + head
-    total = params * _FLOAT * (2 + _OPTIMIZER_STATE.get(config.optim.optimizer, 2))
-    if config.head.name == "self_organized":
-        total += n_words * clusters * _FLOAT
-    if config.head.name == "full":
-        total += 2 * config.bptt * config.batch_size * n_words * _FLOAT
-        return total, "parameters, gradients, optimizer state and output logits"
-    return total, "parameters, gradients and optimizer state"
+        body = sum(4 * h * ((m.emb_size if layer == 0 else h) + h) + 8 * h for layer in range(m.layers))
+    head = memory_estimate(config.head.name, h, n_words, config.head.options, config.bptt * config.batch_size)
+    params = n_words * m.emb_size + body + head.parameters - (head.word_vectors if m.tie_weights else 0)
+    total = params * _FLOAT * (2 + _OPTIMIZER_STATE.get(config.optim.optimizer, 2)) + head.extra_bytes
+    covers = "parameters, gradients" + (f", optimizer state and {head.extra}" if head.extra else " and optimizer state")
+    return total, covers
 
 
 def device_memory(device: torch.device) -> int | None:

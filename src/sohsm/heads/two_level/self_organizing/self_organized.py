@@ -37,7 +37,7 @@ from sohsm.clustering import (
     random_assignment,
 )
 from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
-from sohsm.heads.base import SelfOrganizingHead, check_counts
+from sohsm.heads.base import HeadMemory, SelfOrganizingHead, check_counts
 from sohsm.heads.two_level.self_organizing import device_statistics
 from sohsm.heads.two_level.self_organizing.cluster_statistics import SMOOTHING, ClusterStatistics
 from sohsm.heads.two_level.self_organizing.freezing import Freezing
@@ -361,6 +361,13 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         return record
 
     # -- persistence ---------------------------------------------------------------------
+    @classmethod
+    def memory_estimate(cls, in_features: int, n_classes: int, options: dict, rows: int) -> HeadMemory:
+        """The two-level head's, and its statistics ``q``: ``N x`` learned clusters, float32."""
+        clusters = options.get("n_clusters") or default_n_clusters(n_classes)
+        memory = super().memory_estimate(in_features, n_classes, options, rows)
+        return memory._replace(extra_bytes=n_classes * clusters * 4, extra="statistics q")
+
     def get_extra_state(self) -> dict:
         return {"history": list(self.history), "counts_given": self.counts_given,
                 "update_every": self.update_every, "tokens_seen": self.tokens_seen, "frozen": self.frozen}
