@@ -1,0 +1,22 @@
+"""sohsm heads in Hugging Face causal language models (the ``hf`` extra: ``pip install 'sohsm[hf]'``).
+
+::
+
+    head = sohsm.hf.use_head(model, "self_organized", counts=counts)  # in place of model.lm_head
+    head.attach(optimizer)                                           # re-clusters after optimizer steps
+    model(input_ids, labels=input_ids).loss                          # the head's loss, labels shifted
+    model.generate(input_ids)                                        # exact next-token log-probabilities
+
+* :func:`use_head` (:mod:`sohsm.hf.head`): the head in place of ``lm_head``, tied where the config ties;
+  :func:`head_of` finds it again.
+
+``import sohsm`` imports none of this; ``import sohsm.hf`` imports ``transformers``.
+"""
+try:
+    import transformers  # noqa: F401
+except ImportError as error:  # pragma: no cover - the extra is installed wherever the tests run
+    raise ImportError("sohsm.hf needs transformers: pip install 'sohsm[hf]'") from error
+
+from sohsm.hf.head import LMHead, head_of, use_head
+
+__all__ = ["LMHead", "head_of", "use_head"]
