@@ -6,9 +6,11 @@
     head.attach(optimizer)                                           # re-clusters after optimizer steps
     model(input_ids, labels=input_ids).loss                          # the head's loss, labels shifted
     model.generate(input_ids)                                        # exact next-token log-probabilities
+    model.save_pretrained(path); model = sohsm.hf.load(path)         # the head, its clusters and options
 
 * :func:`use_head` (:mod:`sohsm.hf.head`): the head in place of ``lm_head``, tied where the config ties;
-  :func:`head_of` finds it again.
+  :func:`head_of` finds it again;
+* :func:`load` (:mod:`sohsm.hf.saving`): reads back what ``save_pretrained`` wrote.
 
 ``import sohsm`` imports none of this; ``import sohsm.hf`` imports ``transformers``.
 """
@@ -18,5 +20,6 @@ except ImportError as error:  # pragma: no cover - the extra is installed wherev
     raise ImportError("sohsm.hf needs transformers: pip install 'sohsm[hf]'") from error
 
 from sohsm.hf.head import LMHead, head_of, use_head
+from sohsm.hf.saving import load
 
-__all__ = ["LMHead", "head_of", "use_head"]
+__all__ = ["LMHead", "head_of", "load", "use_head"]
