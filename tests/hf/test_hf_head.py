@@ -317,3 +317,29 @@ def test_the_config_records_the_head():
     assert model.config.sohsm_head == {"version": 1, "name": "self_organized",
                                        "options": {"update_every": 5, "cutoffs": None}, "counts": True,
                                        "logits_with_loss": False}
+
+
+def test_a_copy_of_the_model_computes_with_its_own_head():
+    model = gpt2().double()
+    head = sohsm.hf.use_head(model, "self_organized", counts=counts(), update_every=0)
+    twin = copy.deepcopy(model)
+    ids, mask, labels = _padded_batch()
+    assert torch.equal(twin(ids, attention_mask=mask, labels=labels).loss,
+                       model(ids, attention_mask=mask, labels=labels).loss)
+    assert sohsm.hf.head_of(twin) is not head and twin.get_input_embeddings().head is sohsm.hf.head_of(twin)
+    steps = int(head.steps)
+    optimizer = torch.optim.SGD(twin.parameters(), lr=0.1)
+    sohsm.hf.head_of(twin).attach(optimizer)
+    twin(ids, labels=labels).loss.backward()
+    optimizer.step()
+    assert int(sohsm.hf.head_of(twin).steps) == steps + 1 and int(head.steps) == steps
+
+
+def test_calling_forward_itself_skips_the_hooks_and_gives_the_same_nll_through_the_log_probabilities():
+    model = llama().double()
+    sohsm.hf.use_head(model, "two_level_frequency", counts=counts())
+    ids, mask, labels = _padded_batch()
+    direct = model.forward(ids, attention_mask=mask, labels=labels)
+    hooked = model(ids, attention_mask=mask, labels=labels)
+    assert direct.logits.shape == (*ids.shape, VOCAB)
+    torch.testing.assert_close(direct.loss.double(), hooked.loss, rtol=1e-6, atol=1e-6)  # HF computes it in float32

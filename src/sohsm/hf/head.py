@@ -17,7 +17,10 @@ Hooks rather than a subclass or a new forward: the model's forward keeps its sig
 and ``generate`` read it) and its class (``save_pretrained`` names it), and whatever the forward does
 before ``lm_head`` (the final norm, slicing the kept positions) runs as it did. A model whose forward
 changes the logits after ``lm_head`` (a soft cap, a scale) changes the log-probabilities ``generate``
-reads the same way; the loss is the head's own.
+reads the same way; the loss is the head's own. Hooks run where the model is called (``model(...)``, as
+``generate`` and the ``Trainer`` call it); ``model.forward(...)`` skips them, and the model's own loss of
+the head's log-probabilities is then the same NLL, at the price of the full softmax, and with no statistics
+for a self-organizing head.
 """
 from __future__ import annotations
 
@@ -128,6 +131,22 @@ class LMHead(nn.Module):
         return f"logits_with_loss={self.logits_with_loss}"
 
 
+def _before_forward(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """The model's forward pre-hook: its ``lm_head``'s :meth:`LMHead.before_forward`.
+
+    The hooks find the ``lm_head`` of the model they run on, rather than holding one: a copy of the model
+    (``copy.deepcopy``, the replicas of ``nn.DataParallel``, which share the hooks) uses its own.
+    """
+    lm_head = model.get_output_embeddings()
+    return lm_head.before_forward(model, args, kwargs) if isinstance(lm_head, LMHead) else None
+
+
+def _after_forward(model: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+    """The model's forward hook: its ``lm_head``'s :meth:`LMHead.after_forward`."""
+    lm_head = model.get_output_embeddings()
+    return lm_head.after_forward(model, args, kwargs, output) if isinstance(lm_head, LMHead) else None
+
+
 def causal_loss(head: Head, hidden: Tensor, labels: Tensor, shift_labels: Tensor | None = None,
                 num_items_in_batch: Tensor | int | None = None) -> Tensor:
     """The head's loss of predicting token ``t + 1`` from position ``t``, as HF's causal LM loss reduces it.
@@ -228,8 +247,8 @@ def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bo
     lm_head = LMHead(head, _saved_counts(counts), logits_with_loss, _labels_position(model))
     model.set_output_embeddings(lm_head)
     _declare_tying(model, lm_head)
-    model.register_forward_pre_hook(lm_head.before_forward, with_kwargs=True)
-    model.register_forward_hook(lm_head.after_forward, with_kwargs=True, always_call=True)
+    model.register_forward_pre_hook(_before_forward, with_kwargs=True)
+    model.register_forward_hook(_after_forward, with_kwargs=True, always_call=True)
     setattr(model.config, SPEC, {"version": SPEC_VERSION, "name": name, "options": options,
                                  "counts": counts is not None, "logits_with_loss": bool(logits_with_loss)})
     return head
