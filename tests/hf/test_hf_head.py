@@ -343,3 +343,16 @@ def test_calling_forward_itself_skips_the_hooks_and_gives_the_same_nll_through_t
     hooked = model(ids, attention_mask=mask, labels=labels)
     assert direct.logits.shape == (*ids.shape, VOCAB)
     torch.testing.assert_close(direct.loss.double(), hooked.loss, rtol=1e-6, atol=1e-6)  # HF computes it in float32
+
+
+def test_labels_that_do_not_fit_are_refused_and_a_failed_forward_leaves_no_state_behind():
+    model = gpt2()
+    sohsm.hf.use_head(model, "full")
+    ids = token_ids(2, 12)
+    with pytest.raises(ValueError, match=r"labels of shape \(2, 5\) do not cover the hidden states"):
+        model(ids, labels=ids[:, :5])
+    with pytest.raises(ValueError, match="no logits_to_keep with labels"):
+        model(ids, labels=ids, logits_to_keep=1)
+    with pytest.raises(IndexError):  # GPT-2 has 64 positions: its forward raises before lm_head
+        model(token_ids(1, 80), labels=token_ids(1, 80))
+    assert model(ids).logits.shape == (2, 12, VOCAB)  # the next call without labels scores the vocabulary

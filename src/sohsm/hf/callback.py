@@ -1,4 +1,4 @@
-"""The ``Trainer`` side: :class:`HeadCallback` attaches the model's sohsm head to the optimizer the ``Trainer`` builds."""
+"""The ``Trainer``'s side: :class:`HeadCallback` attaches the model's sohsm head to the optimizer it builds."""
 from __future__ import annotations
 
 import weakref

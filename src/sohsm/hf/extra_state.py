@@ -25,7 +25,8 @@ def _is_extra_state(key: str, prefix: str) -> bool:
 
 
 def encode(value) -> Tensor:
-    """``value`` (what ``get_extra_state`` returned) as a 1-D ``uint8`` tensor: :data:`MAGIC` and ``torch.save``'s bytes."""
+    """``value`` (what ``get_extra_state`` returned) as a 1-D ``uint8`` tensor: :data:`MAGIC`, then ``torch.save``'s
+    bytes."""
     buffer = io.BytesIO()
     buffer.write(MAGIC)
     torch.save(value, buffer)
