@@ -1,4 +1,4 @@
-"""What a test needs from the machine it runs on: data in the data directory, kernels in torch.
+"""What a test needs from the machine it runs on: data in the data directory, kernels in torch, an extra's packages.
 
 A test whose data or hardware the machine lacks is skipped with the reason and what to do about it.
 CI sets ``SOHSM_REQUIRE_DATA=1``: there a missing data set fails the test instead, so nothing that CI
@@ -7,6 +7,7 @@ is meant to run is ever skipped silently. Nothing is downloaded at test time.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from pathlib import Path
 
@@ -49,6 +50,22 @@ def need_corpus(name: str) -> Path:
     from sohsm.data.corpora import get_spec
 
     return need_files(name, f"run `sohsm data fetch {name}`", *(f.path for f in get_spec(name).files))
+
+
+def need_packages(*names: str, how: str) -> None:
+    """Skip the test, or the whole module when called at its top, until every package of ``names`` is installed;
+    fail instead where ``$SOHSM_REQUIRE_DATA`` is set (CI installs every extra, so nothing there is skipped)."""
+    absent = [name for name in names if importlib.util.find_spec(name) is None]
+    if not absent:
+        return
+    reason = f"{', '.join(absent)} not installed: {how}"
+    if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
+        pytest.fail(f"{reason} (${REQUIRE_ENV} is set, so this is an error)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+#: how to install what the Hugging Face tests need
+HF_HOW = "pip install -e '.[hf]' (or the dev extra)"
 
 
 GIGAWORD_HOW = "see docs/s2s.md for where Gigaword and DUC-2004 come from and where they go"

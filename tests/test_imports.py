@@ -134,8 +134,8 @@ def test_the_loop_imports_no_task_and_the_tasks_no_report():
 
 
 #: the rooms of the package, each importing only rooms before it (docs/architecture.md says the same)
-LAYERS = (("fields", "version", "rouge"), ("data",), ("clustering",), ("heads",), ("models",), ("train",), ("tasks",),
-          ("runs",), ("cli",), ("__main__",))
+LAYERS = (("fields", "version", "rouge"), ("data",), ("clustering",), ("heads",), ("models",), ("hf",), ("train",),
+          ("tasks",), ("runs",), ("cli",), ("__main__",))
 
 
 def _room(module: str) -> str:
@@ -168,7 +168,16 @@ def test_importing_sohsm_loads_the_heads_and_no_training_model_or_data():
                      "print(' '.join(sorted(m for m in sys.modules if m.startswith('sohsm'))))").split()
     assert "sohsm.heads.two_level.self_organizing.self_organized" in loaded
     rooms = {_room(m) for m in loaded}
-    assert not rooms & {"train", "tasks", "data", "models", "runs", "cli"}, sorted(loaded)
+    assert not rooms & {"train", "tasks", "data", "models", "hf", "runs", "cli"}, sorted(loaded)
+
+
+def test_importing_sohsm_and_its_heads_loads_no_hugging_face_package():
+    """The ``hf`` extra's packages are imported where they are used (``sohsm.hf``), never on the way to a head."""
+    heavy = ("transformers", "tokenizers", "accelerate", "safetensors", "huggingface_hub")
+    code = ("import sys, sohsm\n"
+            "sohsm.build_head('self_organized', 8, 50, counts=list(range(50, 0, -1)))\n"
+            f"print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r})) or '-')")
+    assert _python(code).split() == ["-"]
 
 
 def test_the_loop_finds_a_task_by_name_without_it_being_imported_first():

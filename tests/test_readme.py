@@ -5,14 +5,19 @@ from pathlib import Path
 import pytest
 import torch
 
+from needs import HF_HOW, need_packages
 from sohsm import build_head, head_names
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+ALL_EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+#: the examples of a head in a Hugging Face model (the hf extra), each checked by what it shows
+HF_EXAMPLES = [source for source in ALL_EXAMPLES if "import sohsm.hf" in source]
+EXAMPLES = [source for source in ALL_EXAMPLES if source not in HF_EXAMPLES]
 
 
 def test_readme_has_examples():
     assert EXAMPLES, "README.md lost its Python examples"
+    assert len(HF_EXAMPLES) == 2, "README.md lost its Hugging Face examples (a plain loop, the Trainer)"
 
 
 @pytest.mark.parametrize("source", EXAMPLES)
@@ -23,6 +28,25 @@ def test_readme_example_runs(source):
     assert (namespace["next_words"] == namespace["log_probs"].argmax(1)).all()
     output, target = namespace["output"], namespace["target"]
     assert output.shape == (target.numel(),) and output.view_as(target).shape == target.shape
+
+
+@pytest.mark.parametrize("source", HF_EXAMPLES, ids=["loop", "trainer"][: len(HF_EXAMPLES)])
+def test_readme_hugging_face_example_runs(source, tmp_path, monkeypatch):
+    """Each runs where it writes (its own folder); the model it ends with has the head back from disk; the plain
+    loop's greedy tokens are the argmax of its log-probabilities, the Trainer's head re-clustered."""
+    need_packages("transformers", "accelerate", how=HF_HOW)
+    import sohsm.hf
+
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(source, str(README), "exec"), namespace)
+    loaded = sohsm.hf.head_of(namespace["model"])
+    assert type(loaded) is type(namespace["head"]) and torch.equal(loaded.assignment, namespace["head"].assignment)
+    if "HeadCallback" in source:
+        assert [record["step"] for record in namespace["head"].history] == [4, 8, 12, 16]
+    else:
+        assert namespace["log_probs"].logsumexp(1).abs().max() < 1e-4
+        assert (namespace["next_words"] == namespace["log_probs"].argmax(1)).all()
 
 
 def test_the_table_says_output_comes_back_flattened():
@@ -44,15 +68,17 @@ def test_every_head_flattens_its_output_as_the_table_says(name, training):
 
 
 def test_the_set_up_is_the_core_and_an_extra_per_need():
-    """`pip install -e .` is enough for the core; Triton, Numba, gensim and pytest come with the extra that needs
-    them, and the README writes out the CPU-only torch step as a command."""
+    """`pip install -e .` is enough for the core; Triton, Numba, gensim, transformers and pytest come with the extra
+    that needs them, and the README writes out the CPU-only torch step as a command."""
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
     names = lambda requirements: {re.split(r"[<>=\[ ]", r)[0] for r in requirements}  # noqa: E731
-    assert not names(project["dependencies"]) & {"triton", "numba", "gensim", "pytest", "scipy"}
+    assert not names(project["dependencies"]) & {"triton", "numba", "gensim", "pytest", "scipy", "transformers",
+                                                 "tokenizers", "accelerate"}
     extras = project["optional-dependencies"]
     assert names(extras["gpu"]) == {"triton"} and names(extras["w2v"]) == {"numba", "gensim"}
-    assert "pytest>=7" in extras["dev"] and "sohsm[gpu,w2v]" in extras["dev"]
+    assert names(extras["hf"]) == {"transformers", "tokenizers", "accelerate"}
+    assert "pytest>=7" in extras["dev"] and "sohsm[gpu,w2v,hf]" in extras["dev"]
     set_up = README.read_text().split("## Set up and run", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     assert "pip install torch==2.13.0 --index-url \"$TORCH_CPU_INDEX\"" in set_up
     assert re.search(r"^pip install -e \.\s", set_up, flags=re.M), set_up
