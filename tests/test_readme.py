@@ -44,15 +44,17 @@ def test_every_head_flattens_its_output_as_the_table_says(name, training):
 
 
 def test_the_set_up_is_the_core_and_an_extra_per_need():
-    """`pip install -e .` is enough for the core; Triton, Numba, gensim and pytest come with the extra that needs
-    them, and the README writes out the CPU-only torch step as a command."""
+    """`pip install -e .` is enough for the core; Triton, Numba, gensim, tokenizers, transformers and pytest come with
+    the extra that needs them, and the README writes out the CPU-only torch step as a command."""
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
     names = lambda requirements: {re.split(r"[<>=\[ ]", r)[0] for r in requirements}  # noqa: E731
-    assert not names(project["dependencies"]) & {"triton", "numba", "gensim", "pytest", "scipy"}
+    assert not names(project["dependencies"]) & {"triton", "numba", "gensim", "pytest", "scipy", "tokenizers",
+                                                 "transformers"}
     extras = project["optional-dependencies"]
     assert names(extras["gpu"]) == {"triton"} and names(extras["w2v"]) == {"numba", "gensim"}
-    assert "pytest>=7" in extras["dev"] and "sohsm[gpu,w2v]" in extras["dev"]
+    assert names(extras["hf"]) == {"transformers", "tokenizers"}
+    assert "pytest>=7" in extras["dev"] and "sohsm[gpu,w2v,hf]" in extras["dev"]
     set_up = README.read_text().split("## Set up and run", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     assert "pip install torch==2.13.0 --index-url \"$TORCH_CPU_INDEX\"" in set_up
     assert re.search(r"^pip install -e \.\s", set_up, flags=re.M), set_up
