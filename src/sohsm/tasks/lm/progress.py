@@ -44,7 +44,7 @@ def describe_vocabulary(corpus: Corpus) -> str:
     if corpus.tokenizer is None:
         return f"{len(corpus.vocab):,} words, {tokens:,} train tokens"
     words = corpus.words.get("train")
-    per_word = f", {tokens / words:.2f} a word" if words else ""
+    per_word = f", {tokens / words:.2f} tokens a word" if words else ""
     return f"{len(corpus.vocab):,} subwords (tokenizer {corpus.tokenizer.digest}), {tokens:,} train tokens{per_word}"
 
 
