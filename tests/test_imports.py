@@ -184,3 +184,17 @@ def test_the_loop_finds_a_task_by_name_without_it_being_imported_first():
     out = _python("import sys\nfrom sohsm.train.task import task_named\n"
                   "print('sohsm.tasks.lm' in sys.modules, task_named('w2v').name)")
     assert out.split() == ["False", "w2v"]
+
+
+def test_neither_the_package_nor_the_help_imports_tokenizers():
+    """Subword vocabularies import `tokenizers` (the hf extra) when one is made or read, never before."""
+    out = _python("import contextlib, io, sys\nimport sohsm\nfrom sohsm.cli.main import main\n"
+                  "import sohsm.tasks.lm, sohsm.data.loading\n"
+                  "for argv in (['--help'], ['lm', 'train', '--help'], ['lm', 'eval', '--help']):\n"
+                  "    with contextlib.redirect_stdout(io.StringIO()):\n"
+                  "        try:\n"
+                  "            main(argv)\n"
+                  "        except SystemExit:\n"
+                  "            pass\n"
+                  "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tokenizers', 'transformers')))")
+    assert out.strip() == "[]"

@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "List the clusters of a run's head, heaviest (by share of training tokens) first, with "
             "their sizes, token mass and most frequent words, like the paper's Table 3; or the cluster of one word. "
             "One-word clusters (a self-organized head's shortlist: each of its most frequent words alone) are "
-            "counted and named in the first line, not listed, unless --one-word.",
+            "counted and named in the first line, not listed, unless --one-word. A subword run's tokens are "
+            "written as the text they stand for, quoted (\"Ġthe\" as \" the\").",
         ),
         epilog="examples:\n  sohsm clusters show runs/ptb-sohsm --top 8 --words 10\n"
         "  sohsm clusters show runs/ptb-sohsm --word company --words 30\n"
@@ -29,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("run", metavar="RUN", help="a run directory (from `sohsm lm train`)")
     p.add_argument("--top", type=int, default=8, metavar="N", help="clusters to show (default 8; 0 = all)")
     p.add_argument("--words", type=int, default=10, metavar="N", help="words per cluster (default 10; 0 = all)")
-    p.add_argument("--word", metavar="WORD", help="show the cluster of WORD instead")
+    p.add_argument("--word", metavar="WORD", help="show the cluster of WORD instead (a subword run: a token, as the "
+                   "tokenizer writes it or as text; 'the' finds ' the' when the vocabulary lacks 'the')")
     p.add_argument("--one-word", action="store_true", help="list one-word clusters too, among the others by mass")
     p.add_argument("--checkpoint", choices=("best", "last"), default="best",
                    help="best.pt (best dev perplexity, the default) or last.pt")
@@ -55,20 +57,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _show(args: argparse.Namespace) -> int:
     from sohsm.heads import ClusteredHead
-    from sohsm.runs.clusters import cluster_of_word, cluster_table, learned_first, one_word_note
+    from sohsm.runs.clusters import (cluster_of_word, cluster_table, learned_first, one_word_note, shown, token_named,
+                                     token_text)
     from sohsm.train.loading import load_run  # a run of any task: a language model's or a summariser's
 
     for flag, value in (("--top", args.top), ("--words", args.words)):
         if value < 0:
             raise CommandError(f"{flag} must be >= 0, got {value}")
     words = args.words or None
+    one_word: list = []
     try:
         run = load_run(args.run, args.checkpoint)
         if not isinstance(run.head, ClusteredHead):
             raise CommandError(f"{args.run} was trained with the {run.config.head.name!r} head, which has no "
                                "word clusters; clusters exist for two-level heads only")
+        show = token_text(run)
         if args.word is not None:
-            rows = [cluster_of_word(run.head, run.vocab, args.word, words)]
+            rows = [cluster_of_word(run.head, run.vocab, token_named(args.word, run.vocab, show), words)]
             table = cluster_table(run.head, run.vocab, words=0)
             rank = {s.cluster: i + 1 for i, s in enumerate(table)}
         else:
@@ -78,11 +83,12 @@ def _show(args: argparse.Namespace) -> int:
             rows = listed[: args.top] if args.top else listed
     except ValueError as error:
         raise CommandError(str(error)) from None
+    table, rows, one_word = shown(table, show), shown(rows, show), shown(one_word, show)
     sizes = [s.size for s in table]
     empty = sum(1 for n in sizes if n == 0)
     skipped = f"; {one_word_note(one_word)}, --one-word lists them" if args.word is None and one_word else ""
     print(f"{run.path} (step {run.step:,}): {run.config.head.name} head, {len(table)} clusters "
-          f"({empty} empty), {len(run.vocab):,} words{skipped}")
+          f"({empty} empty), {len(run.vocab):,} {'words' if show is None else 'subwords'}{skipped}")
     print(f"{'rank':>4}  {'cluster':>7}  {'words':>5}  {'tf-mass':>7}  most frequent words")
     for s in rows:
         print(f"{rank[s.cluster]:>4}  {s.cluster:>7}  {s.size:>5}  {s.tf_mass:>7.4f}  {' '.join(s.words)}")

@@ -24,6 +24,8 @@ examples:
   sohsm lm train --corpus my_text.txt --head two_level_frequency --run-dir runs/mine \\
       --emb-size 64 --hidden-size 64 --batch-size 32 --max-tokens 200000
   sohsm lm train --run-dir runs/ptb-sohsm --resume --epochs 2      # continue, with a larger budget
+  sohsm lm train --corpus wikitext-2 --tokenizer bpe:8000 --head self_organized \\
+      --run-dir runs/wt2-bpe    # a byte-level BPE of 8,000 subwords trained on the training split
   torchrun --nproc-per-node 2 -m sohsm lm train --corpus ptb --head self_organized \\
       --run-dir runs/ptb-ddp --batch-size 128    # 2 processes, 64 columns each; rank 0 writes
   sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb-bf16 --amp bf16 --compile
@@ -57,7 +59,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     add_train_command(
         sub, LMConfig, _print_summary, help="train a language model (or resume a run)",
         description="Train a language model (the paper's LSTM, or a transformer: --model transformer) with the "
-        "chosen head in RUN_DIR: config.json, vocab.json, "
+        "chosen head in RUN_DIR: config.json, vocab.json (tokenizer.json too with --tokenizer: subwords), "
         "metrics.jsonl, last.pt and best.pt (best dev perplexity). Stops when the epochs, --max-tokens or "
         "--time-budget run out, or on Ctrl-C, kill (SIGTERM) or a closed terminal (SIGHUP), after saving a "
         "checkpoint; a run whose loss or gradient becomes NaN or infinite stops and keeps its last good one.",
@@ -65,8 +67,12 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _count(value: int | None) -> str:
+    return "?" if value is None else f"{value:,}"
 
 
 def _print_summary(result) -> None:
@@ -109,7 +115,11 @@ def _register_eval(sub: argparse._SubParsersAction) -> None:
         "eval", help="perplexity, cluster and in-cluster perplexity of a run", formatter_class=_RAW,
         description=_wrap(
             "Evaluate a run's checkpoint on a split of its corpus: perplexity, cluster perplexity and "
-            "in-cluster perplexity (paper Eq. 5-6), and tokens/s. Writes nothing.",
+            "in-cluster perplexity (paper Eq. 5-6), bits per byte of text, and tokens/s. A subword run "
+            "(--tokenizer) reports perplexity per token and per word; both that and bits per byte compare "
+            "across vocabularies: they take the split's whole loss over its words (whitespace-separated, an "
+            "<eos> per line included, as a word vocabulary counts them) or over the UTF-8 bytes of its text "
+            "(words joined by single spaces, a newline ending each line). Writes nothing.",
         ),
         epilog="examples:\n  sohsm lm eval runs/ptb-sohsm\n"
         "  sohsm lm eval runs/ptb-sohsm --split test --checkpoint last",
@@ -138,8 +148,15 @@ def _eval(args: argparse.Namespace) -> int:
         print(json.dumps({"split": args.split, "checkpoint": str(run.path), "step": run.step, **result.to_dict(),
                           "signature": run.signature}))
         return 0
-    print(f"split           {args.split} ({result.tokens:,} tokens)")
-    print(f"ppl             {result.ppl:.2f}")
+    if result.subwords:
+        print(f"split           {args.split} ({result.split_tokens:,} subword tokens, {_count(result.words)} words, "
+              f"{_count(result.text_bytes)} bytes)")
+        print(f"ppl per token   {result.ppl:.2f}")
+        print(f"ppl per word    {_fmt(result.ppl_word)}")
+    else:
+        print(f"split           {args.split} ({result.tokens:,} tokens)")
+        print(f"ppl             {result.ppl:.2f}")
+    print(f"bits per byte   {_fmt(result.bits_per_byte, '.4f')}")
     no_clusters = " (the head has no clusters)" if result.ppl_cluster is None else ""
     print(f"cluster ppl     {_fmt(result.ppl_cluster)}{no_clusters}")
     print(f"in-cluster ppl  {_fmt(result.ppl_in_cluster)}{no_clusters}")
@@ -153,15 +170,16 @@ def _register_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "generate", help="continue a prompt with a run's model", formatter_class=_RAW,
         description=_wrap(
-            "Continue a prompt word by word: sampling from the head's distribution (default), "
-            "or greedily taking the most probable word.",
+            "Continue a prompt word by word (a subword run: token by token, written as text by its "
+            "tokenizer): sampling from the head's distribution (default), or greedily taking the most "
+            "probable word.",
         ),
         epilog="examples:\n  sohsm lm generate runs/ptb-sohsm --prompt \"the company said\" --length 20 --seed 1\n"
         "  sohsm lm generate runs/ptb-sohsm --prompt \"in new york\" --greedy",
     )
     _add_run_options(p)
     p.add_argument("--prompt", required=True, help="the words to continue (empty: start a new line)")
-    p.add_argument("--length", type=int, default=30, metavar="N", help="words to add (default 30, at most 100000; a bar on stderr past 1000)")
+    p.add_argument("--length", type=int, default=30, metavar="N", help="words (subword run: tokens) to add (default 30, at most 100000; a bar on stderr past 1000)")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--greedy", action="store_true", help="always take the most probable word")
     how.add_argument("--temperature", type=float, default=1.0, metavar="T",

@@ -15,6 +15,18 @@ characters cut at the next whitespace, is ``valid``; there is no ``test``. A
 folder must hold one file whose name contains ``train`` and may hold one with
 ``valid`` (or ``dev``) and one with ``test``.
 
+Subword vocabularies (``tokenizer="bpe:SIZE"``, a byte-level BPE trained on the
+training split and cached under ``<cache dir>/tokenizers/``, or the path of a
+``tokenizer.json``): :mod:`sohsm.data.subwords`. Their cache entries are keyed
+on the tokenizer's sha256 as well, so word and subword ids never mix.
+
+Every split also records how many words and bytes its text has, so that a
+model's loss can be given per word and per byte whatever cuts the text into
+tokens: **words** are the tokens a word vocabulary reads (the whitespace-separated
+words, plus one ``<eos>`` per line where the corpus has lines); **bytes** are
+the UTF-8 bytes of the text a tokenizer reads, each line's words joined by single
+spaces and ended by a newline (running text: one space after every word).
+
 A known corpus missing from the data directory is downloaded on first use
 (:func:`~sohsm.data.corpora.fetch`: every file checked against its sha256), with
 one line on stderr saying where it went; where the network is not there, the
@@ -31,7 +43,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,13 +53,14 @@ from torch import Tensor
 from sohsm.data.corpora import CORPORA, CorpusSpec
 from sohsm.data.corpus_files import corpus_status, fetch, verify_corpus
 from sohsm.data.errors import DataError, DataFieldError
-from sohsm.fields import did_you_mean, escape, suggest
+from sohsm.fields import FieldError, did_you_mean, escape, suggest
 from sohsm.data.files import cached_sha256, data_dir_origin, remove_tree, resolve_cache_dir, resolve_data_dir
+from sohsm.data.subwords import Subwords, bpe_size, tokenizer_file, tokenizers_version
 from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
 
 #: bumped whenever tokenisation or the cache layout changes, so old entries are ignored
-#: (2: a UTF-8 byte-order mark is no longer part of the first word)
-CACHE_VERSION = 2
+#: (2: a UTF-8 byte-order mark is no longer part of the first word; 3: each split's words and bytes are stored)
+CACHE_VERSION = 3
 #: environment variable: set to 1 to never download a missing corpus on first use
 OFFLINE_ENV = "SOHSM_OFFLINE"
 _CHUNK_CHARS = 1 << 22
@@ -87,8 +100,9 @@ def _snap(text: str, pos: int, lines: bool, stop: int | None = None) -> int:
     return n if match is None else match.start()
 
 
-def _token_chunks(text: str, start: int, stop: int, lines: bool) -> Iterator[list[str]]:
-    """Tokens of ``text[start:stop]`` in chunks of ~4M characters (``<eos>`` after each line)."""
+def _row_chunks(text: str, start: int, stop: int, lines: bool) -> Iterator[list[list[str]]]:
+    """The words of ``text[start:stop]`` in chunks of ~4M characters, as rows: the words of each line (running
+    text: one row a chunk, which ends between two words)."""
     pos = start
     while pos < stop:
         end = min(stop, pos + _CHUNK_CHARS)
@@ -97,16 +111,28 @@ def _token_chunks(text: str, start: int, stop: int, lines: bool) -> Iterator[lis
         piece = text[pos:end]
         pos = end
         if not lines:
-            yield piece.split()
+            yield [piece.split()]
             continue
         rows = piece.split("\n")
         if piece.endswith("\n"):
             rows.pop()
-        tokens: list[str] = []
-        for row in rows:
-            tokens.extend(row.split())
+        yield [row.split() for row in rows]
+
+
+def _tokens(rows: list[list[str]], lines: bool) -> list[str]:
+    """The word tokens of rows (``<eos>`` after each line)."""
+    tokens: list[str] = []
+    for row in rows:
+        tokens.extend(row)
+        if lines:
             tokens.append(EOS)
-        yield tokens
+    return tokens
+
+
+def _text_bytes(rows: list[list[str]], lines: bool) -> int:
+    """UTF-8 bytes of rows' words joined by single spaces, each line ended by a newline (running text: a space
+    after every word), see the module docstring."""
+    return sum(len(" ".join(row).encode("utf-8")) + 1 for row in rows if lines or row)
 
 
 @dataclass
@@ -119,10 +145,13 @@ class Corpus:
         train, valid: 1-D LongTensors of token ids.
         test: 1-D LongTensor, or ``None`` when the corpus has no test split.
         files: ``{file: sha256}`` of the files it was read from.
-        config: the vocabulary options used.
+        config: the vocabulary options used (a subword vocabulary has none: the defaults).
         lines: whether ``<eos>`` was appended per line.
         cache_path: the cache folder it was read from or saved to, if any.
         from_cache: whether it was read from the cache.
+        tokenizer: the subword tokenizer the text was cut with, ``None`` for words.
+        words: ``{split: words}`` of each split's text (see the module docstring).
+        text_bytes: ``{split: UTF-8 bytes}`` of each split's text (see the module docstring).
     """
 
     name: str
@@ -135,15 +164,21 @@ class Corpus:
     lines: bool
     cache_path: Path | None = None
     from_cache: bool = False
+    tokenizer: Subwords | None = None
+    words: dict[str, int] = field(default_factory=dict)
+    text_bytes: dict[str, int] = field(default_factory=dict)
 
     @property
     def signature(self) -> str:
-        """Name, file checksums and vocabulary options in one line, for reports.
+        """Name, file checksums and vocabulary options (or the tokenizer) in one line, for reports.
 
         Example: ``ptb ptb.train.txt:fcea919f6cf83f35 ... min_count=1 max_size=None``
-        (the first 16 hex digits of each file's sha256).
+        (the first 16 hex digits of each file's sha256); a subword vocabulary ends with
+        ``tokenizer=<the first 16 hex digits of its tokenizer's sha256>``.
         """
         files = " ".join(f"{Path(path).name}:{digest[:16]}" for path, digest in self.files.items())
+        if self.tokenizer is not None:
+            return f"{self.name} {files} tokenizer={self.tokenizer.digest}"
         return f"{self.name} {files} min_count={self.config.min_count} max_size={self.config.max_size}"
 
     def splits(self) -> dict[str, Tensor]:
@@ -169,7 +204,8 @@ class _Plan:
 def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None,
                 min_count: int | None = None, max_size: int | None = None,
                 cache_dir: str | os.PathLike[str] | None = None, *, text_mode: str | None = None,
-                valid_fraction: float = 0.1, use_cache: bool = True, fetch_missing: bool | None = None) -> Corpus:
+                valid_fraction: float = 0.1, use_cache: bool = True, fetch_missing: bool | None = None,
+                tokenizer: str | Subwords | None = None) -> Corpus:
     """Load a known corpus or your own text as token ids, from the cache when possible.
 
     Args:
@@ -190,14 +226,24 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
         use_cache: read and write the tokenised cache.
         fetch_missing: download a known corpus missing from the data directory. Default: yes,
             unless ``$SOHSM_OFFLINE`` is set to 1.
+        tokenizer: ``None``: words. A subword vocabulary (:mod:`sohsm.data.subwords`): ``"bpe:SIZE"``
+            (a byte-level BPE of SIZE tokens trained on the training split, or read from the cache
+            where one was trained before), the path of a ``tokenizer.json``, or a
+            :class:`~sohsm.data.subwords.Subwords`. ``min_count`` and ``max_size`` must then be ``None``.
 
     Returns:
         A :class:`Corpus`.
 
     Raises:
-        DataError: unknown name, missing or corrupt files, text too short to split.
-        ValueError: bad options.
+        DataError: unknown name, missing or corrupt files, text too short to split, a tokenizer that is
+            neither ``bpe:SIZE`` nor a tokenizer file.
+        ValueError: bad options; ``tokenizers`` is not installed.
     """
+    if tokenizer is not None and (min_count is not None or max_size is not None):
+        raise FieldError("{} cuts rare words of a word vocabulary; a subword vocabulary ({}) keeps every token of "
+                         "its tokenizer", "min_count" if min_count is not None else "max_size", "tokenizer")
+    if isinstance(tokenizer, str) and bpe_size(tokenizer) is None:
+        tokenizer = Subwords.from_file(tokenizer_file(tokenizer))
     if min_count is None and max_size is None:
         config = None
     else:
@@ -223,7 +269,11 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
                             f"({', '.join(CORPORA)}) nor an existing file or folder")
         plan = _user_plan(path, text_mode, valid_fraction, cache)
         config = config or VocabConfig()
-    return _load(plan, config, cache, use_cache)
+    if tokenizer is not None:
+        config = VocabConfig()
+        if isinstance(tokenizer, str):
+            tokenizer = _trained_bpe(plan, bpe_size(tokenizer), cache, use_cache)
+    return _load(plan, config, cache, use_cache, tokenizer)
 
 
 def _looks_like_path(key: str) -> bool:
@@ -338,35 +388,43 @@ def _splits_as_running_text(text: str, fraction: float) -> bool:
     return bool(text[:cut].split()) and bool(text[cut:].split())
 
 
-def _cache_key(plan: _Plan, config: VocabConfig) -> str:
+def _cache_key(plan: _Plan, config: VocabConfig, tokenizer: Subwords | None) -> str:
     payload = {"version": CACHE_VERSION, "name": plan.name, "lines": plan.lines, "files": plan.files,
                "truncated": sorted(plan.truncated), "splits": plan.splits,
-               "min_count": config.min_count, "max_size": config.max_size}
+               "min_count": config.min_count, "max_size": config.max_size,
+               "tokenizer": None if tokenizer is None else tokenizer.digest}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def _load(plan: _Plan, config: VocabConfig, cache: Path, use_cache: bool) -> Corpus:
-    key = _cache_key(plan, config)
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", plan.name) or "corpus"
-    folder = cache / "corpora" / f"{safe}-{key[:16]}"
+def _cache_folder(cache: Path, kind: str, name: str, key: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "corpus"
+    return cache / kind / f"{safe}-{key[:16]}"
+
+
+def _load(plan: _Plan, config: VocabConfig, cache: Path, use_cache: bool, tokenizer: Subwords | None) -> Corpus:
+    key = _cache_key(plan, config, tokenizer)
+    folder = _cache_folder(cache, "corpora", plan.name, key)
     if use_cache:
-        cached = _read_cache(folder, key, plan, config)
+        cached = _read_cache(folder, key, plan, config, tokenizer)
         if cached is not None:
             return cached
-    corpus = _tokenise(plan, config)
+    corpus = _tokenise(plan, config) if tokenizer is None else _tokenise_subwords(plan, tokenizer)
     if use_cache:
         corpus.cache_path = _write_cache(folder, key, corpus)
     return corpus
 
 
-def _tokenise(plan: _Plan, config: VocabConfig) -> Corpus:
+def _split_texts(plan: _Plan, roles: tuple[str, ...] = ("train", "valid", "test")
+                 ) -> tuple[dict[str, str], dict[str, tuple[str, int, int]]]:
+    """The texts of the plan's files, and ``{split: (file, start, stop)}`` of the splits named in ``roles``."""
+    splits = {role: split for role, split in plan.splits.items() if role in roles}
     texts: dict[str, str] = {}
     for file_key, path in plan.paths.items():
-        if any(s[0] == file_key for s in plan.splits.values()):
+        if any(s[0] == file_key for s in splits.values()):
             text = _read_text(path)
             texts[file_key] = _cut_partial_word(text) if file_key in plan.truncated else text
     ranges: dict[str, tuple[str, int, int]] = {}
-    for role, (file_key, start, stop, kind) in plan.splits.items():
+    for role, (file_key, start, stop, kind) in splits.items():
         text = texts[file_key]
         if kind == "head":
             a, b = 0, _fraction_cut(text, float(stop), plan.lines, plan.paths[file_key])
@@ -376,28 +434,126 @@ def _tokenise(plan: _Plan, config: VocabConfig) -> Corpus:
             a = _snap(text, int(start), plan.lines)
             b = len(text) if stop is None else _snap(text, int(stop), plan.lines)
         ranges[role] = (file_key, a, b)
+    return texts, ranges
 
+
+def _no_words(plan: _Plan, file_key: str) -> DataError:
+    return DataError(f"{plan.paths[file_key]}: the train split of {plan.name!r} has no words "
+                     "(it is empty or only whitespace)")
+
+
+def _tokenise(plan: _Plan, config: VocabConfig) -> Corpus:
+    texts, ranges = _split_texts(plan)
     counter: Counter[str] = Counter()
     file_key, a, b = ranges["train"]
-    for tokens in _token_chunks(texts[file_key], a, b, plan.lines):
-        counter.update(tokens)
+    for rows in _row_chunks(texts[file_key], a, b, plan.lines):
+        counter.update(_tokens(rows, plan.lines))
     if not any(word != EOS for word in counter):
-        raise DataError(f"{plan.paths[file_key]}: the train split of {plan.name!r} has no words "
-                        "(it is empty or only whitespace)")
+        raise _no_words(plan, file_key)
     vocab = Vocabulary.from_counts(counter, config.min_count, config.max_size, unk=UNK,
                                    eos=EOS if plan.lines else None)
     encoded: dict[str, Tensor] = {}
+    words: dict[str, int] = {}
+    text_bytes: dict[str, int] = {}
     for role, (file_key, a, b) in ranges.items():
-        parts = [vocab.encode_numpy(tokens) for tokens in _token_chunks(texts[file_key], a, b, plan.lines)]
+        parts, text_bytes[role] = [], 0
+        for rows in _row_chunks(texts[file_key], a, b, plan.lines):
+            parts.append(vocab.encode_numpy(_tokens(rows, plan.lines)))
+            text_bytes[role] += _text_bytes(rows, plan.lines)
         ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         if ids.size == 0:
             raise DataError(f"{plan.paths[file_key]}: the {role} split of {plan.name!r} has no tokens")
-        encoded[role] = torch.from_numpy(ids)
+        encoded[role], words[role] = torch.from_numpy(ids), int(ids.size)
     return Corpus(plan.name, vocab, encoded["train"], encoded["valid"], encoded.get("test"),
-                  dict(plan.files), config, plan.lines)
+                  dict(plan.files), config, plan.lines, words=words, text_bytes=text_bytes)
 
 
-def _read_cache(folder: Path, key: str, plan: _Plan, config: VocabConfig) -> Corpus | None:
+#: words of running text per piece the tokenizer reads at once (pieces are read in parallel)
+_PIECE_WORDS = 2000
+
+
+def _pieces(rows: list[list[str]], lines: bool) -> list[str]:
+    """The texts a tokenizer reads of rows: each line's words joined by single spaces (an empty line: ``""``);
+    running text in pieces of :data:`_PIECE_WORDS` words."""
+    if lines:
+        return [" ".join(row) for row in rows]
+    return [" ".join(row[i:i + _PIECE_WORDS]) for row in rows for i in range(0, len(row), _PIECE_WORDS)]
+
+
+def _subword_ids(tokenizer: Subwords, rows: list[list[str]], lines: bool, eos: int) -> np.ndarray:
+    """The tokenizer's ids of rows, ``eos`` after each line."""
+    pieces = _pieces(rows, lines)
+    said = iter(tokenizer.encode([p for p in pieces if p]))
+    ids: list[int] = []
+    for piece in pieces:
+        if piece:
+            ids.extend(next(said))
+        if lines:
+            ids.append(eos)
+    return np.asarray(ids, dtype=np.int64)
+
+
+def _tokenise_subwords(plan: _Plan, tokenizer: Subwords) -> Corpus:
+    """Every split as subword ids: the tokenizer's ids, then the vocabulary's (by count in the training split)."""
+    texts, ranges = _split_texts(plan)
+    eos = tokenizer.token_ids([EOS])[0]
+    raw: dict[str, np.ndarray] = {}
+    words: dict[str, int] = {}
+    text_bytes: dict[str, int] = {}
+    for role, (file_key, a, b) in ranges.items():
+        parts, plain_words, lines, text_bytes[role] = [], 0, 0, 0
+        for rows in _row_chunks(texts[file_key], a, b, plan.lines):
+            parts.append(_subword_ids(tokenizer, rows, plan.lines, eos))
+            plain_words += sum(map(len, rows))
+            lines += len(rows) if plan.lines else 0
+            text_bytes[role] += _text_bytes(rows, plan.lines)
+        if role == "train" and not plain_words:
+            raise _no_words(plan, file_key)
+        raw[role], words[role] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64), plain_words + lines
+        if raw[role].size == 0:
+            raise DataError(f"{plan.paths[file_key]}: the {role} split of {plan.name!r} has no tokens")
+    vocab, to_vocab = tokenizer.vocabulary(raw["train"], plan.lines)
+    encoded = {role: torch.from_numpy(to_vocab[ids]) for role, ids in raw.items()}
+    return Corpus(plan.name, vocab, encoded["train"], encoded["valid"], encoded.get("test"), dict(plan.files),
+                  VocabConfig(), plan.lines, tokenizer=tokenizer, words=words, text_bytes=text_bytes)
+
+
+#: bumped whenever the recipe of a trained BPE changes, so that the cache never gives an old one
+BPE_VERSION = 1
+
+
+def _trained_bpe(plan: _Plan, size: int, cache: Path, use_cache: bool) -> Subwords:
+    """The byte-level BPE of ``size`` tokens of the plan's training split: trained, or read from the cache where
+    the same split, size and ``tokenizers`` release trained it before."""
+    payload = {"version": BPE_VERSION, "name": plan.name, "lines": plan.lines, "train": plan.splits["train"],
+               "file": plan.files[plan.splits["train"][0]], "truncated": sorted(plan.truncated), "size": size,
+               "tokenizers": tokenizers_version()}
+    key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
+    path = _cache_folder(cache, "tokenizers", f"{plan.name}-bpe{size}", key) / "tokenizer.json"
+    if use_cache and path.is_file():
+        try:
+            return Subwords.from_file(path)
+        except DataError:
+            pass  # a damaged entry: trained again and written over
+    texts, ranges = _split_texts(plan, ("train",))
+    file_key, a, b = ranges["train"]
+
+    def pieces() -> Iterator[str]:
+        for rows in _row_chunks(texts[file_key], a, b, plan.lines):
+            yield from (p for p in _pieces(rows, plan.lines) if p)
+
+    subwords = Subwords.train_bpe(pieces(), size)
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            subwords.save(path)
+        except OSError:
+            pass  # the cache only saves time
+    return subwords
+
+
+def _read_cache(folder: Path, key: str, plan: _Plan, config: VocabConfig,
+                tokenizer: Subwords | None) -> Corpus | None:
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         if meta.get("key") != key:
@@ -405,12 +561,15 @@ def _read_cache(folder: Path, key: str, plan: _Plan, config: VocabConfig) -> Cor
         vocab = Vocabulary.load(folder / "vocab.json")
         arrays = {role: torch.from_numpy(np.load(folder / f"{role}.npy", allow_pickle=False))
                   for role in meta["splits"]}
+        words = {role: int(meta["words"][role]) for role in arrays}
+        text_bytes = {role: int(meta["bytes"][role]) for role in arrays}
     except (OSError, ValueError, KeyError, TypeError, DataError):
         return None
     if any(a.dtype != torch.int64 or a.dim() != 1 for a in arrays.values()):
         return None
     return Corpus(plan.name, vocab, arrays["train"], arrays["valid"], arrays.get("test"), dict(plan.files),
-                  config, plan.lines, cache_path=folder, from_cache=True)
+                  config, plan.lines, cache_path=folder, from_cache=True, tokenizer=tokenizer, words=words,
+                  text_bytes=text_bytes)
 
 
 def _write_cache(folder: Path, key: str, corpus: Corpus) -> Path | None:
@@ -426,7 +585,8 @@ def _write_cache(folder: Path, key: str, corpus: Corpus) -> Path | None:
             np.save(tmp / f"{role}.npy", ids.numpy(), allow_pickle=False)
         corpus.vocab.save(tmp / "vocab.json")
         meta = {"key": key, "name": corpus.name, "files": corpus.files, "splits": list(splits),
-                "tokens": {role: int(ids.numel()) for role, ids in splits.items()}, "vocab_size": len(corpus.vocab)}
+                "tokens": {role: int(ids.numel()) for role, ids in splits.items()}, "vocab_size": len(corpus.vocab),
+                "words": corpus.words, "bytes": corpus.text_bytes}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
         if (folder / "meta.json").exists():  # another process wrote it meanwhile
             remove_tree(tmp)

@@ -1,7 +1,14 @@
-"""What a two-level head's clusters hold: sizes, token mass and most frequent words (the paper's Table 3)."""
+"""What a two-level head's clusters hold: sizes, token mass and most frequent words (the paper's Table 3).
+
+A subword run's tokens are shown as the text each stands for, quoted, so that the space a token begins with is
+seen (``Ġthe`` as ``" the"``): :func:`token_text`.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -94,3 +101,38 @@ def cluster_of_word(head: Head, vocab: Vocabulary, word: str, words: int | None 
         raise ValueError(f"{word!r} is not in the vocabulary ({len(vocab):,} words)")
     c = int(head.assignment[vocab[word]])
     return _summary(c, clusters[c].cpu().numpy(), vocab, int(vocab.counts.sum()), words)
+
+
+def token_text(run: Any) -> Callable[[str], str] | None:
+    """How the entries of a loaded run's (:func:`~sohsm.train.loading.load_run`) vocabulary are shown: ``None`` for
+    words (as they are); a subword run's tokens as the text each stands for, quoted (``Ġthe`` as ``" the"``).
+
+    Raises:
+        ValueError: a subword run whose ``tokenizer.json`` is missing or unreadable.
+    """
+    if getattr(run.config.data, "tokenizer", None) is None:
+        return None
+    from sohsm.tasks.lm import run_tokenizer
+
+    subwords = run_tokenizer(run.run_dir)
+    return lambda token: json.dumps(subwords.readable(token), ensure_ascii=False)
+
+
+def shown(summaries: list[ClusterSummary], show: Callable[[str], str] | None) -> list[ClusterSummary]:
+    """``summaries`` with their words written by ``show`` (:func:`token_text`; ``None``: as they are)."""
+    if show is None:
+        return summaries
+    return [replace(s, words=[show(w) for w in s.words]) for s in summaries]
+
+
+def token_named(name: str, vocab: Vocabulary, show: Callable[[str], str] | None) -> str:
+    """The vocabulary entry a user names: itself where it is one; for subwords (``show``) also the text a token
+    stands for, quoted or not (`` the``, and ``the``, which finds `` the`` where the vocabulary lacks ``the``).
+    ``name`` unchanged where nothing matches (:func:`cluster_of_word` then says it is not in the vocabulary)."""
+    if name in vocab or show is None:
+        return name
+    by_text = {show(token): token for token in vocab.itos}
+    for text in (name, json.dumps(name, ensure_ascii=False), json.dumps(" " + name, ensure_ascii=False)):
+        if text in by_text:
+            return by_text[text]
+    return name

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from sohsm.fields import FieldError
-from sohsm.tasks.lm import LMConfig, build_model_and_head, load_lm_corpus, normalise_corpus
+from sohsm.tasks.lm import LMConfig, build_model_and_head, load_lm_corpus, normalise_corpus, normalise_tokenizer
 from sohsm.train.builders import resolve_device
 from sohsm.train.checkpoint import CONFIG_FILE, LAST, write_json
 from sohsm.train.config import config_differences
@@ -138,6 +138,8 @@ def _check_same_settings(runs: Sequence[PlannedRun]) -> None:
 def _normalised(run: PlannedRun) -> PlannedRun:
     config = LMConfig.from_dict(run.config.to_dict())
     config.data.corpus = normalise_corpus(config.data.corpus)
+    if config.data.tokenizer is not None:
+        config.data.tokenizer = normalise_tokenizer(config.data.tokenizer)
     return PlannedRun(run.name, config)
 
 
@@ -163,7 +165,7 @@ def _check_new_runs_build(runs: Sequence[PlannedRun]) -> None:
         config = run.config
         resolve_device(config.device)
         d = config.data
-        key = (d.corpus, d.data_dir, d.min_count, d.max_size, d.cache_dir, d.text_mode)
+        key = (d.corpus, d.data_dir, d.min_count, d.max_size, d.cache_dir, d.text_mode, d.tokenizer)
         if key not in corpora:
             corpora[key] = load_lm_corpus(config)
         try:

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
-from sohsm.runs.clusters import cluster_table, learned_first, one_word_note
+from sohsm.runs.clusters import cluster_table, learned_first, one_word_note, shown, token_text
 from sohsm.train.checkpoint import CONFIG_FILE, LAST, METRICS_FILE
 from sohsm.train.loading import load_run
 from sohsm.train.metrics import read_metrics
@@ -144,7 +144,7 @@ def cluster_lines(run_dir: str | os.PathLike[str], top: int = 8, words: int = 10
         ValueError: the run has no checkpoint, or its head has no clusters.
     """
     run = load_run(run_dir, checkpoint)
-    table = cluster_table(run.head, run.vocab, words=words)
+    table = shown(cluster_table(run.head, run.vocab, words=words), token_text(run))
     empty = sum(1 for s in table if s.size == 0)
     rank = {s.cluster: i for i, s in enumerate(table, start=1)}
     listed, one_word = learned_first(table)

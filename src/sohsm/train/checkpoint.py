@@ -5,6 +5,7 @@ A run directory holds::
     config.json     the run config (written at the start; ``task`` names the task, absent in older language-model runs)
     .lock           held by the trainer writing the run (:mod:`sohsm.train.lock`)
     vocab.json      the vocabulary (also inside every checkpoint)
+    tokenizer.json  a subword run's tokenizer (:mod:`sohsm.data.subwords`), read again to resume or use the run
     metrics.jsonl   one JSON record per line: kind = train / eval / recluster
     last.pt         the latest checkpoint (every checkpoint_every steps and at the end)
     best.pt         the checkpoint with the best dev perplexity so far
@@ -30,6 +31,7 @@ from typing import Any
 import torch
 
 from sohsm.data.files import ATOMIC_SUFFIX, write_atomic  # noqa: F401  (write_atomic: where run files are written)
+from sohsm.data.subwords import TOKENIZER_FILE
 from sohsm.data.vocab import Vocabulary, vocabulary_difference
 
 #: the ``format`` of every sohsm checkpoint: ``sohsm.<task>-checkpoint/<version>``
@@ -41,7 +43,7 @@ LAST = "last.pt"
 BEST = "best.pt"
 CHECKPOINTS = {"last": LAST, "best": BEST}
 #: the files of a run directory that are written atomically (:func:`sohsm.data.files.atomic_output`)
-RUN_FILES = (CONFIG_FILE, VOCAB_FILE, METRICS_FILE, LAST, BEST)
+RUN_FILES = (CONFIG_FILE, VOCAB_FILE, TOKENIZER_FILE, METRICS_FILE, LAST, BEST)
 
 
 def remove_orphans(run_dir: str | os.PathLike[str]) -> list[Path]:

@@ -111,10 +111,12 @@ def train(config: RunConfig, run_dir: str | os.PathLike[str], *, progress: bool 
         return _start(task_class, config, run_dir, progress, restart=False, ranks=ranks)
 
 
-def _load_task(task_class: type[Task], config: RunConfig, ranks: Ranks) -> tuple[Task, torch.device]:
-    """The run's task with this rank's share of the data, and this rank's device."""
+def _load_task(task_class: type[Task], config: RunConfig, ranks: Ranks,
+               saved_in: Path | None = None) -> tuple[Task, torch.device]:
+    """The run's task with this rank's share of the data, and this rank's device; ``saved_in``: the directory
+    of the run resumed (:meth:`~sohsm.train.task.Task.load_saved`)."""
     device = resolve_device(str(ranks.device))
-    task = task_class.load(config, device)
+    task = task_class.load(config, device) if saved_in is None else task_class.load_saved(config, device, saved_in)
     task.shard(ranks)
     return task, device
 
@@ -155,6 +157,7 @@ def _start(task_class: type[Task], config: RunConfig, run_dir: Path, progress: b
                 (run_dir / METRICS_FILE).unlink(missing_ok=True)  # records of a session that left no checkpoint
                 write_json(run_dir / CONFIG_FILE, config.to_dict())
                 task.vocab.save(run_dir / VOCAB_FILE)
+                task.write_run_files(run_dir)
             except OSError as error:
                 raise ValueError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
         except BaseException:
@@ -236,7 +239,7 @@ def _resume(task_class: type[Task], config: RunConfig, saved: RunConfig, run_dir
     if trained_world != ranks.world:
         raise ValueError(f"{path} was trained by {trained_world} process(es) and is resumed by {ranks.world}; "
                          f"resume it with {trained_world} (each keeps its share of the batch and its random state)")
-    task, device = _load_task(task_class, config, ranks)
+    task, device = _load_task(task_class, config, ranks, saved_in=run_dir)
     task.check_checkpoint(checkpoint, path)
     task.check_fits(device)
     model, head, optimizer = _model_head_optimizer(task, config, ranks, device)

@@ -97,6 +97,17 @@ class Task(ABC):
         """Read the run's data (raising ``ValueError`` or ``DataError`` in one line)."""
 
     @classmethod
+    def load_saved(cls, config: Any, device: torch.device, run_dir: Path) -> Task:
+        """Read the data of the run in ``run_dir`` again, to resume it: as :meth:`load` does, unless the task
+        keeps part of its data in the run directory (:meth:`write_run_files`; a language model's tokenizer),
+        which is then read from there and never made again."""
+        return cls.load(config, device)
+
+    def write_run_files(self, run_dir: Path) -> None:
+        """Write what the run directory keeps of the data besides ``vocab.json`` (a subword run's tokenizer), when
+        a run starts; nothing unless a task says otherwise."""
+
+    @classmethod
     def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """``overrides`` with relative data locations made absolute, so a run is found again from elsewhere.
 

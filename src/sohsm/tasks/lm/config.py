@@ -19,6 +19,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field
 
+from sohsm.data.subwords import bpe_size
 from sohsm.fields import FieldError, escape, has
 from sohsm.heads import head_names, tying_refusal
 from sohsm.models.transformer_lm import POSITIONS, check_sizes
@@ -48,6 +49,10 @@ class DataConfig:
     max_size: int | None = None
     #: your own text only: ``"lines"`` (an ``<eos>`` after each line) or ``"running"``; ``None``: ``"lines"``
     text_mode: str | None = field(default=None, metadata={"choices": ("lines", "running")})
+    #: subword tokens instead of words: bpe:SIZE (a byte-level BPE of SIZE tokens trained on the training split,
+    #: kept in the run directory as tokenizer.json) or a tokenizer.json file; ``None``: words. Needs
+    #: ``pip install 'sohsm[hf]'``
+    tokenizer: str | None = field(default=None, metadata={"metavar": "bpe:SIZE|FILE"})
     #: the head's fixed clusters or tree: a hierarchy file (nested JSON lists of words, Brown paths
     #: 'bits<TAB>word<TAB>count', 'word<TAB>class') or a trained run; the 'tree' head takes the whole tree,
     #: two-level heads its clusters; vocabulary words it lacks go to a fallback node; ``None``: the head's own
@@ -207,6 +212,7 @@ class LMConfig(RunConfig):
         if self.data.max_size is not None and self.data.max_size < 2:
             raise FieldError.on("data.max_size",
                                 f"must be >= 2 (or none: the corpus's default), got {self.data.max_size}")
+        self._validate_tokenizer()
         check_clusters_source(self.data)
         self._validate_model()
         if self.model.tie_weights:
@@ -217,6 +223,23 @@ class LMConfig(RunConfig):
         if self.model.tie_weights and self.model.emb_size != self.model.hidden_size:
             raise FieldError(f"{{}} needs {{}} == {{}}, got {self.model.emb_size} and {self.model.hidden_size}",
                              "model.tie_weights", "model.emb_size", "model.hidden_size")
+
+    def _validate_tokenizer(self) -> None:
+        """A ``bpe:SIZE`` tokenizer's SIZE, and no word-vocabulary cut beside a tokenizer (a file is looked for
+        when the corpus is read: a run keeps its own copy)."""
+        d = self.data
+        if d.tokenizer is None:
+            return
+        if not d.tokenizer.strip():
+            raise FieldError.on("data.tokenizer", "must be bpe:SIZE or a tokenizer.json file, got an empty value")
+        try:
+            bpe_size(d.tokenizer)
+        except FieldError as error:
+            raise FieldError(error.template, *(f._replace(path="data.tokenizer") for f in error.fields)) from None
+        for cut in ("data.min_count", "data.max_size"):
+            if self.get(cut) is not None:
+                raise FieldError("{} cuts rare words of a word vocabulary; a subword vocabulary ({}) keeps every "
+                                 "token of its tokenizer", cut, has("data.tokenizer", d.tokenizer))
 
     def _validate_model(self) -> None:
         """The architecture and, for a transformer, sizes it can be built with."""

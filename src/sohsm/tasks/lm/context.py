@@ -84,7 +84,7 @@ def build_bootstrap_tree(run_dir: str | os.PathLike[str], variant: str = "balanc
         sohsm.data.DataError: the corpus is missing or corrupt.
     """
     run = load_run(run_dir, checkpoint, device, task="lm")
-    corpus = load_lm_corpus(run.config, data_dir=data_dir, cache_dir=cache_dir)
+    corpus = load_lm_corpus(run.config, data_dir=data_dir, cache_dir=cache_dir, run_dir=run.run_dir)
     check_vocabulary(corpus, run.vocab, run.signature["corpus"], run.path)
     vectors, counts = average_context_vectors(run.model, corpus.train, len(run.vocab), run.config.eval_batch_size,
                                               run.config.bptt, max_tokens)

@@ -38,6 +38,16 @@ def describe_tying(config: LMConfig) -> str:
     return "untied (tie_weights false)"
 
 
+def describe_vocabulary(corpus: Corpus) -> str:
+    """``10,000 words, 929,589 train tokens``; for subwords also what cuts them and how many tokens a word takes."""
+    tokens = corpus.train.numel()
+    if corpus.tokenizer is None:
+        return f"{len(corpus.vocab):,} words, {tokens:,} train tokens"
+    words = corpus.words.get("train")
+    per_word = f", {tokens / words:.2f} tokens a word" if words else ""
+    return f"{len(corpus.vocab):,} subwords (tokenizer {corpus.tokenizer.digest}), {tokens:,} train tokens{per_word}"
+
+
 def startup_lines(config: LMConfig, corpus: Corpus, model: nn.Module, head: Head, device: torch.device,
                   planned_tokens: int, tokens_per_epoch: int, done_tokens: int = 0) -> list[str]:
     """The two lines a session prints before it trains: what runs (data, model, head, device) and the plan."""
@@ -47,7 +57,7 @@ def startup_lines(config: LMConfig, corpus: Corpus, model: nn.Module, head: Head
     k = describe_k(head, config)
     if k is not None:
         head_facts.append(k)
-    what = (f"{corpus.name}: {len(corpus.vocab):,} words, {corpus.train.numel():,} train tokens | "
+    what = (f"{corpus.name}: {describe_vocabulary(corpus)} | "
             f"{describe_model(config.model, config.bptt)}, {describe_tying(config)} | head {config.head.name}: {', '.join(head_facts)} | "
             f"{count_text(parameter_count(model, head))} parameters in all | {device}")
     epochs = planned_tokens / tokens_per_epoch

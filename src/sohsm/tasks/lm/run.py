@@ -1,9 +1,24 @@
 """Using a finished (or running) language-model run: evaluate it on a split, continue a text with it.
 
-Runs are loaded by :func:`sohsm.train.loading.load_run`, for every task.
+Runs are loaded by :func:`sohsm.train.loading.load_run`, for every task. A subword run
+(:mod:`sohsm.data.subwords`) reads and writes text with its own ``tokenizer.json``.
+
+An evaluation gives the perplexity per token of the run's vocabulary, and two measures that compare across
+vocabularies (words against subwords, one tokenizer against another), from the loss of the whole split,
+``L = nll_per_token * tokens`` (nats; ``tokens``: the split's tokens, of which all but the first and at most
+``batch_size - 1`` at its end are scored, so ``L`` extends their mean to the whole split)::
+
+    ppl per word  = exp(L / words)       words: the split's words as a word vocabulary reads them, one
+                                          <eos> per line included (sohsm.data.loading)
+    bits per byte = L / ln 2 / bytes     bytes: the UTF-8 bytes of the split's text, each line's words joined
+                                          by single spaces and ended by a newline (running text: a space
+                                          after every word)
+
+For a word vocabulary the tokens are the words, and perplexity per word is perplexity.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -13,15 +28,50 @@ from tqdm import tqdm
 
 from sohsm.models.generate import MAX_LENGTH, generate
 from sohsm.tasks.lm.evaluation import evaluate_stream
-from sohsm.tasks.lm.task import check_vocabulary, load_lm_corpus
+from sohsm.data.subwords import Subwords
+from sohsm.tasks.lm.task import check_vocabulary, load_lm_corpus, run_tokenizer
 from sohsm.train.evaluation import EvalResult
 from sohsm.train.loading import LoadedRun, load_run
 
 
+@dataclass(frozen=True)
+class SplitEvalResult(EvalResult):
+    """:class:`~sohsm.train.evaluation.EvalResult` of a corpus split, with the measures that compare across
+    vocabularies (see the module docstring).
+
+    Attributes:
+        split_tokens: the split's tokens (``tokens`` of them were scored).
+        words: the split's words; ``None`` where the corpus does not say.
+        text_bytes: the UTF-8 bytes of the split's text; ``None`` where the corpus does not say.
+        ppl_word: perplexity per word.
+        bits_per_byte: the loss in bits per byte of text.
+        subwords: whether the tokens are subwords (else they are the words).
+    """
+
+    split_tokens: int
+    words: int | None
+    text_bytes: int | None
+    ppl_word: float | None
+    bits_per_byte: float | None
+    subwords: bool
+
+
+def split_scores(result: EvalResult, split_tokens: int, words: int | None, text_bytes: int | None,
+                 subwords: bool) -> SplitEvalResult:
+    """``result`` with perplexity per word and bits per byte of a split of ``split_tokens`` tokens, ``words`` words
+    and ``text_bytes`` bytes (the module docstring's formulas)."""
+    loss = result.nll_nats * split_tokens  # nats, the scored tokens' mean extended to the whole split
+    ppl_word = math.exp(min(loss / words, 700.0)) if words else None
+    bits_per_byte = loss / math.log(2) / text_bytes if text_bytes else None
+    return SplitEvalResult(**result.to_dict(), split_tokens=split_tokens, words=words, text_bytes=text_bytes,
+                           ppl_word=ppl_word, bits_per_byte=bits_per_byte, subwords=subwords)
+
+
 def evaluate_run(run_dir: str | os.PathLike[str], split: str = "valid", checkpoint: str = "best", *,
                  data_dir: str | None = None, cache_dir: str | None = None, device: str = "cpu",
-                 batch_size: int | None = None) -> tuple[EvalResult, LoadedRun]:
-    """Perplexity, cluster and in-cluster perplexity of a run's checkpoint on a split of its corpus.
+                 batch_size: int | None = None) -> tuple[SplitEvalResult, LoadedRun]:
+    """Perplexity (per token, per word), bits per byte, cluster and in-cluster perplexity of a run's checkpoint
+    on a split of its corpus.
 
     Args:
         run_dir: the run directory.
@@ -39,13 +89,14 @@ def evaluate_run(run_dir: str | os.PathLike[str], split: str = "valid", checkpoi
     if split not in ("valid", "test"):
         raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
     run = load_run(run_dir, checkpoint, device, task="lm")
-    corpus = load_lm_corpus(run.config, data_dir=data_dir, cache_dir=cache_dir)
+    corpus = load_lm_corpus(run.config, data_dir=data_dir, cache_dir=cache_dir, run_dir=run.run_dir)
     check_vocabulary(corpus, run.vocab, run.signature["corpus"], run.path)
     ids = getattr(corpus, split)
     if ids is None:
         raise ValueError(f"corpus {corpus.name!r} has no {split} split")
     result = evaluate_stream(run.model, run.head, ids, batch_size or run.config.eval_batch_size, run.config.bptt)
-    return result, run
+    return split_scores(result, ids.numel(), corpus.words.get(split), corpus.text_bytes.get(split),
+                        corpus.tokenizer is not None), run
 
 
 @dataclass
@@ -53,22 +104,27 @@ class Generation:
     """A continued text.
 
     Attributes:
-        prompt: the prompt's words as the model saw them (unknown words as ``<unk>``).
+        prompt: the prompt's tokens as the model saw them (unknown words as ``<unk>``).
         unknown: prompt words not in the vocabulary.
-        words: the continuation.
+        words: the continuation's tokens (words, or subwords).
         eos: the vocabulary's end-of-line token (``None`` for running text).
+        subwords: the tokenizer of a subword run, which writes its tokens as text; ``None`` for words.
     """
 
     prompt: list[str]
     unknown: list[str]
     words: list[str]
     eos: str | None
+    subwords: Subwords | None = None
 
     def text(self, include_prompt: bool = False) -> str:
-        """The continuation (after the prompt if ``include_prompt``) as text: words joined by spaces,
-        a new line for each end-of-line token."""
+        """The continuation (after the prompt if ``include_prompt``) as text: words joined by spaces (subwords:
+        the tokenizer's decoding), a new line for each end-of-line token."""
+        tokens = self.prompt + self.words if include_prompt else self.words
+        if self.subwords is not None:
+            return self.subwords.decode(tokens).strip("\n")
         lines: list[list[str]] = [[]]
-        for word in (self.prompt + self.words if include_prompt else self.words):
+        for word in tokens:
             if word == self.eos:
                 lines.append([])
             else:
@@ -79,11 +135,12 @@ class Generation:
 def generate_text(run_dir: str | os.PathLike[str], prompt: str, length: int = 30, *, greedy: bool = False,
                   temperature: float = 1.0, seed: int | None = None, checkpoint: str = "best",
                   device: str = "cpu", progress: bool = False) -> Generation:
-    """Continue ``prompt`` (whitespace-separated words) with a run's model.
+    """Continue ``prompt`` (whitespace-separated words) with a run's model by ``length`` tokens (words, or the
+    subwords of a subword run, whose tokenizer cuts the prompt and writes the continuation).
 
     An empty prompt starts a new line (for corpora with ``<eos>``). Sampling with
-    the same ``seed`` gives the same text. ``progress`` shows a bar of words on stderr
-    when the continuation is long (over a thousand words).
+    the same ``seed`` gives the same text. ``progress`` shows a bar of tokens on stderr
+    when the continuation is long (over a thousand).
 
     Raises:
         ValueError: an empty prompt for running text, a bad length or temperature.
@@ -92,11 +149,14 @@ def generate_text(run_dir: str | os.PathLike[str], prompt: str, length: int = 30
         raise ValueError(f"length must be an integer in [0, {MAX_LENGTH}] (words added in one call), got {length!r}")
     run = load_run(run_dir, checkpoint, device, task="lm")
     vocab = run.vocab
+    subwords = run_tokenizer(run.run_dir) if run.config.data.tokenizer is not None else None
     words = prompt.split()
     if not words:
         if vocab.eos_id is None:
             raise ValueError("the prompt is empty and this vocabulary has no end-of-line token to start from")
         words = [vocab.eos]
+    elif subwords is not None:
+        words = subwords.tokens(" ".join(words))
     ids = vocab.encode(words)
     unknown = [w for w in words if w not in vocab]
     dev = next(run.model.parameters()).device
@@ -105,8 +165,9 @@ def generate_text(run_dir: str | os.PathLike[str], prompt: str, length: int = 30
         generator.seed()
     else:
         generator.manual_seed(int(seed))
-    with tqdm(total=length, unit="word", desc="generate", file=sys.stderr,
+    with tqdm(total=length, unit="token" if subwords is not None else "word", desc="generate", file=sys.stderr,
               disable=not progress or length <= 1000) as bar:
         out = generate(run.model, run.head, ids, length, greedy=greedy, temperature=temperature, generator=generator,
                        on_word=bar.update)
-    return Generation(prompt=vocab.decode(ids), unknown=unknown, words=vocab.decode(out), eos=vocab.eos)
+    return Generation(prompt=vocab.decode(ids), unknown=unknown, words=vocab.decode(out), eos=vocab.eos,
+                      subwords=subwords)

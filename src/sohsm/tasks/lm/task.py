@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ from torch import Tensor
 
 from sohsm.data.batching import batchify, bptt_batches
 from sohsm.data.loading import Corpus, load_corpus
+from sohsm.data.subwords import TOKENIZER_FILE, Subwords
 from sohsm.data.vocab import Vocabulary
 from sohsm.fields import FieldError, escape, has
 from sohsm.heads import Head
@@ -75,6 +77,24 @@ class LMTask(Task):
     @classmethod
     def load(cls, config: LMConfig, device: torch.device) -> LMTask:
         return cls(config, load_lm_corpus(config), device)
+
+    @classmethod
+    def load_saved(cls, config: LMConfig, device: torch.device, run_dir: Path) -> LMTask:
+        """The corpus as the run read it: a subword run's with the run's own ``tokenizer.json``."""
+        return cls(config, load_lm_corpus(config, run_dir=run_dir), device)
+
+    def write_run_files(self, run_dir: Path) -> None:
+        """A subword run keeps its tokenizer (``tokenizer.json``): what it is resumed and used with."""
+        if self.corpus.tokenizer is not None:
+            self.corpus.tokenizer.save(run_dir / TOKENIZER_FILE)
+
+    @classmethod
+    def absolute_locations(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """:meth:`Task.absolute_locations`, and a tokenizer file made absolute (``bpe:SIZE`` stays)."""
+        out = super().absolute_locations(overrides)
+        if isinstance(out.get("data.tokenizer"), str):
+            out["data.tokenizer"] = normalise_tokenizer(out["data.tokenizer"])
+        return out
 
     def check_fits(self, device: torch.device) -> None:
         check_run_fits(self.config, self.corpus, device)
@@ -163,13 +183,45 @@ class LMTask(Task):
         return lines + ([self.hierarchy.summary()] if self.hierarchy is not None else [])
 
 
-def load_lm_corpus(config: LMConfig, data_dir: str | None = None, cache_dir: str | None = None) -> Corpus:
+def load_lm_corpus(config: LMConfig, data_dir: str | None = None, cache_dir: str | None = None,
+                   run_dir: str | os.PathLike[str] | None = None) -> Corpus:
     """The corpus of a run config, tokenised (from the cache when it can); ``data_dir`` and ``cache_dir``
-    replace the config's locations where given."""
+    replace the config's locations where given.
+
+    ``run_dir``: the run of this config, whose ``tokenizer.json`` a subword run reads its text with (its
+    tokenizer is never trained again: a ``bpe:SIZE`` run resumes and evaluates with the one it trained).
+
+    Raises:
+        ValueError: a subword run whose directory lost its ``tokenizer.json``.
+    """
     d = config.data
+    tokenizer: str | Subwords | None = d.tokenizer
+    if tokenizer is not None and run_dir is not None:
+        tokenizer = run_tokenizer(run_dir)
     return load_corpus(d.corpus, d.data_dir if data_dir is None else data_dir, min_count=d.min_count,
                        max_size=d.max_size, cache_dir=d.cache_dir if cache_dir is None else cache_dir,
-                       text_mode=d.text_mode)
+                       text_mode=d.text_mode, tokenizer=tokenizer)
+
+
+def run_tokenizer(run_dir: str | os.PathLike[str]) -> Subwords:
+    """The tokenizer a subword run was trained with, from its ``tokenizer.json``.
+
+    Raises:
+        ValueError: the file is missing or not a tokenizer.
+    """
+    path = Path(run_dir) / TOKENIZER_FILE
+    if not path.is_file():
+        raise ValueError(f"{run_dir} has no {TOKENIZER_FILE}: a subword run reads its text with the tokenizer it "
+                         "was trained with, kept there (copy it back from where the run was made)")
+    return Subwords.from_file(path)
+
+
+def normalise_tokenizer(tokenizer: str) -> str:
+    """``bpe:SIZE`` stays; a tokenizer file's path becomes absolute, so a resume from elsewhere finds it."""
+    if tokenizer.startswith("bpe:"):
+        return tokenizer
+    path = Path(tokenizer).expanduser()
+    return str(path.resolve()) if path.exists() else tokenizer
 
 
 def check_vocabulary(corpus: Corpus, vocab: Vocabulary, trained_on: str, where: str | os.PathLike[str]) -> None:

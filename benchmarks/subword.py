@@ -1,0 +1,210 @@
+"""Subword vocabularies: the heads over a byte-level BPE of 8,000 and of 32,000 tokens of WikiText-2.
+
+Two steps, each resumable, as in ``benchmarks/fair_quality.py`` (whose protocol and helpers this reuses):
+
+``train`` trains, for each vocabulary, run and seed, one ``sohsm lm train`` with the transformer CPU protocol of
+``fair_quality.py`` on WikiText-2 (``transformer-wikitext-2``: the small transformer, 4 blocks of 256, context 128,
+batch 32, 1M training tokens) and ``--tokenizer bpe:SIZE``. Every run reads the same number of training tokens:
+subword tokens, so the larger vocabulary, whose tokens are longer, reads more of the text. Each run's best
+checkpoint is then evaluated on valid and test (``sohsm lm eval --json``), and ``docs/results/subword/bpe-SIZE/
+seed-S/RUN/`` keeps its ``config.json``, ``metrics.jsonl``, ``valid.json`` and ``test.json`` (never checkpoints or
+the tokenizer, which the same command trains again the same). Run it again to continue: kept runs are skipped,
+interrupted ones resumed from their last checkpoint.
+
+``report`` writes ``docs/results/subword.md`` from the kept files alone: per vocabulary and run, perplexity per
+word and bits per byte on valid and test (the numbers that compare across vocabularies, and with a word-level
+run's ``sohsm lm eval``; the README says how words and bytes are counted), test perplexity per token, and
+tokens/s, means over the seeds; and each run against the full softmax, seed by seed.
+
+Usage::
+
+    python benchmarks/subword.py train --seeds 1,2,3                       # runs in runs/subword/...
+    python benchmarks/subword.py train --vocabularies bpe:8000 --runs self_organized-tied --seeds 1
+    python benchmarks/subword.py report                                    # writes docs/results/subword.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import fair_quality
+from fair_quality import PROTOCOLS, RUNS
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results" / "subword"
+REPORT = ROOT / "docs" / "results" / "subword.md"
+
+#: the protocol every run trains with (corpus, settings), but for its vocabulary
+PROTOCOL = "transformer-wikitext-2"
+VOCABULARIES = ("bpe:8000", "bpe:32000")
+#: the runs trained by default: every head tied where it can be (a new run's default)
+DEFAULT_RUNS = ("full-tied", "adaptive-tied", "two_level_frequency-tied", "self_organized-tied")
+#: the run every other is compared with, seed by seed
+REFERENCE = "full-tied"
+KEPT = ("config.json", "metrics.jsonl")
+SPLITS = ("valid", "test")
+
+
+def _sohsm(*args: str):
+    """``sohsm ARGS`` (``fair_quality``'s runner: a subprocess, its output captured)."""
+    return fair_quality._sohsm(*args)
+
+
+def _folder_name(vocabulary: str) -> str:
+    return vocabulary.replace(":", "-")
+
+
+def train(vocabularies: list[str], seeds: list[int], runs: list[str], runs_dir: Path, results: Path = RESULTS,
+          corpus: str | None = None, extra: list[str] | None = None) -> int:
+    """Train, evaluate and keep each run not kept yet; 1 if any failed. ``corpus`` and ``extra`` (flags added after
+    the protocol's, which they override) are for a smoke test on a small text."""
+    protocol_corpus, settings, _ = PROTOCOLS[PROTOCOL]
+    corpus = corpus or protocol_corpus
+    failed = 0
+    for vocabulary in vocabularies:
+        for seed in seeds:
+            for name in runs:
+                head, tied = RUNS[name]
+                kept = results / _folder_name(vocabulary) / f"seed-{seed}" / name
+                if all((kept / f"{split}.json").exists() for split in SPLITS):
+                    continue
+                run = runs_dir / _folder_name(vocabulary) / f"seed-{seed}" / name
+                if (run / "last.pt").exists():
+                    args = ["lm", "train", "--run-dir", str(run), "--resume"]
+                else:
+                    args = ["lm", "train", "--corpus", corpus, *settings, "--tokenizer", vocabulary, "--head", head,
+                            "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed),
+                            "--run-dir", str(run), "--checkpoint-every", "200", "--quiet", *(extra or [])]
+                print(f"{vocabulary} seed {seed} {name}: {' '.join(args)}", flush=True)
+                done = _sohsm(*args)
+                if done.returncode != 0:
+                    print(f"  failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}", flush=True)
+                    failed += 1
+                    continue
+                scores = {}
+                for split in SPLITS:
+                    evaluated = _sohsm("lm", "eval", str(run), "--split", split, "--json")
+                    if evaluated.returncode != 0:
+                        print(f"  {split} evaluation failed: {evaluated.stderr.strip().splitlines()[-1:]}", flush=True)
+                        break
+                    scores[split] = json.loads(evaluated.stdout)
+                    scores[split]["checkpoint"] = Path(scores[split]["checkpoint"]).name  # no machine's path here
+                if len(scores) < len(SPLITS):
+                    failed += 1
+                    continue
+                kept.mkdir(parents=True, exist_ok=True)
+                for file in KEPT:
+                    shutil.copyfile(run / file, kept / file)
+                for split, result in scores.items():
+                    (kept / f"{split}.json").write_text(json.dumps(result, indent=1) + "\n")
+                test = scores["test"]
+                print(f"  test ppl per word {test['ppl_word']:.2f}, {test['bits_per_byte']:.4f} bits per byte",
+                      flush=True)
+    return 1 if failed else 0
+
+
+def _summary(folder: Path) -> dict | None:
+    """Per-word perplexity and bits per byte on valid and test (of the best checkpoint), test perplexity per token,
+    tokens per word, training tokens/s; ``None`` for a run not kept (yet)."""
+    if not all((folder / f"{split}.json").exists() for split in SPLITS):
+        return None
+    valid, test = (json.loads((folder / f"{split}.json").read_text()) for split in SPLITS)
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    trains = [r for r in records if r["kind"] == "train"]
+    rate = trains[-1]["tokens"] / trains[-1]["elapsed_s"] if trains else float("nan")
+    return {"dev_word": valid["ppl_word"], "test_word": test["ppl_word"], "dev_bpb": valid["bits_per_byte"],
+            "test_bpb": test["bits_per_byte"], "test_token": test["ppl"],
+            "tokens_per_word": test["split_tokens"] / test["words"], "tokens_per_s": rate}
+
+
+def report(output: Path = REPORT, results: Path = RESULTS) -> str:
+    """Write the report from the kept runs (and return it)."""
+    corpus, settings, title = PROTOCOLS[PROTOCOL]
+    lines = ["# Subword vocabularies: the heads over byte-level BPE",
+             "",
+             "Generated by `python benchmarks/subword.py report` from the raw runs committed in [subword/](subword/)",
+             "(each run's `config.json`, `metrics.jsonl`, `valid.json` and `test.json`); the runs were trained by",
+             "`python benchmarks/subword.py train --seeds ...`. Protocol: " + title + " (`fair_quality.py`'s",
+             f"`{PROTOCOL}`), with `--tokenizer bpe:SIZE`: a byte-level BPE trained on the training split. Every run",
+             "reads the same number of training tokens (subword tokens). Numbers are of the best dev checkpoint",
+             "(`best.pt`): perplexity per word, exp(loss of the split / its words, one `<eos>` per line counted), and",
+             "bits per byte (loss in bits / the UTF-8 bytes of the split's text), which compare across vocabularies",
+             "and with word-level runs; perplexity per token compares only within a vocabulary. Means over the seeds;",
+             "*tokens/s* is each run's own, trained beside other jobs: a guide, not a speed comparison.",
+             ""]
+    folders = [p for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
+    for folder in sorted(folders, key=lambda p: int(p.name.split("-")[1])):
+        seeds = sorted(int(p.name.split("-")[1]) for p in folder.glob("seed-*"))
+        table = {name: {s: _summary(folder / f"seed-{s}" / name) for s in seeds} for name in RUNS}
+        table = {name: row for name, row in table.items() if any(row.values())}
+        if not table:
+            continue
+        lines += [f"## {folder.name.replace('-', ':')}", "",
+                  f"`sohsm lm train --corpus {corpus} {' '.join(settings)} --tokenizer {folder.name.replace('-', ':')} "
+                  "--head HEAD --tie-weights|--no-tie-weights --seed S`", "",
+                  "| run | seeds | dev ppl/word | test ppl/word | dev bits/byte | test bits/byte | test ppl/token "
+                  "| tokens/word | tokens/s |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, row in table.items():
+            done = [r for r in row.values() if r]
+            mean = lambda key: sum(r[key] for r in done) / len(done)  # noqa: E731
+            lines.append(f"| {name} | {len(done)} | {mean('dev_word'):.2f} | {mean('test_word'):.2f} | "
+                         f"{mean('dev_bpb'):.4f} | {mean('test_bpb'):.4f} | {mean('test_token'):.2f} | "
+                         f"{mean('tokens_per_word'):.3f} | {mean('tokens_per_s'):,.0f} |")
+        if REFERENCE in table:
+            against = []
+            for name, row in table.items():
+                common = [s for s in seeds if row[s] and table[REFERENCE][s]] if name != REFERENCE else []
+                if common:
+                    test = fair_quality._paired([row[s]["test_word"] for s in common],
+                                                [table[REFERENCE][s]["test_word"] for s in common])
+                    dev = fair_quality._paired([row[s]["dev_word"] for s in common],
+                                               [table[REFERENCE][s]["dev_word"] for s in common])
+                    against.append(f"- {name}: {test} [{dev}]")
+            if against:
+                lines += ["", f"Against **{REFERENCE}**, seed by seed (test ppl per word; dev in brackets):", "",
+                          *against]
+        lines.append("")
+    text = "\n".join(lines)
+    output.write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train, evaluate and keep the runs (resumable)")
+    t.add_argument("--vocabularies", default=",".join(VOCABULARIES), help="comma-separated bpe:SIZE values "
+                   f"(default: {','.join(VOCABULARIES)})")
+    t.add_argument("--seeds", default="1", help="comma-separated (default: 1)")
+    t.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
+    t.add_argument("--runs-dir", type=Path, default=Path("runs/subword"), help="where the run directories go")
+    t.add_argument("--results", type=Path, default=RESULTS, help="where the kept runs go (default: docs/results/subword)")
+    # a smoke test on a small text: another corpus, and flags that override the protocol's (tiny model, budget)
+    t.add_argument("--corpus", help=argparse.SUPPRESS)
+    t.add_argument("--extra", default="", help=argparse.SUPPRESS)
+    r = sub.add_parser("report", help="write docs/results/subword.md from the kept runs")
+    r.add_argument("--output", type=Path, default=REPORT)
+    r.add_argument("--results", type=Path, default=RESULTS, help="the kept runs (default: docs/results/subword)")
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        print(report(args.output, args.results))
+        return 0
+    runs = [r for r in args.runs.split(",") if r]
+    unknown = [r for r in runs if r not in RUNS]
+    if unknown:
+        parser.error(f"unknown runs {unknown}; known: {', '.join(RUNS)}")
+    vocabularies = [v for v in args.vocabularies.split(",") if v]
+    if not all(v.startswith("bpe:") and v[4:].isdigit() for v in vocabularies):
+        parser.error(f"--vocabularies takes bpe:SIZE values, got {args.vocabularies!r}")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    return train(vocabularies, [int(s) for s in args.seeds.split(",")], runs, args.runs_dir, args.results,
+                 args.corpus, args.extra.split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
