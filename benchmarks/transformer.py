@@ -47,6 +47,8 @@ Usage::
     python benchmarks/transformer.py --heads full self_organized --gpu-tokens 400000 --compile
     OMP_NUM_THREADS=1 python benchmarks/transformer.py --cpu         # CPU: full vs self_organized, one thread
     OMP_NUM_THREADS=1 python benchmarks/transformer.py --cpu --batch-size 8 --cpu-steps 8   # a shorter CPU run
+    OMP_NUM_THREADS=1 python benchmarks/transformer.py --cpu --tokenizer bpe:32000 --cpu-heads full adaptive \
+        two_level_frequency self_organized     # over 32k BPE tokens: docs/benchmarks/transformer-bpe-32000.md
     python benchmarks/transformer.py --hf                            # GPU: HF Llama, 128k vocabulary, every row
     python benchmarks/transformer.py --hf --hf-heads hf liger full self_organized --hf-batch 8   # 4 rows, 16k tokens
     python benchmarks/transformer.py --hf --hf-device cpu --hf-vocab 500 --hf-hidden 32 --hf-intermediate 64 \\
@@ -184,7 +186,8 @@ def cpu_trainer(head_name: str, args):
 
     device = torch.device("cpu")
     config = LMConfig.from_overrides({**CPU_MODEL, "data.corpus": args.corpus, "head.name": head_name,
-                                      "batch_size": args.batch_size, "seed": args.seed})
+                                      "batch_size": args.batch_size, "seed": args.seed,
+                                      **({"data.tokenizer": args.tokenizer} if args.tokenizer else {})})
     task = LMTask.load(config, device)
     model, head = task.build(device)
     optimizer = task.build_optimizer(model, head)
@@ -233,7 +236,8 @@ def write_cpu_report(path: Path, args, rows: list[dict], facts: dict) -> None:
         f"Produced by `OMP_NUM_THREADS=1 python benchmarks/transformer.py {' '.join(sys.argv[1:])}` on "
         f"{datetime.date.today().isoformat()} ({machine()}, sohsm {sohsm.__version__}).", "",
         f"The small model of the CPU quality protocol: 4 blocks, width 256, 4 heads, context 128, batch "
-        f"{args.batch_size} ({facts['tokens']:,} tokens a step), on {args.corpus} ({facts['vocab']:,} words); "
+        f"{args.batch_size} ({facts['tokens']:,} tokens a step), on {args.corpus} ({facts['vocab']:,} "
+        f"{'words' if not args.tokenizer else f'subword tokens of --tokenizer {args.tokenizer}'}); "
         "AdamW (fused), clipping 1, every head with its defaults, as `sohsm lm train --model transformer` builds "
         "them. The heads' training steps (forward, backward, clipping, optimizer step: the loop's own) take "
         f"turns in one process on one thread; median of {args.cpu_steps} steps after {args.cpu_warmup}. "
@@ -542,6 +546,8 @@ def main(argv=None) -> int:
     parser.add_argument("--zipf-tokens", type=int, default=4_000_000, help="training tokens of the synthetic corpus")
     parser.add_argument("--cpu-heads", nargs="+", default=list(CPU_HEADS), help="heads of the CPU section")
     parser.add_argument("--corpus", default="wikitext-2", help="CPU section: the corpus")
+    parser.add_argument("--tokenizer", metavar="bpe:SIZE|FILE", help="CPU section: subword tokens (lm train's "
+                        "--tokenizer) instead of words; the page is then transformer-SIZE.md")
     parser.add_argument("--batch-size", type=int, default=32, help="CPU section: columns (x 128 tokens a step)")
     parser.add_argument("--cpu-steps", type=int, default=10, help="CPU section: timed steps per head")
     parser.add_argument("--cpu-warmup", type=int, default=2, help="CPU section: untimed steps first")
@@ -578,7 +584,8 @@ def main(argv=None) -> int:
     if args.cpu:
         torch.set_num_threads(1)
         rows, facts = run_cpu(args)
-        write_cpu_report(args.output or ROOT / "docs" / "benchmarks" / "transformer.md", args, rows, facts)
+        page = "transformer.md" if not args.tokenizer else f"transformer-{args.tokenizer.replace(':', '-')}.md"
+        write_cpu_report(args.output or ROOT / "docs" / "benchmarks" / page, args, rows, facts)
         return 0
     if not torch.cuda.is_available():
         print("benchmarks/transformer.py needs a CUDA device for its GPU runs and torch.cuda.is_available() is False: "
