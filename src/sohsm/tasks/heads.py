@@ -82,6 +82,8 @@ def build_run_head(config: RunConfig, vocab: Vocabulary, *, clusters: Tensor | N
         n = int(clusters.max()) + 1
         if options.setdefault("n_clusters", n) != n:
             raise ValueError(f"head {name!r} has {options['n_clusters']} clusters but the hierarchy {n}")
+        if "shortlist" in takes:  # the clusters given hold every word, a language model's one-word clusters too:
+            options.setdefault("shortlist", 0)  # a shortlist of its own would add clusters no word is in
     head = build_head(name, config.model.hidden_size, len(vocab), counts=torch.from_numpy(vocab.counts.copy()),
                       **options)
     if clusters is not None:
