@@ -73,7 +73,17 @@ class Flag:
 
 def field_comments(cls: type) -> dict[str, str]:
     """The ``#:`` comment lines above each field of dataclass ``cls``, joined: its documentation (``None``
-    written ``none``, the word its flag takes)."""
+    written ``none``, the word its flag takes). A field declared in a base class (the loop's settings,
+    :class:`~sohsm.train.config.LoopSettings`) has the base's comment unless ``cls`` declares it again with one."""
+    out: dict[str, str] = {}
+    for owner in reversed(cls.__mro__[:-1]):  # the bases first; ``object`` has no source
+        if "__annotations__" in vars(owner):
+            out.update(_own_field_comments(owner))
+    return out
+
+
+def _own_field_comments(cls: type) -> dict[str, str]:
+    """:func:`field_comments` of the fields ``cls``'s own body declares with a comment."""
     lines = textwrap.dedent(inspect.getsource(cls)).splitlines()
     out: dict[str, str] = {}
     for node in ast.parse("\n".join(lines)).body[0].body:
@@ -82,7 +92,8 @@ def field_comments(cls: type) -> dict[str, str]:
             while i >= 0 and lines[i].strip().startswith("#:"):
                 comment.insert(0, lines[i].strip()[2:].strip())
                 i -= 1
-            out[node.target.id] = " ".join(comment).replace("``None``", "none").replace("``", "")
+            if comment:
+                out[node.target.id] = " ".join(comment).replace("``None``", "none").replace("``", "")
     return out
 
 

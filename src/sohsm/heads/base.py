@@ -242,8 +242,8 @@ class Head(nn.Module):
         """The tensors (or views) whose rows the :meth:`tied_embedding` reads as words' input vectors.
 
         Tying re-draws them with the model's embedding initialisation (:func:`sohsm.models.tying.tie_embedding`):
-        as an input, a word vector's scale sets the first steps' pace (a third of an epoch of PTB, LSTM 512:
-        dev ppl 208.83 from this head's ``U(+-d^-1/2)``, 201.24 from the LSTM embedding's ``U(+-0.1)``).
+        as an input, a word vector's scale sets the first steps' pace (the LSTM embedding's ``U(+-0.1)`` did
+        better than this head's ``U(+-d^-1/2)``: docs/results/first-steps.md).
         """
         return []
 

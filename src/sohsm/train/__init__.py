@@ -7,7 +7,8 @@ through the interface of :class:`~sohsm.train.task.Task`.
   :class:`OptimConfig`), strict parsing and overrides.
 * :mod:`sohsm.train.task`: :class:`Task` and the task registry.
 * :mod:`sohsm.train.loop`: :func:`train` and :func:`resume_training`; :mod:`sohsm.train.session`: the loop
-  over batches; :mod:`sohsm.train.step`: one step (DDP, ``amp``, ``compile``).
+  over batches (``TrainingLoop``); :mod:`sohsm.train.state`: where a run stands; :mod:`sohsm.train.step`: one
+  step (DDP, ``amp``, ``compile``).
 * :mod:`sohsm.train.loading`: :func:`load_run`, one loader for the runs of every task.
 * :mod:`sohsm.train.distributed`: several processes under ``torchrun``; :mod:`sohsm.train.precision`: autocast
   and fp16 loss scaling.

@@ -2,14 +2,16 @@
 
 Each task's config (:class:`sohsm.tasks.lm.LMConfig`, :class:`sohsm.tasks.s2s.S2SConfig`)
 is a dataclass derived from :class:`RunConfig` that composes its own ``data`` and
-``model`` sections with the shared ones below and the loop's settings::
+``model`` sections with the shared ones below; the loop's settings are declared once,
+in :class:`LoopSettings`, and a task gives them other defaults where it needs to::
 
-    <Task>Config(RunConfig)
+    <Task>Config(RunConfig(LoopSettings))
+      epochs, max_tokens, time_budget, eval_every, checkpoint_every, log_every, seed, device
       task:  "lm" | "s2s" | ...   names the task in config.json
       data, model                 the task's own sections
       head:  HeadConfig           which output layer, and its options
       optim: OptimConfig          optimizer, learning rate, clipping, weight decay
-      epochs, max_tokens, time_budget, eval_every, checkpoint_every, log_every, seed, device, ...
+      ...                         the task's own settings
 
 A config is built from a dict (``config.json``) with :meth:`RunConfig.from_dict`
 and changed with :func:`apply_overrides`; both reject unknown keys and values of
@@ -104,18 +106,53 @@ class OptimConfig:
         return self.learning_rate / self.lr_decay ** max(0, epoch + 1 - self.lr_decay_after)
 
 
-class RunConfig:
-    """What every run config shares: dicts, dotted paths, strict parsing (the loop's settings are fields of each).
+#: the loop's settings that a resume may change (budgets, intervals, the device); a task adds its own
+LOOP_RESUMABLE_FIELDS = frozenset({
+    "epochs", "max_tokens", "time_budget", "eval_every", "checkpoint_every", "log_every", "device",
+})
+
+
+@dataclass
+class LoopSettings:
+    """The training loop's settings, the same fields in every task's config (top-level keys of ``config.json``).
+
+    A task that needs another default declares the field again with it (``epochs: int = 10``), with a ``#:``
+    comment where its help differs (the summariser's and word2vec's ``eval_every``, which cannot be unset);
+    the checks stay these (:meth:`RunConfig._validate_head_optim_budgets`).
+    """
+
+    #: passes over the training data
+    epochs: int = 5
+    #: stop after this many training tokens (all sessions together); ``None``: no limit
+    max_tokens: int | None = None
+    #: stop after this many seconds of training (all sessions, evaluation excluded); ``None``: no limit
+    time_budget: float | None = field(default=None, metadata={"metavar": "SECONDS"})
+    #: evaluate on dev every this many steps (and at each epoch's end); ``None``: four times an epoch (a curve
+    #: from the first epoch on); 0: at epochs' ends only
+    eval_every: int | None = field(default=None, metadata={"metavar": "STEPS"})
+    #: save ``last.pt`` every this many steps (and at the end); 0: only at the end
+    checkpoint_every: int = 1000
+    #: write a train record (mean loss, tokens/s) every this many steps; each is a device sync
+    log_every: int = 100
+    #: seeds every random draw of the run: the model's initialisation, dropout, the order and sampling of the
+    #: data, the heads' random clusters
+    seed: int = 1
+    #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...; under torchrun cpu or cuda (each process takes the GPU of
+    #: its LOCAL_RANK)
+    device: str = field(default="cpu", metadata={"metavar": "DEVICE"})
+
+
+class RunConfig(LoopSettings):
+    """What every run config shares: the loop's settings (:class:`LoopSettings`), dicts, dotted paths, strict parsing.
 
     A subclass is a dataclass of sections and settings with a ``validate()`` method;
-    the training loop reads ``epochs``, ``max_tokens``, ``time_budget``, ``eval_every``,
-    ``checkpoint_every``, ``log_every``, ``seed``, ``device``, ``head``, ``optim.clip`` and
+    the training loop reads the loop's settings, ``head``, ``optim.clip`` and
     ``optim.fused``, and ``amp`` and ``compile``, which a subclass may declare as fields (else
     the defaults below hold).
     """
 
     #: fields that may differ between a run and its resumption
-    resumable_fields: typing.ClassVar[frozenset[str]] = frozenset()
+    resumable_fields: typing.ClassVar[frozenset[str]] = LOOP_RESUMABLE_FIELDS
     #: fields whose metadata says ``required`` but whose default this task's new runs may take
     defaulted_fields: typing.ClassVar[frozenset[str]] = frozenset()
     #: a flag's help for a field (dotted path) where this task's meaning differs from the field's ``#:`` comment
@@ -213,7 +250,7 @@ class RunConfig:
         raise NotImplementedError
 
     def _validate_head_optim_budgets(self) -> None:
-        """The checks every run config shares: head, optimizer, budgets and device (fields of the subclasses)."""
+        """The checks every run config shares: head, optimizer, the loop's settings."""
         if self.head.name not in head_names():
             raise ValueError(f"unknown head {self.head.name!r}; known heads: {', '.join(head_names())}")
         if self.head.update_every is not None and self.head.update_every < 0:
@@ -242,6 +279,8 @@ class RunConfig:
             raise FieldError.on("optim.warmup", f"must be >= 0, got {self.optim.warmup}")
         if self.optim.lr_decay_after < 0:
             raise FieldError.on("optim.lr_decay_after", f"must be >= 0, got {self.optim.lr_decay_after}")
+        self._check_at_least(1, "epochs", "log_every")
+        self._check_at_least(0, "eval_every", "checkpoint_every")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise FieldError.on("max_tokens", f"must be >= 1 (or none: no limit), got {self.max_tokens}")
         if self.time_budget is not None and not self.time_budget > 0:

@@ -89,48 +89,54 @@ def evaluate(model: nn.Module, head: Head, data: Evaluable,
         ValueError: the data has no targets, or (raised by ``data``) cannot be read in its batches.
         EvaluationStopped: ``should_stop()`` answered ``True``.
     """
-    device = next(model.parameters()).device
     was_training = model.training, head.training
     model.eval()
     head.eval()
     start = time.perf_counter()
     try:
-        batches = data.eval_hidden_states(model)
-        total = torch.zeros(4, dtype=torch.float64, device=device)  # sum log P, cluster, in-cluster; tokens
-        has_parts = True
-        for hidden, targets in batches:
-            if should_stop is not None and should_stop():
-                raise EvaluationStopped("the evaluation was stopped before it scored every target")
-            hidden = hidden.reshape(-1, hidden.size(-1))  # [M, d]
-            targets = targets.reshape(-1)
-            parts = head.score_parts(hidden, targets) if has_parts else None
-            if parts is None:
-                has_parts = False
-                total[0] += head(hidden, targets).output.sum(dtype=torch.float64)
-            else:
-                cluster = parts.cluster.sum(dtype=torch.float64)
-                in_cluster = parts.in_cluster.sum(dtype=torch.float64)
-                total[0] += cluster + in_cluster
-                total[1] += cluster
-                total[2] += in_cluster
-            total[3] += targets.numel()
+        total, has_parts = _summed_log_probs(model, head, data, should_stop)
         if sum_over is not None:
             sum_over(total)
-        sums = total.tolist()  # the one device sync
-        tokens = int(sums[3])
+        log_prob, log_cluster, log_in_cluster, targets = total.tolist()  # the one device sync
+        tokens = int(targets)
     finally:
         model.train(was_training[0])
         head.train(was_training[1])
     if tokens == 0:
         raise ValueError("the evaluation data has no targets")
     seconds = time.perf_counter() - start
-    nll = -sums[0] / tokens
+    nll = -log_prob / tokens
     return EvalResult(
         nll_nats=nll,
         ppl=_exp(nll),
-        ppl_cluster=_exp(-sums[1] / tokens) if has_parts else None,
-        ppl_in_cluster=_exp(-sums[2] / tokens) if has_parts else None,
+        ppl_cluster=_exp(-log_cluster / tokens) if has_parts else None,
+        ppl_in_cluster=_exp(-log_in_cluster / tokens) if has_parts else None,
         tokens=tokens,
         seconds=seconds,
         tokens_per_s=tokens / seconds if seconds > 0 else float("inf"),
     )
+
+
+def _summed_log_probs(model: nn.Module, head: Head, data: Evaluable,
+                      should_stop: Callable[[], bool] | None) -> tuple[Tensor, bool]:
+    """``([sum log P, sum of its cluster part, sum of its in-cluster part, targets], has_parts)`` over the
+    dev data, summed on the device; a head without clusters leaves the parts at 0 (``has_parts`` false)."""
+    total = torch.zeros(4, dtype=torch.float64, device=next(model.parameters()).device)
+    has_parts = True
+    for hidden, targets in data.eval_hidden_states(model):
+        if should_stop is not None and should_stop():
+            raise EvaluationStopped("the evaluation was stopped before it scored every target")
+        hidden = hidden.reshape(-1, hidden.size(-1))  # [M, d]
+        targets = targets.reshape(-1)
+        parts = head.score_parts(hidden, targets) if has_parts else None
+        if parts is None:
+            has_parts = False
+            total[0] += head(hidden, targets).output.sum(dtype=torch.float64)
+        else:
+            cluster = parts.cluster.sum(dtype=torch.float64)
+            in_cluster = parts.in_cluster.sum(dtype=torch.float64)
+            total[0] += cluster + in_cluster
+            total[1] += cluster
+            total[2] += in_cluster
+        total[3] += targets.numel()
+    return total, has_parts

@@ -62,7 +62,8 @@ from sohsm.train.rundir import (
     read_config,
     set_rng_state,
 )
-from sohsm.train.session import STOP_REASONS, Progress, TrainResult, progress_of, run_session  # noqa: F401
+from sohsm.train.session import STOP_REASONS, TrainResult, run_session  # noqa: F401
+from sohsm.train.state import RunState
 from sohsm.train.task import Task, task_of
 
 
@@ -166,8 +167,8 @@ def _start(task_class: type[Task], config: RunConfig, run_dir: Path, progress: b
 
     ranks.first(create)
     try:
-        return run_session(config, run_dir, task, model, head, optimizer, Progress(), device, progress, resumed=False,
-                    ranks=ranks)
+        return run_session(config, run_dir, task, model, head, optimizer, ranks, RunState(),
+                           show_progress=progress)
     finally:
         lock.release()
 
@@ -248,11 +249,11 @@ def _resume(task_class: type[Task], config: RunConfig, saved: RunConfig, run_dir
         head.load_state_dict(checkpoint["head"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         set_rng_state(checkpoint["rng_ranks"][ranks.rank] if ranks.world > 1 else checkpoint["rng"], device)
-        progress_state = progress_of(checkpoint)
-        progress_state.cursor = task.restore(checkpoint["position"], device)
+        state = RunState.from_checkpoint(checkpoint)
+        state.cursor = task.restore(checkpoint["position"], device)
         scaler = checkpoint.get("scaler")
     check_loaded_parameters((model, head), path)
     if config.to_dict() != saved.to_dict() and ranks.is_writer:
         write_json(run_dir / CONFIG_FILE, config.to_dict())
-    return run_session(config, run_dir, task, model, head, optimizer, progress_state, device, progress, resumed=True,
-                ranks=ranks, scaler=scaler)
+    return run_session(config, run_dir, task, model, head, optimizer, ranks, state, scaler=scaler,
+                       show_progress=progress)

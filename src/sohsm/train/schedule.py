@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+from sohsm.train.config import OptimConfig
+
 #: where the cosine ends, as a fraction of the full rate
 COSINE_FLOOR = 0.1
 
@@ -47,3 +49,20 @@ def planned_steps(planned_tokens: int, tokens_per_epoch: int, steps_per_epoch: i
     """
     epochs, rest = divmod(planned_tokens, tokens_per_epoch)
     return max(1, epochs * steps_per_epoch + math.ceil(rest / tokens_per_step))
+
+
+class LearningRate:
+    """The rate of every step of a run: the epoch's rate (``optim.lr_decay``) x what annealing left
+    (``lr_scale``) x the warm-up and schedule's factor over the ``total_steps`` the budget plans."""
+
+    def __init__(self, optim: OptimConfig, total_steps: int) -> None:
+        self.optim, self.total_steps = optim, total_steps
+        #: a warm-up or a cosine moves the rate every step; else it changes at epochs and annealings only
+        self.moves_every_step = optim.warmup > 0 or optim.lr_schedule != "constant"
+
+    def at(self, epoch: int, step: int, lr_scale: float) -> float:
+        """The rate of the step after ``step`` steps, in (0-based) ``epoch``."""
+        rate = self.optim.rate_in_epoch(epoch) * lr_scale
+        if self.moves_every_step:
+            rate *= schedule_factor(self.optim.lr_schedule, step, self.optim.warmup, self.total_steps)
+        return rate

@@ -1,22 +1,31 @@
-"""One training session: the loop over batches with its records, evaluations and checkpoints.
+"""One training session: the loop over batches, as an object whose steps are its methods.
 
 :func:`sohsm.train.loop.train` and :func:`~sohsm.train.loop.resume_training` set a
 session up (data, model, head, optimizer, the run directory and its lock);
-:func:`run_session` trains until a budget is spent or a signal arrives, then
-evaluates and writes ``last.pt``. With several processes every rank runs it:
-they take the same steps and stop at the same one, and only rank 0 writes
-(the checkpoint's contents are gathered from all ranks first).
+:class:`TrainingLoop` trains until a budget is spent or a signal arrives, then
+evaluates and writes ``last.pt``::
+
+    while not should_stop():
+        for batch in task.batches(epoch, cursor):
+            train_step(batch); log_step()
+            evaluate_dev() at an epoch's end and every eval_every steps (best.pt)
+            checkpoint(last.pt) every checkpoint_every steps
+            break where should_stop() or the epoch ended
+    finish(): evaluate, last.pt, the open interval's record
+
+With several processes every rank runs it: they take the same steps and stop at
+the same one, and only rank 0 writes (a checkpoint's contents are gathered from
+all ranks first).
 """
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from sohsm.heads import Head, SelfOrganizingHead
 from sohsm.train.builders import head_k, run_signature
@@ -28,7 +37,8 @@ from sohsm.train.guard import StopSignals, check_eval, check_finite_parameters, 
 from sohsm.train.metrics import MetricsLog
 from sohsm.train.progress import progress_bar
 from sohsm.train.rundir import rng_state
-from sohsm.train.schedule import planned_steps, schedule_factor
+from sohsm.train.schedule import LearningRate, planned_steps
+from sohsm.train.state import Clock, RunState
 from sohsm.train.step import TrainStep
 from sohsm.train.task import Task
 
@@ -70,298 +80,291 @@ class TrainResult:
     writer: bool = True
 
 
-@dataclass
-class Progress:
-    """Everything about where training is, saved in every checkpoint."""
-
-    step: int = 0
-    tokens: int = 0
-    elapsed_s: float = 0.0
-    epoch: int = 0
-    cursor: int = 0  # where the epoch stands, in the task's units (a BPTT row, a batch)
-    best_ppl: float | None = None
-    lr_scale: float = 1.0  # what annealing (``optim.anneal``) has left of the learning rate
-    # the open train-record interval: summed loss (nats x tokens), tokens, steps, clock at its start
-    log_sum: float = 0.0
-    log_tokens: int = 0
-    log_steps: int = 0
-    log_start_s: float = 0.0
-
-
-class _Clock:
-    """Seconds of training: runs during steps, paused during evaluation and checkpointing."""
-
-    def __init__(self, total: float, device: torch.device) -> None:
-        self.total, self._start, self._cuda = total, None, device.type == "cuda"
-
-    def start(self) -> None:
-        self._start = time.perf_counter()
-
-    def pause(self) -> None:
-        if self._start is not None:
-            if self._cuda:
-                torch.cuda.synchronize()
-            self.total += time.perf_counter() - self._start
-            self._start = None
-
-    def now(self) -> float:
-        return self.total + (time.perf_counter() - self._start if self._start is not None else 0.0)
-
-
-def progress_of(checkpoint: Mapping[str, Any]) -> Progress:
-    """Where a checkpoint's run stood: step, tokens, clock, epoch, best dev perplexity, open log interval."""
-    position, log = checkpoint["position"], checkpoint["log"]
-    return Progress(
-        step=int(checkpoint["step"]), tokens=int(checkpoint["tokens"]), elapsed_s=float(checkpoint["elapsed_s"]),
-        epoch=int(position["epoch"]), best_ppl=checkpoint["best_ppl"], log_sum=float(log["sum"]),
-        log_tokens=int(log["tokens"]), log_steps=int(log["steps"]), log_start_s=float(log["start_s"]),
-        lr_scale=float(checkpoint.get("lr_scale", 1.0)),
-    )
-
-
-def _checkpoint(config: RunConfig, task: Task, model: nn.Module, head: Head, optimizer: torch.optim.Optimizer,
-                signature: dict[str, Any], p: Progress, log_sum: Tensor, device: torch.device, ranks: Ranks,
-                scaler: dict[str, Any] | None) -> dict[str, Any]:
-    """The checkpoint dict, made on every rank (the ranks' LSTM states and random states are gathered)."""
-    check_finite_parameters((model, head), p.step)  # never save a diverged model over a good checkpoint
-    position = {"epoch": p.epoch, **task.position(p.cursor)}
-    rngs = ranks.gather_objects(rng_state(device))
-    extra = {"world_size": ranks.world, "rng_ranks": rngs} if ranks.world > 1 else {}
-    if scaler is not None:
-        extra["scaler"] = scaler
-    return {
-        **extra,
-        "format": task.checkpoint_format,
-        "model": model.state_dict(),
-        "head": head.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "config": config.to_dict(),
-        "vocab": task.vocab.to_dict(),
-        "rng": rngs[0],
-        "position": position,
-        "step": p.step,
-        "tokens": p.tokens,
-        "elapsed_s": p.elapsed_s,
-        "best_ppl": p.best_ppl,
-        "lr_scale": p.lr_scale,
-        "log": {"sum": float(log_sum), "tokens": p.log_tokens, "steps": p.log_steps, "start_s": p.log_start_s},
-        "signature": {**signature, "K": head_k(head, signature.get("K"))},  # K may be set at step 1
-    }
-
-
-def _fmt(value: float | None, spec: str = ".2f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-class _NoLog:
+class _NoRecords:
     """The records of ranks other than 0: none."""
 
     def write(self, record: dict[str, Any]) -> None:
         pass
 
-    def __enter__(self) -> _NoLog:
+    def __enter__(self) -> _NoRecords:
         return self
 
     def __exit__(self, *exc) -> None:
         pass
 
 
-def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, head: Head,
-                optimizer: torch.optim.Optimizer, p: Progress, device: torch.device, progress: bool,
-                resumed: bool, ranks: Ranks, scaler: dict[str, Any] | None = None) -> TrainResult:
-    """Train from ``p`` until a budget is spent or a stop is asked for; evaluate, save ``last.pt``, return.
+def planned_tokens(config: RunConfig, task: Task) -> int:
+    """The tokens a run trains on: its ``epochs``, or ``max_tokens`` where fewer."""
+    tokens = config.epochs * task.tokens_per_epoch
+    return tokens if config.max_tokens is None else min(tokens, config.max_tokens)
 
-    Every rank calls it with its own share of the data (``task``) and the same
-    model, head and optimizer state; ``scaler``: a checkpoint's fp16 loss-scaler state.
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+class TrainingLoop:
+    """One session of a run: :meth:`run` trains from ``state`` until a budget is spent or a stop is asked for.
+
+    Each step of the loop is a method (:meth:`should_stop`, :meth:`train_step`, :meth:`log_step`,
+    :meth:`evaluate_dev`, :meth:`checkpoint`); what they share is attributes, ``state`` above all
+    (:class:`~sohsm.train.state.RunState`, what a checkpoint saves). Every rank runs it with its own
+    share of the data (``task``) and the same model, head and optimizer state.
+
+    Args:
+        config, run_dir, task, model, head, optimizer, ranks: the run's parts (the optimizer over model and head).
+        state: where the run stands: a new run's :class:`RunState` (step 0), or a checkpoint's (step 1 or more).
+        scaler: the checkpoint's fp16 loss-scaler state.
+        show_progress: a progress bar and a line per evaluation (rank 0 only).
     """
-    signature = run_signature(config, head, task.vocab, task.corpus_signature)
-    step = TrainStep(task, model, head, optimizer, ranks, config.optim.clip, amp=config.amp,
-                     compile=config.compile)
-    step.precision.load_state_dict(scaler)
-    progress = progress and ranks.is_writer
-    history = head.history if isinstance(head, SelfOrganizingHead) else None  # re-assignment records
-    seen_history = len(history) if history is not None else 0
-    clock = _Clock(p.elapsed_s, device)
-    log_sum = torch.tensor(p.log_sum, dtype=torch.float64, device=device)
-    last_eval: EvalResult | None = None
-    last_eval_step = -1
-    paths = {"run_dir": run_dir, "metrics": run_dir / METRICS_FILE, "last": run_dir / LAST, "best": run_dir / BEST,
-             "config": run_dir / CONFIG_FILE}
 
-    planned = config.epochs * task.tokens_per_epoch
-    if config.max_tokens is not None:
-        planned = min(planned, config.max_tokens)
-    lines = task.startup_lines(model, head, device, planned, p.tokens) if progress else []
-    if progress and ranks.world > 1:
-        lines.append(f"processes  {ranks.world} ({torch.distributed.get_backend()}), each on 1/{ranks.world} of "
-                     "every batch; this one (rank 0) writes")
-    bar = progress_bar(lines, planned, p.tokens, p.elapsed_s, config.time_budget, device, progress, clock=clock.now,
-                       unit=task.unit)
-    # a warm-up or a cosine moves the rate every step, over the steps the budget plans
-    optim = config.optim
-    rate_moves = optim.warmup > 0 or optim.lr_schedule != "constant"
-    total_steps = planned_steps(planned, task.tokens_per_epoch, task.steps_per_epoch, task.tokens_per_step)
+    def __init__(self, config: RunConfig, run_dir: Path, task: Task, model: nn.Module, head: Head,
+                 optimizer: torch.optim.Optimizer, ranks: Ranks, state: RunState, *,
+                 scaler: dict[str, Any] | None = None, show_progress: bool = True) -> None:
+        self.config, self.run_dir, self.task, self.ranks = config, run_dir, task, ranks
+        self.model, self.head, self.optimizer, self.device = model, head, optimizer, ranks.device
+        self.state, self.first_step = state, state.step
+        self.show_progress = show_progress and ranks.is_writer
+        self.signature = run_signature(config, head, task.vocab, task.corpus_signature)
+        self.one_step = TrainStep(task, model, head, optimizer, ranks, config.optim.clip, amp=config.amp,
+                                  compile=config.compile)  # forward, backward, clip, check, update
+        self.one_step.precision.load_state_dict(scaler)
+        self.clock = Clock(state.elapsed_s, self.device)
+        state.interval.loss_sum = state.interval.loss_sum.to(self.device)
+        self.last_eval: EvalResult | None = None
+        self.last_eval_step = -1
+        self.history = head.history if isinstance(head, SelfOrganizingHead) else None  # re-assignment records
+        self.history_logged = len(self.history) if self.history is not None else 0
+        self.planned_tokens = planned_tokens(config, task)
+        self.rate = LearningRate(config.optim, planned_steps(self.planned_tokens, task.tokens_per_epoch,
+                                                             task.steps_per_epoch, task.tokens_per_step))
+        # ``None``: a few dev points an epoch, whatever its length (a curve to plot from the first epoch on)
+        self.eval_every = (config.eval_every if config.eval_every is not None
+                           else max(1, task.steps_per_epoch // EVALS_PER_EPOCH))
+        self.bar: Any = None  # the progress bar, the records and the stop signals, while :meth:`run` runs
+        self.records: MetricsLog | _NoRecords | None = None
+        self.signals: StopSignals | None = None
 
-    # ``None``: a few dev points an epoch, whatever its length (a curve to plot from the first epoch on)
-    eval_every = (config.eval_every if config.eval_every is not None
-                  else max(1, task.steps_per_epoch // EVALS_PER_EPOCH))
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        """Train until a budget is spent or a stop is asked for; evaluate, save ``last.pt``, return."""
+        self.bar = self._progress_bar()
+        resumed_at = self.first_step or None  # the checkpoint's step (a new run's is 0): records past it are dropped
+        records = MetricsLog(self.run_dir, keep_until_step=resumed_at) if self.ranks.is_writer else _NoRecords()
+        grace_s = 2.0 if self.ranks.world > 1 else 0.0  # torchrun passes a Ctrl-C on to workers that got it already
+        with records as self.records, StopSignals(grace_s) as self.signals:
+            try:
+                stopped = self.train()
+                self.finish(stopped)
+            finally:
+                self.bar.close()
+        return self.result(stopped)
 
-    def epoch_float() -> float:
-        return p.epoch + p.cursor / task.epoch_length
+    def train(self) -> str:
+        """Steps until :meth:`should_stop` says why to stop (one of :data:`STOP_REASONS`), which it returns."""
+        self.model.train()
+        self.head.train()
+        self.clock.start()
+        stopped = self.should_stop()
+        while stopped is None:
+            self.set_rate()
+            for batch, cursor in self.task.batches(self.state.epoch, self.state.cursor):
+                self.train_step(batch, cursor)
+                self.log_step()
+                epoch_done = self.state.cursor >= self.task.epoch_length
+                if epoch_done:
+                    self.end_epoch()
+                if epoch_done or self.due(self.eval_every):
+                    self.evaluate_dev()
+                if self.due(self.config.checkpoint_every):
+                    self.checkpoint(LAST)
+                stopped = self.should_stop()
+                if stopped is not None or epoch_done:
+                    break
+        self.clock.pause()
+        return stopped
 
-    def base(kind: str) -> dict[str, Any]:
-        return {"kind": kind, "step": p.step, "tokens": p.tokens, "elapsed_s": round(clock.now(), 3)}
+    def finish(self, stopped: str) -> None:
+        """After the last step: evaluate (unless interrupted or just done), save ``last.pt``, and record the open
+        interval as ``partial`` (``last.pt`` keeps it for a resume). A session that took no step writes nothing."""
+        if self.state.step == self.first_step:
+            return
+        if stopped != "interrupted" and self.last_eval_step != self.state.step:
+            self.evaluate_dev()
+        self.checkpoint(LAST)
+        if self.state.interval.steps:
+            self.write_train_record(partial=True)
 
-    def budget_spent(guard: StopSignals) -> str | None:
-        """Why to stop now, the same on every rank (a signal or the clock on one rank stops all)."""
-        requested, out_of_time = ranks.any(guard.requested,
-                                           config.time_budget is not None and clock.now() >= config.time_budget)
+    # -- its steps ------------------------------------------------------------------------------
+    def should_stop(self) -> str | None:
+        """Why to stop now, the same on every rank (a signal or the clock on one rank stops all); ``None``: go on."""
+        config, state = self.config, self.state
+        requested, out_of_time = self.ranks.any(
+            self.signals.requested, config.time_budget is not None and self.clock.now() >= config.time_budget)
         if requested:
             return "interrupted"
-        if p.epoch >= config.epochs:
+        if state.epoch >= config.epochs:
             return "done"
-        if config.max_tokens is not None and p.tokens >= config.max_tokens:
+        if config.max_tokens is not None and state.tokens >= config.max_tokens:
             return "max_tokens"
         if out_of_time:
             return "time_budget"
         return None
 
-    def write_train_record(log: MetricsLog, partial: bool = False) -> None:
-        step.raise_if_diverged()  # the divergence flag is read where the loop reads values anyway
-        nll = log_sum.item() / p.log_tokens  # the sync of a log point
-        seconds = clock.now() - p.log_start_s
-        record = base("train")
-        scores = (dict(nll_nats=nll, ppl=math.exp(min(nll, 700.0))) if head.loss_is_nll
-                  else dict(objective=head.objective, loss=nll))  # a sampled objective has no perplexity
-        record.update(epoch=round(epoch_float(), 4), **scores,
-                      tokens_per_s=p.log_tokens / seconds if seconds > 0 else None,
-                      lr=optimizer.param_groups[0]["lr"], interval_steps=p.log_steps)
-        if partial:
-            record["partial"] = True
-        log.write(record)
-        bar.show_loss(nll, head.loss_is_nll)
+    def train_step(self, batch: Any, cursor: int) -> None:
+        """Train on ``batch`` (a self-organizing head may re-cluster in the update) and count it; ``cursor``:
+        where the epoch stands after it."""
+        if self.rate.moves_every_step:
+            self.set_rate()
+        result = self.one_step(batch, self.state.step + 1)  # all ranks' loss and targets
+        self.state.interval.add(result.loss_sum, result.tokens)
+        self.state.step += 1
+        self.state.tokens += result.tokens
+        self.state.cursor = cursor
+        self.bar.update(result.tokens)
 
-    def reset_interval() -> None:
-        log_sum.zero_()
-        p.log_tokens = p.log_steps = 0
-        p.log_start_s = clock.now()
+    def log_step(self) -> None:
+        """After a step: the loss beside the bar now and then, re-clusterings, a train record every ``log_every``."""
+        state = self.state
+        if self.bar.wants_loss(state.step - self.first_step) and state.interval.tokens:  # a loss between records
+            self.bar.show_loss(state.interval.mean_loss(), self.head.loss_is_nll, record=False)
+        self.log_reclusterings()
+        if state.step % self.config.log_every == 0:
+            self.write_train_record()
+            state.interval.restart(self.clock.now())
 
-    def save(name: str) -> None:
-        step.raise_if_diverged()
-        checkpoint = _checkpoint(config, task, model, head, optimizer, signature, p, log_sum, device, ranks,
-                                 step.precision.state_dict())
-        if ranks.is_writer:
-            save_checkpoint(run_dir / name, checkpoint)
+    def end_epoch(self) -> None:
+        self.state.epoch, self.state.cursor = self.state.epoch + 1, 0
+        self.task.end_epoch()
 
-    def run_eval(log: MetricsLog) -> None:
-        nonlocal last_eval, last_eval_step
-        step.raise_if_diverged()
-        clock.pause()
-        p.elapsed_s = clock.total
-        # a stop signal abandons the evaluation (one process; several must finish the collective sum together)
-        should_stop = (lambda: guard.requested) if ranks.world == 1 else None
-        try:
-            result = evaluate(model, head, task, sum_over=ranks.sum_, should_stop=should_stop)  # each rank: its share
-        except EvaluationStopped:
-            clock.start()
-            return
-        check_eval(result.nll_nats, p.step)
-        record = base("eval")
-        record.update(split="valid", epoch=round(epoch_float(), 4), nll_nats=result.nll_nats, ppl=result.ppl,
-                      ppl_cluster=result.ppl_cluster, ppl_in_cluster=result.ppl_in_cluster,
-                      eval_tokens=result.tokens, tokens_per_s=result.tokens_per_s)
-        log.write(record)
-        last_eval, last_eval_step = result, p.step
-        if progress:
-            parts = ("" if result.ppl_cluster is None else  # a head without clusters has no parts to show
-                     f" | cluster ppl {_fmt(result.ppl_cluster)} | in-cluster ppl {_fmt(result.ppl_in_cluster)}")
-            write_line(f"step {p.step:,} | epoch {epoch_float():.2f} | valid ppl {result.ppl:.2f}{parts}", guard)
-        if p.best_ppl is None or result.ppl < p.best_ppl:
-            p.best_ppl = result.ppl
-            save(BEST)
-        elif config.optim.anneal > 1:  # the dev perplexity stalled: a smaller step from here on
-            p.lr_scale /= config.optim.anneal
-            set_rate()
-        clock.start()
+    def evaluate_dev(self) -> None:
+        """Score the dev data (the clock paused), record it; save ``best.pt`` if it is the best so far, else anneal
+        the rate (``optim.anneal``). With one process a stop signal abandons it (several sum it together)."""
+        self.one_step.raise_if_diverged()
+        with self.clock.paused():
+            should_stop = (lambda: self.signals.requested) if self.ranks.world == 1 else None
+            try:
+                result = evaluate(self.model, self.head, self.task, sum_over=self.ranks.sum_, should_stop=should_stop)
+            except EvaluationStopped:
+                return
+            check_eval(result.nll_nats, self.state.step)
+            self.write_eval_record(result)
+            if self.state.best_ppl is None or result.ppl < self.state.best_ppl:
+                self.state.best_ppl = result.ppl
+                self.checkpoint(BEST)
+            elif self.config.optim.anneal > 1:  # the dev perplexity stalled: a smaller step from here on
+                self.state.lr_scale /= self.config.optim.anneal
+                self.set_rate()
 
-    def set_rate() -> None:
-        rate = optim.rate_in_epoch(p.epoch) * p.lr_scale
-        if rate_moves:
-            rate *= schedule_factor(optim.lr_schedule, p.step, optim.warmup, total_steps)
-        for group in optimizer.param_groups:
+    def checkpoint(self, name: str) -> None:
+        """Save ``name`` (``last.pt``, ``best.pt``) with the clock paused: every rank makes it, rank 0 writes it."""
+        with self.clock.paused():
+            self.one_step.raise_if_diverged()
+            self.state.elapsed_s = self.clock.total
+            contents = self.checkpoint_contents()
+            if self.ranks.is_writer:
+                save_checkpoint(self.run_dir / name, contents)
+
+    def set_rate(self) -> None:
+        rate = self.rate.at(self.state.epoch, self.state.step, self.state.lr_scale)
+        for group in self.optimizer.param_groups:
             group["lr"] = rate
 
-    def save_last() -> None:
-        clock.pause()
-        p.elapsed_s = clock.total
-        save(LAST)
-        clock.start()
+    # -- what they write ------------------------------------------------------------------------
+    def record(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """A ``metrics.jsonl`` record: its kind, where the run stands, then ``fields``."""
+        state = self.state
+        return {"kind": kind, "step": state.step, "tokens": state.tokens, "elapsed_s": round(self.clock.now(), 3),
+                **fields}
 
-    def log_reclusterings(log: MetricsLog) -> None:
-        nonlocal seen_history
-        if history is not None and len(history) > seen_history:
-            for entry in history[seen_history:]:
-                record = base("recluster")
-                record.update({("head_step" if k == "step" else k): v for k, v in entry.items()})
-                log.write(record)
-            seen_history = len(history)
+    def write_train_record(self, partial: bool = False) -> None:
+        """The open interval's mean loss and speed (one device read), also shown beside the bar."""
+        self.one_step.raise_if_diverged()  # the divergence flag is read where the loop reads values anyway
+        interval = self.state.interval
+        nll = interval.mean_loss()
+        seconds = self.clock.now() - interval.start_s
+        scores = (dict(nll_nats=nll, ppl=math.exp(min(nll, 700.0))) if self.head.loss_is_nll
+                  else dict(objective=self.head.objective, loss=nll))  # a sampled objective has no perplexity
+        record = self.record("train", epoch=round(self.state.epoch_float(self.task.epoch_length), 4), **scores,
+                             tokens_per_s=interval.tokens / seconds if seconds > 0 else None,
+                             lr=self.optimizer.param_groups[0]["lr"], interval_steps=interval.steps)
+        if partial:
+            record["partial"] = True
+        self.records.write(record)
+        self.bar.show_loss(nll, self.head.loss_is_nll)
 
-    stopped: str | None = None
-    first_step = p.step
-    log_file = MetricsLog(run_dir, keep_until_step=p.step if resumed else None) if ranks.is_writer else _NoLog()
-    grace_s = 2.0 if ranks.world > 1 else 0.0  # torchrun passes a Ctrl-C on to workers that got it already
-    with log_file as log, StopSignals(grace_s) as guard:
-        try:
-            model.train()
-            head.train()
-            clock.start()
-            stopped = budget_spent(guard)
-            while stopped is None:
-                set_rate()
-                for batch, cursor in task.batches(p.epoch, p.cursor):
-                    if rate_moves:
-                        set_rate()
-                    # forward, backward, clip, check, update; a self-organising head may re-cluster in the update
-                    result = step(batch, p.step + 1)
-                    n = result.tokens  # all ranks' targets
-                    log_sum.add_(result.loss_sum)
-                    p.step += 1
-                    p.tokens += n
-                    p.log_tokens += n
-                    p.log_steps += 1
-                    p.cursor = cursor
-                    bar.update(n)
-                    if bar.wants_loss(p.step - first_step) and p.log_tokens:  # a loss between records
-                        bar.show_loss(log_sum.item() / p.log_tokens, head.loss_is_nll, record=False)
-                    log_reclusterings(log)
-                    if p.step % config.log_every == 0:
-                        write_train_record(log)
-                        reset_interval()
-                    epoch_done = p.cursor >= task.epoch_length
-                    if epoch_done:
-                        p.epoch, p.cursor = p.epoch + 1, 0
-                        task.end_epoch()
-                    if epoch_done or (eval_every and p.step % eval_every == 0):
-                        run_eval(log)
-                    if config.checkpoint_every and p.step % config.checkpoint_every == 0:
-                        save_last()
-                    stopped = budget_spent(guard)
-                    if stopped is not None or epoch_done:
-                        break
-            clock.pause()
-            if p.step > first_step:  # a session that took no step (its budget was already spent) writes nothing
-                if stopped != "interrupted" and last_eval_step != p.step:
-                    clock.start()
-                    run_eval(log)
-                    clock.pause()
-                save_last()
-                clock.pause()
-                if p.log_steps:
-                    write_train_record(log, partial=True)  # the checkpoint keeps the open interval for a resume
-        finally:
-            bar.close()
-    p.elapsed_s = clock.total
-    return TrainResult(run_dir=run_dir, stopped=stopped or "done", step=p.step, tokens=p.tokens,
-                       elapsed_s=p.elapsed_s, epoch=epoch_float(), best_ppl=p.best_ppl, last_eval=last_eval,
-                       signature={**signature, "K": head_k(head, signature.get("K"))}, paths=paths,
-                       stop_signal=guard.signum, writer=ranks.is_writer)
+    def write_eval_record(self, result: EvalResult) -> None:
+        """A dev evaluation's record, and its line above the bar."""
+        epoch = self.state.epoch_float(self.task.epoch_length)
+        self.records.write(self.record(
+            "eval", split="valid", epoch=round(epoch, 4), nll_nats=result.nll_nats, ppl=result.ppl,
+            ppl_cluster=result.ppl_cluster, ppl_in_cluster=result.ppl_in_cluster, eval_tokens=result.tokens,
+            tokens_per_s=result.tokens_per_s))
+        self.last_eval, self.last_eval_step = result, self.state.step
+        if self.show_progress:
+            parts = ("" if result.ppl_cluster is None else  # a head without clusters has no parts to show
+                     f" | cluster ppl {_fmt(result.ppl_cluster)} | in-cluster ppl {_fmt(result.ppl_in_cluster)}")
+            write_line(f"step {self.state.step:,} | epoch {epoch:.2f} | valid ppl {result.ppl:.2f}{parts}",
+                       self.signals)
+
+    def log_reclusterings(self) -> None:
+        """A record for each re-clustering of a self-organizing head since the last step."""
+        if self.history is None or len(self.history) == self.history_logged:
+            return
+        for entry in self.history[self.history_logged:]:
+            self.records.write(self.record("recluster", **{("head_step" if k == "step" else k): v
+                                                           for k, v in entry.items()}))
+        self.history_logged = len(self.history)
+
+    def checkpoint_contents(self) -> dict[str, Any]:
+        """The checkpoint dict, made on every rank (the ranks' random states are gathered; a task's
+        :meth:`~sohsm.train.task.Task.position` gathers what the ranks carry)."""
+        state = self.state
+        check_finite_parameters((self.model, self.head), state.step)  # never save a diverged model over a good one
+        position = {"epoch": state.epoch, **self.task.position(state.cursor)}
+        rngs = self.ranks.gather_objects(rng_state(self.device))
+        extra: dict[str, Any] = {"world_size": self.ranks.world, "rng_ranks": rngs} if self.ranks.world > 1 else {}
+        scaler = self.one_step.precision.state_dict()
+        if scaler is not None:
+            extra["scaler"] = scaler
+        return {**extra, "format": self.task.checkpoint_format, "model": self.model.state_dict(),
+                "head": self.head.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "config": self.config.to_dict(), "vocab": self.task.vocab.to_dict(), "rng": rngs[0],
+                "position": position, **state.to_checkpoint(), "signature": self._signature()}
+
+    # -- around the loop ------------------------------------------------------------------------
+    def _signature(self) -> dict[str, Any]:
+        return {**self.signature, "K": head_k(self.head, self.signature.get("K"))}  # K may be set at step 1
+
+    def _progress_bar(self):
+        """Print the task's start-up lines and return the session's progress bar (disabled where not shown)."""
+        state, task = self.state, self.task
+        lines = (task.startup_lines(self.model, self.head, self.device, self.planned_tokens, state.tokens)
+                 if self.show_progress else [])
+        if self.show_progress and self.ranks.world > 1:
+            lines.append(f"processes  {self.ranks.world} ({torch.distributed.get_backend()}), each on "
+                         f"1/{self.ranks.world} of every batch; this one (rank 0) writes")
+        return progress_bar(lines, self.planned_tokens, state.tokens, state.elapsed_s, self.config.time_budget,
+                            self.device, self.show_progress, clock=self.clock.now, unit=task.unit)
+
+    def due(self, every: int | None) -> bool:
+        """Whether the step just taken is one of every ``every`` (0 or ``None``: never)."""
+        return bool(every) and self.state.step % every == 0
+
+    def result(self, stopped: str) -> TrainResult:
+        state, run_dir = self.state, self.run_dir
+        state.elapsed_s = self.clock.total
+        paths = {"run_dir": run_dir, "metrics": run_dir / METRICS_FILE, "last": run_dir / LAST,
+                 "best": run_dir / BEST, "config": run_dir / CONFIG_FILE}
+        return TrainResult(run_dir=run_dir, stopped=stopped, step=state.step, tokens=state.tokens,
+                           elapsed_s=state.elapsed_s, epoch=state.epoch_float(self.task.epoch_length),
+                           best_ppl=state.best_ppl, last_eval=self.last_eval, signature=self._signature(), paths=paths,
+                           stop_signal=self.signals.signum, writer=self.ranks.is_writer)
+
+
+def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, head: Head,
+                optimizer: torch.optim.Optimizer, ranks: Ranks, state: RunState, *,
+                scaler: dict[str, Any] | None = None, show_progress: bool = True) -> TrainResult:
+    """Train one session from ``state`` (:class:`TrainingLoop`); the one call :mod:`sohsm.train.loop` makes."""
+    return TrainingLoop(config, run_dir, task, model, head, optimizer, ranks, state, scaler=scaler,
+                        show_progress=show_progress).run()

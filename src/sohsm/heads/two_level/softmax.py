@@ -63,7 +63,8 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         counts: ``[N]`` training counts; needed for ``"frequency"``.
         projection: apply the ReLU projections of Eq. 1 (two ``d x d`` maps, one
             for the cluster and one for the word softmax). Default: ``False``, by
-            measurement (see :class:`~sohsm.heads.SelfOrganizedSoftmax` and docs/results/lm.md).
+            measurement (docs/results/lm.md, "What the paper prescribes, what we measured, what the
+            default is").
         seed: seed of the random assignment.
         word_dim: score the words inside a cluster in ``word_dim`` dimensions: the
             hidden state is first mapped to them by a ``d x word_dim`` linear map, and

@@ -7,7 +7,8 @@ A run config composes four sections and the loop's own settings::
       model: ModelConfig   the LSTM, or a decoder-only transformer (``architecture``)
       head:  HeadConfig    which output layer, and its options (shared by every task)
       optim: OptimConfig   optimizer, learning rate, clipping, weight decay (shared by every task)
-      bptt, batch_size, epochs, max_tokens, time_budget, eval_every, ... , seed, device, amp, compile
+      bptt, batch_size, eval_batch_size, amp, compile
+      epochs, max_tokens, time_budget, eval_every, ..., seed, device   the loop's (shared by every task)
 
 Defaults are the paper's text8 setting (Shen et al. 2017, §4). A config
 is built from a dict (``config.json``) with :meth:`LMConfig.from_dict` and
@@ -27,10 +28,7 @@ from sohsm.train.config import AMP_CHOICES, CLUSTERS_FORMATS, HeadConfig, OptimC
 
 #: fields that may differ between a run and its resumption (budgets, logging, locations);
 #: everything else must match the checkpoint
-RESUMABLE_FIELDS = frozenset({
-    "data.data_dir", "data.cache_dir", "epochs", "max_tokens", "time_budget", "eval_every",
-    "checkpoint_every", "log_every", "device", "compile",
-})
+RESUMABLE_FIELDS = RunConfig.resumable_fields | {"data.data_dir", "data.cache_dir", "compile"}
 
 @dataclass
 class DataConfig:
@@ -151,24 +149,6 @@ class LMConfig(RunConfig):
     #: dev evaluation columns: the LSTM state restarts per column, 32 keeps the restarts rare and the batch wide (a
     #: transformer reads each column in disjoint windows of bptt tokens)
     eval_batch_size: int = 32
-    #: the paper trains 5 epochs
-    epochs: int = 5
-    #: stop after this many training tokens (all sessions together); ``None``: no limit
-    max_tokens: int | None = None
-    #: stop after this many seconds of training (all sessions, evaluation excluded); ``None``: no limit
-    time_budget: float | None = field(default=None, metadata={"metavar": "SECONDS"})
-    #: evaluate on dev every this many steps (and at each epoch's end); ``None``: four times an epoch (a curve
-    #: from the first epoch on); 0: at epochs' ends only
-    eval_every: int | None = field(default=None, metadata={"metavar": "STEPS"})
-    #: save ``last.pt`` every this many steps (and at the end); 0: only at the end
-    checkpoint_every: int = 1000
-    #: write a train record (mean loss, tokens/s) every this many steps; each is a device sync
-    log_every: int = 100
-    #: seeds the model's initialisation, dropout and the heads' random clusters
-    seed: int = 1
-    #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...; under torchrun cpu or cuda (each process takes the GPU of
-    #: its LOCAL_RANK)
-    device: str = field(default="cpu", metadata={"metavar": "DEVICE"})
     #: autocast the forward in ``"bf16"`` or ``"fp16"`` (with loss scaling); ``None``: float32, the paper's
     amp: str | None = field(default=None, metadata={"choices": AMP_CHOICES})
     #: run model and head through ``torch.compile`` (speed only; the head's target check is dropped)
@@ -195,8 +175,7 @@ class LMConfig(RunConfig):
         if self.task != "lm":
             raise FieldError.on("task", f"must be 'lm' for a language-model config, got {self.task!r}")
         self._check_at_least(1, "model.emb_size", "model.hidden_size", "model.layers", "model.attention_heads", "bptt",
-                             "batch_size", "eval_batch_size", "epochs", "log_every")
-        self._check_at_least(0, "eval_every", "checkpoint_every")
+                             "batch_size", "eval_batch_size")
         if not 0.0 <= self.model.dropout < 1.0:
             raise FieldError.on("model.dropout", f"must be in [0, 1), got {self.model.dropout}")
         if "update_every" in self.head.options:

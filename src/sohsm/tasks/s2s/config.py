@@ -6,7 +6,8 @@
       model: S2SModelConfig       embedding and LSTM sizes
       head:  HeadConfig           which output layer (shared with the language model)
       optim: OptimConfig          Adam lr 1e-3, weight decay 1e-6, no clipping
-      batch_size, epochs, max_tokens, time_budget, eval_every, ..., seed, device
+      batch_size, eval_batch_size
+      epochs, max_tokens, time_budget, eval_every, ..., seed, device   the loop's (shared by every task)
 
 Defaults are the paper's Gigaword setting (Shen et al. 2017, §5.2)
 where it gives one; :func:`sohsm.train.config.apply_overrides` changes a config.
@@ -20,9 +21,7 @@ from sohsm.fields import FieldError, escape, suggest
 from sohsm.train.config import CLUSTERS_FORMATS, HeadConfig, OptimConfig, RunConfig, check_clusters_source
 
 #: fields that may differ between a summariser's run and its resumption
-S2S_RESUMABLE_FIELDS = frozenset({
-    "data.data_dir", "epochs", "max_tokens", "time_budget", "eval_every", "checkpoint_every", "log_every", "device",
-})
+S2S_RESUMABLE_FIELDS = RunConfig.resumable_fields | {"data.data_dir"}
 
 
 @dataclass
@@ -99,31 +98,21 @@ class S2SConfig(RunConfig):
     batch_size: int = 128
     #: pairs per batch of the dev evaluation
     eval_batch_size: int = 128
+    # the loop's settings are RunConfig's (train/config.py: LoopSettings); these take other defaults here
     #: the paper gives none; 10 passes over ~35k pairs (choose by the dev perplexity)
     epochs: int = 10
-    #: stop after this many target tokens (all sessions together); ``None``: no limit
-    max_tokens: int | None = None
-    #: stop after this many seconds of training (all sessions, evaluation excluded); ``None``: no limit
-    time_budget: float | None = field(default=None, metadata={"metavar": "SECONDS"})
-    #: evaluate on dev every this many steps (and at each epoch's end); 0: at epoch ends only
+    #: evaluate on dev every this many steps (and at each epoch's end); 0: at epochs' ends only
     eval_every: int = 500
-    #: save ``last.pt`` every this many steps (and at the end); 0: only at the end
     checkpoint_every: int = 500
-    #: write a train record every this many steps
     log_every: int = 50
-    #: seeds the initialisation, the batch order and the heads' random clusters
-    seed: int = 1
-    #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
-    device: str = field(default="cpu", metadata={"metavar": "DEVICE"})
 
     def validate(self) -> None:
         """Check every value's range; raises ValueError naming the field."""
         self._validate_head_optim_budgets()
         if self.task != "s2s":
             raise FieldError.on("task", f"must be 's2s' for a summariser config, got {self.task!r}")
-        self._check_at_least(1, "model.emb_size", "model.hidden_size", "batch_size", "eval_batch_size", "epochs",
-                             "log_every", "data.min_count")
-        self._check_at_least(0, "eval_every", "checkpoint_every")
+        self._check_at_least(1, "model.emb_size", "model.hidden_size", "batch_size", "eval_batch_size",
+                             "data.min_count")
         if self.data.dataset not in ("gigaword", "reverse"):
             raise FieldError.on("data.dataset", f"must be 'gigaword' or 'reverse', got {self.data.dataset!r}")
         self._check_at_least(2, "data.symbols")

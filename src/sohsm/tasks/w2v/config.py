@@ -6,7 +6,8 @@
       model: W2VModelConfig      CBOW or skip-gram, vector size, window
       head:  HeadConfig          which output layer (word2vec's: tree_huffman or pmi = negative sampling)
       optim: OptimConfig         SGD at word2vec's rate, falling linearly to zero
-      batch_words, fast_path, kernel, update_rows, epochs, max_tokens, time_budget, eval_every, ..., seed, device
+      row_cap, batch_words, fast_path, kernel, update_rows, update_row_cap
+      epochs, max_tokens, time_budget, eval_every, ..., seed, device   the loop's (shared by every task)
 
 Defaults are word2vec's (Mikolov et al. 2013, the ``word2vec.c`` defaults for CBOW):
 dimension 100, window 5, ``min_count`` 5, sub-sampling 1e-3, 5 epochs, rate 0.05.
@@ -23,10 +24,7 @@ from sohsm.train.config import HeadConfig, OptimConfig, RunConfig
 from sohsm.tasks.w2v.data import ARCHITECTURES
 
 #: fields that may differ between a run and its resumption; ``epochs`` may not (the rate falls over them)
-W2V_RESUMABLE_FIELDS = frozenset({
-    "data.data_dir", "data.cache_dir", "max_tokens", "time_budget", "eval_every", "checkpoint_every", "log_every",
-    "device",
-})
+W2V_RESUMABLE_FIELDS = (RunConfig.resumable_fields - {"epochs"}) | {"data.data_dir", "data.cache_dir"}
 
 #: word2vec's starting rates: 0.05 for CBOW, 0.025 for skip-gram
 DEFAULT_RATES = {"cbow": 0.05, "skipgram": 0.025}
@@ -106,6 +104,7 @@ class W2VConfig(RunConfig):
         "optim.anneal": "word vectors take 1 (the rate falls linearly to zero over the run instead)",
         "optim.lr_schedule": "word vectors take constant (the rate falls linearly to zero over the run instead)",
         "optim.warmup": "word vectors take 0 (the rate falls linearly to zero over the run instead)",
+        "max_tokens": "stop after this many training rows (all sessions together); none: no limit",
     }
 
     #: the task this config trains (fixed)
@@ -133,22 +132,11 @@ class W2VConfig(RunConfig):
     #: the hand-written path: a parameter row moves by at most this many rows' worth of update at once (the
     #: Huffman root is on every row's path; a word repeated in a piece); ``None``: uncapped (diverged on text8)
     update_row_cap: float | None = 32.0
-    #: word2vec's default
-    epochs: int = 5
-    #: stop after this many training rows (all sessions together); ``None``: no limit
-    max_tokens: int | None = None
-    #: stop after this many seconds of training (all sessions, evaluation excluded); ``None``: no limit
-    time_budget: float | None = field(default=None, metadata={"metavar": "SECONDS"})
-    #: evaluate on dev every this many steps (and at each epoch's end); 0: at epoch ends only
+    # the loop's settings are RunConfig's (train/config.py: LoopSettings); these take other defaults here
+    #: evaluate on dev every this many steps (and at each epoch's end); 0: at epochs' ends only
     eval_every: int = 0
-    #: save ``last.pt`` every this many steps (and at the end); 0: only at the end
     checkpoint_every: int = 2000
-    #: write a train record every this many steps
     log_every: int = 200
-    #: seeds the vectors, the sub-sampling, the windows and the heads' random draws
-    seed: int = 1
-    #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
-    device: str = field(default="cpu", metadata={"metavar": "DEVICE"})
 
     @classmethod
     def from_saved(cls, data: Mapping[str, Any]) -> W2VConfig:
@@ -175,7 +163,7 @@ class W2VConfig(RunConfig):
                                                      f"got {self.model.architecture!r}")
         if self.model.head_init not in ("zeros", "head"):
             raise FieldError.on("model.head_init", f"must be 'zeros' or 'head', got {self.model.head_init!r}")
-        self._check_at_least(1, "model.dim", "model.window", "epochs", "log_every", "data.min_count", "data.eval_rows")
+        self._check_at_least(1, "model.dim", "model.window", "data.min_count", "data.eval_rows")
         if self.row_cap is not None and not self.row_cap > 0:
             raise FieldError.on("row_cap", f"must be positive (or none: uncapped), got {self.row_cap}")
         if self.kernel not in ("auto", "numba", "torch"):
@@ -184,7 +172,6 @@ class W2VConfig(RunConfig):
         if self.update_row_cap is not None and not self.update_row_cap > 0:
             raise FieldError.on("update_row_cap", f"must be positive (or none: uncapped), got {self.update_row_cap}")
         self._check_at_least(2, "batch_words")
-        self._check_at_least(0, "eval_every", "checkpoint_every")
         if not 0 <= self.data.sample < 1:
             raise FieldError.on("data.sample", f"must be in [0, 1), got {self.data.sample}")
         if self.data.text_mode not in (None, "lines", "running"):

@@ -13,11 +13,9 @@ kept (the row's ``(M + 1)``-th value): a cluster dropped is taken to be as good 
 best one dropped, so that one whose samples beat the weakest kept cluster comes back
 in about when it would enter the dense row's top ``M``. Their mean, which keeps each row's sum equal to the dense row's, was
 measured worse: a dropped cluster restarts from the row's average at every batch, and a
-frequent word (smoothing near 1) climbs back in far later than in the dense ``q``; on PTB (LSTM 256, 2
-epochs, 3 seeds, ``q_clusters=16`` of 100 clusters) the clusters froze (2.5-2.8% of the
-words moved at the last re-clustering against 11.5-12.5% with the dense ``q``) and dev
-perplexity was 1.35% worse than the dense head's (132.55 against 130.78), where the
-maximum is within 0.1% (130.68; docs/results/lm.md, with the command).
+frequent word (smoothing near 1) climbs back in far later than in the dense ``q``, so the
+clusters froze and the dev perplexity fell behind the dense head's, where the maximum kept up
+with it (docs/results/lm.md, "q in a compact form", with the figures and the commands).
 With ``M == C`` nothing is dropped and the result is the dense ``q``'s, bit for bit.
 The ``M`` are chosen once per batch: a word's tokens in one batch are all folded into its
 row first (as the dense update folds them), so a word seen once in a batch gets the rule

@@ -93,9 +93,9 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             as Eq. 10 is printed (a word seen once never updates, a frequent word
             keeps only its latest sample).
         projection: the ReLU projections of Eq. 1. Default: ``False``: with them the
-            head trained to a far worse perplexity on PTB (dev ppl 158 vs 123 without,
-            full softmax 122, LSTM 256 with dropout 0.2; the first Adagrad step moves every entry of the two
-            ``d x d`` maps by about the learning rate). ``True`` is the paper's Eq. 1.
+            head trained to a far worse perplexity on PTB (the first Adagrad step moves every entry of the
+            two ``d x d`` maps by about the learning rate; docs/results/lm.md, "What the paper prescribes,
+            what we measured, what the default is"). ``True`` is the paper's Eq. 1.
         seed: seed of the random initial clusters.
         reclusters_per_epoch: re-assignments per epoch when ``update_every`` is ``None``. Default: 8.
         freeze_after_tokens: stop re-clustering once the head has trained on this many
@@ -116,10 +116,10 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             shortlist; the other ``N - S`` words are self-organised. A shortlist
             word's probability is one softmax, not a product of two, and its
             in-cluster step costs nothing. Default ``None``: ``ceil(sqrt(N))`` words
-            when ``counts`` are given (else none), by measurement: PTB, LSTM 256, seed 1,
-            dev ppl 121.6 against 126.0 without (adaptive softmax 121.0); a shortlist
-            of 455 words did no better (121.8). ``0`` is the paper's head (every word
-            in a learned cluster); see docs/results/lm.md.
+            when ``counts`` are given (else none), chosen by measurement (a lower dev
+            perplexity on PTB than none, and no worse than a shortlist as large as
+            adaptive softmax's: docs/results/lm.md, "What was tried in this round").
+            ``0`` is the paper's head (every word in a learned cluster).
         word_dim: in-cluster scores in ``word_dim`` dimensions (:class:`TwoLevelSoftmax`).
         div_value, cutoffs: differentiated dimensions: a word of frequency band ``i`` is scored in
             ``d // div_value**i`` dimensions (:mod:`sohsm.heads.two_level.word_bands`; :class:`TwoLevelSoftmax`).
@@ -138,11 +138,9 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             ``N * n_clusters`` floats (PTB, 10k words and 100 learned clusters: 1.26 MiB against
             3.81 MiB; at a million words and 1,000 clusters, ``M = 16``: 126 MiB against 3.7 GiB).
             Algorithm 1 reads it as dense rows, a block at a time (``solver="deferred_acceptance"``
-            builds all rows at once). The sync-free path refuses it. Measured no loss: PTB, LSTM 256,
-            2 epochs, seeds 1-3, dev ppl 130.68 with ``q_clusters=16`` against 130.78 with the dense
-            ``q`` (``sohsm lm train --corpus ptb --head self_organized --head-option q_clusters=16
-            --emb-size 256 --hidden-size 256 --epochs 2 --seed S``; docs/results/lm.md).
-            Default ``None``: the dense ``q``.
+            builds all rows at once). The sync-free path refuses it. ``q_clusters=16`` lost no dev
+            perplexity on PTB against the dense ``q`` (docs/results/lm.md, "q in a compact form",
+            with the commands). Default ``None``: the dense ``q``.
 
     Example::
 
