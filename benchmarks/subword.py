@@ -135,6 +135,7 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
              "bits per byte (loss in bits / the UTF-8 bytes of the split's text), which compare across vocabularies",
              "and with word-level runs; perplexity per token compares only within a vocabulary. Means over the seeds;",
              "*tokens/s* is each run's own, trained beside other jobs: a guide, not a speed comparison.",
+             "The same model as a Hugging Face Llama trained by the `Trainer`: [subword-hf.md](subword-hf.md).",
              ""]
     folders = [p for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
     for folder in sorted(folders, key=lambda p: int(p.name.split("-")[1])):
