@@ -88,7 +88,9 @@ def main(argv=None) -> int:
         f"Produced by `OMP_NUM_THREADS=1 {command}` ({machine()}).", "",
         f"`benchmarks/heads.py --sizes {' '.join(map(str, args.sizes))} --repeats {args.repeats}` of revision "
         f"{old_rev} and of {new_rev}, taking turns, {args.rounds} rounds, each its own process on one thread; "
-        "the median of each figure over the rounds (milliseconds; new / old below 1 is faster now).", "",
+        "the median of each figure over the rounds (milliseconds; new / old below 1 is faster now). Each head's "
+        "medians are taken on their own, not paired: a head whose code did not change between the revisions shows "
+        "the noise left (heads.py's own table, one process, is the one for ratios between heads).", "",
         *rows]
     print("\n".join(lines))
     write_page(args.output, lines)
