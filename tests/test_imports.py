@@ -134,7 +134,8 @@ def test_the_loop_imports_no_task_and_the_tasks_no_report():
 
 
 #: the rooms of the package, each importing only rooms before it (docs/architecture.md says the same)
-LAYERS = (("fields", "version", "rouge"), ("data",), ("clustering",), ("heads",), ("models",), ("hf",), ("train",),
+LAYERS = (("fields", "version", "rouge", "lazy"), ("data",), ("clustering",), ("heads",), ("head_catalogue",),
+          ("models",), ("hf",), ("train",),
           ("tasks",), ("runs",), ("cli",), ("__main__",))
 
 
@@ -198,3 +199,25 @@ def test_neither_the_package_nor_the_help_imports_tokenizers():
                   "            pass\n"
                   "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tokenizers', 'transformers')))")
     assert out.strip() == "[]"
+
+
+def test_the_help_of_every_training_command_imports_no_torch():
+    """``--help`` reads the configs and the head catalogue alone: torch (seconds to import) only when a run starts."""
+    out = _python("import contextlib, io, sys\nfrom sohsm.cli.main import main\n"
+                  "for argv in (['lm', 'train', '--help'], ['s2s', 'train', '--help'], ['w2v', 'train', '--help'],\n"
+                  "             ['lm', 'compare', '--help'], ['lm', 'eval', '--help']):\n"
+                  "    with contextlib.redirect_stdout(io.StringIO()):\n"
+                  "        try:\n"
+                  "            main(argv)\n"
+                  "        except SystemExit:\n"
+                  "            pass\n"
+                  "print('torch' in sys.modules)")
+    assert out.strip() == "False"
+
+
+def test_the_head_catalogue_is_the_registry():
+    """The table ``--help`` lists heads from is what the registry holds (``python -m sohsm.head_catalogue`` rewrites
+    it after a head or an option is added)."""
+    from sohsm import head_catalogue
+
+    assert head_catalogue.HEADS == head_catalogue.from_registry(), "run `python -m sohsm.head_catalogue`"

@@ -18,7 +18,7 @@ from sohsm.cli.train_options import (
     training_overrides,
 )
 from sohsm.data.errors import DataError
-from sohsm.heads import head_names, head_options
+from sohsm.head_catalogue import head_names, option_names
 
 #: the heads of a comparison when --heads is not given: the reference, the paper's method, the peer a user
 #: has one import away (torch's adaptive softmax) and the classic class-based baseline
@@ -107,7 +107,7 @@ def _variant(text: str) -> tuple[str, str, dict[str, Any]]:
 
 
 def _takes(head: str, option: str) -> bool:
-    accepted = head_options(head)
+    accepted = option_names(head)
     return accepted is None or option in accepted
 
 

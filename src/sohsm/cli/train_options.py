@@ -24,7 +24,7 @@ from sohsm.cli.config_flags import (  # noqa: F401  (parse_option_list: lm compa
 )
 from sohsm.cli.main import RAW, CommandError, wrap
 from sohsm.data.errors import DataError
-from sohsm.heads import check_head_options, head_names, head_options
+from sohsm.head_catalogue import head_names, option_names
 
 def add_training_options(p: argparse.ArgumentParser, config_class: type, *, compare: bool = False) -> list[Flag]:
     """Add the flags of ``config_class``'s fields to ``p`` (:mod:`sohsm.cli.config_flags`) and the command's own:
@@ -49,11 +49,12 @@ def train_usage(config_class: type) -> str:
 
 
 def head_options_help() -> str:
-    """An epilog paragraph listing each registered head's options, from the registry (so it cannot go stale)."""
+    """An epilog paragraph listing each registered head's options, from the head catalogue (the registry's names,
+    read without importing torch; a test keeps the two in step)."""
     lines = ["head options (--head-option KEY=VALUE; see each head's docstring for their meaning):"]
     width = max(map(len, head_names()))
     for name in head_names():
-        options = head_options(name)
+        options = option_names(name)
         listed = "any (not checked)" if options is None else ", ".join(options) or "none"
         lines.append(textwrap.fill(listed, 100, initial_indent=f"  {name:<{width}}  ",
                                    subsequent_indent=" " * (width + 4)))
@@ -104,7 +105,7 @@ def requested_head_options(args: argparse.Namespace) -> tuple[dict[str, Any], in
 
 def heads_with(option: str) -> list[str]:
     """The registered heads that take ``option``."""
-    return [name for name in head_names() if option in (head_options(name) or {})]
+    return [name for name in head_names() if option in (option_names(name) or ())]
 
 
 def check_update_every(head: str, update_every: int | None) -> None:
@@ -113,7 +114,8 @@ def check_update_every(head: str, update_every: int | None) -> None:
     Raises:
         CommandError: naming the flag, its value, the head and the heads that take it.
     """
-    if update_every is not None and "update_every" not in (head_options(head) or {"update_every": None}):
+    takes = option_names(head) if head in head_names() else None
+    if update_every is not None and "update_every" not in (takes or ("update_every",)):
         raise CommandError(f"--update-every ({update_every}) means nothing for head {head!r}: it never re-clusters "
                            f"(heads that do: {', '.join(heads_with('update_every'))})")
 
@@ -124,6 +126,8 @@ def head_overrides(head: str, options: dict[str, Any], update_every: int | None)
     Raises:
         CommandError: an option the head does not take, or a value of the wrong type.
     """
+    from sohsm.heads import check_head_options
+
     check_update_every(head, update_every)
     try:
         check_head_options(head, options)

@@ -20,37 +20,15 @@ through the interface of :class:`~sohsm.train.task.Task`.
 * :mod:`sohsm.train.progress`: the progress bar of a training session.
 * :mod:`sohsm.train.builders`: the device, the optimizer and the run's signature.
 """
-from sohsm.train.builders import build_optimizer, run_signature
-from sohsm.train.checkpoint import format_signature, load_checkpoint, save_checkpoint
-from sohsm.train.config import OPTIMIZERS, HeadConfig, OptimConfig, RunConfig, apply_overrides
-from sohsm.train.evaluation import EvalResult, evaluate
-from sohsm.train.loading import LoadedRun, load_run
-from sohsm.train.loop import STOP_REASONS, TrainResult, resume_training, train
-from sohsm.train.metrics import MetricsLog, read_metrics
-from sohsm.train.task import Task, register_task, task_named
+from sohsm.lazy import lazy_exports
 
-__all__ = [
-    "EvalResult",
-    "HeadConfig",
-    "LoadedRun",
-    "MetricsLog",
-    "OPTIMIZERS",
-    "OptimConfig",
-    "RunConfig",
-    "STOP_REASONS",
-    "Task",
-    "TrainResult",
-    "apply_overrides",
-    "build_optimizer",
-    "evaluate",
-    "format_signature",
-    "load_checkpoint",
-    "load_run",
-    "read_metrics",
-    "register_task",
-    "resume_training",
-    "run_signature",
-    "save_checkpoint",
-    "task_named",
-    "train",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "sohsm.train.builders": ("build_optimizer", "run_signature"),
+    "sohsm.train.checkpoint": ("format_signature", "load_checkpoint", "save_checkpoint"),
+    "sohsm.train.config": ("OPTIMIZERS", "HeadConfig", "OptimConfig", "RunConfig", "apply_overrides"),
+    "sohsm.train.evaluation": ("EvalResult", "evaluate"),
+    "sohsm.train.loading": ("LoadedRun", "load_run"),
+    "sohsm.train.loop": ("STOP_REASONS", "TrainResult", "resume_training", "train"),
+    "sohsm.train.metrics": ("MetricsLog", "read_metrics"),
+    "sohsm.train.task": ("Task", "register_task", "task_named"),
+})

@@ -28,10 +28,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
-import torch
-
 from sohsm.fields import FieldError, FieldText, escape
-from sohsm.heads import head_names
+from sohsm.head_catalogue import head_names
 
 #: optimizers a run can use
 OPTIMIZERS = ("adagrad", "adam", "adamw", "sgd")
@@ -251,8 +249,10 @@ class RunConfig(LoopSettings):
 
     def _validate_head_optim_budgets(self) -> None:
         """The checks every run config shares: head, optimizer, the loop's settings."""
-        if self.head.name not in head_names():
-            raise ValueError(f"unknown head {self.head.name!r}; known heads: {', '.join(head_names())}")
+        from sohsm.heads import head_names as registered  # the registry: heads a library user registered too
+
+        if self.head.name not in registered():
+            raise ValueError(f"unknown head {self.head.name!r}; known heads: {', '.join(registered())}")
         if self.head.update_every is not None and self.head.update_every < 0:
             raise FieldError.on("head.update_every", f"must be >= 0, got {self.head.update_every}")
         if self.optim.optimizer not in OPTIMIZERS:
@@ -285,6 +285,8 @@ class RunConfig(LoopSettings):
             raise FieldError.on("max_tokens", f"must be >= 1 (or none: no limit), got {self.max_tokens}")
         if self.time_budget is not None and not self.time_budget > 0:
             raise FieldError.on("time_budget", f"must be positive (or none: no limit), got {self.time_budget}")
+        import torch
+
         try:
             torch.device(self.device)
         except (RuntimeError, ValueError):

@@ -226,7 +226,7 @@ TASK_PACKAGE = "sohsm.tasks"
 
 def _registered() -> dict[str, type[Task]]:
     """The registry, with the built-in tasks in it (their package is imported on the first look-up)."""
-    importlib.import_module(TASK_PACKAGE)
+    importlib.import_module(TASK_PACKAGE).import_tasks()
     return _TASKS
 
 

@@ -10,33 +10,14 @@ the next word.
   finished run).
 * :mod:`~sohsm.tasks.lm.context`: the Mnih-Hinton bootstrapped tree from a run's context vectors.
 """
-from sohsm.tasks.lm.config import LSTM_DEFAULTS, RESUMABLE_FIELDS, TRANSFORMER_DEFAULTS, DataConfig, LMConfig, ModelConfig
-from sohsm.tasks.lm.evaluation import evaluate_stream, stream_hidden_states
-from sohsm.tasks.lm.model import build_model, build_model_and_head, describe_model
-from sohsm.tasks.lm.run import Generation, SplitEvalResult, evaluate_run, generate_text
-from sohsm.tasks.lm.task import LMTask, check_vocabulary, load_lm_corpus, normalise_tokenizer, run_tokenizer
-from sohsm.train.task import normalise_corpus
+from sohsm.lazy import lazy_exports
 
-__all__ = [
-    "DataConfig",
-    "Generation",
-    "LMConfig",
-    "LMTask",
-    "ModelConfig",
-    "RESUMABLE_FIELDS",
-    "SplitEvalResult",
-    "LSTM_DEFAULTS",
-    "TRANSFORMER_DEFAULTS",
-    "build_model",
-    "build_model_and_head",
-    "check_vocabulary",
-    "describe_model",
-    "evaluate_run",
-    "evaluate_stream",
-    "generate_text",
-    "load_lm_corpus",
-    "normalise_corpus",
-    "normalise_tokenizer",
-    "run_tokenizer",
-    "stream_hidden_states",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "sohsm.tasks.lm.config": ("LSTM_DEFAULTS", "RESUMABLE_FIELDS", "TRANSFORMER_DEFAULTS", "DataConfig", "LMConfig",
+                              "ModelConfig"),
+    "sohsm.tasks.lm.evaluation": ("evaluate_stream", "stream_hidden_states"),
+    "sohsm.tasks.lm.model": ("build_model", "build_model_and_head", "describe_model"),
+    "sohsm.tasks.lm.run": ("Generation", "SplitEvalResult", "evaluate_run", "generate_text"),
+    "sohsm.tasks.lm.task": ("LMTask", "check_vocabulary", "load_lm_corpus", "normalise_tokenizer", "run_tokenizer"),
+    "sohsm.train.task": ("normalise_corpus",),
+})

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from sohsm.data.subwords import bpe_size
 from sohsm.fields import FieldError, escape, has
-from sohsm.heads import head_names, tying_refusal
-from sohsm.models.transformer_lm import POSITIONS, check_sizes
+from sohsm.head_catalogue import head_names
+from sohsm.models.transformer_shape import POSITIONS, check_sizes
 from sohsm.train.config import AMP_CHOICES, CLUSTERS_FORMATS, HeadConfig, OptimConfig, RunConfig, check_clusters_source
 
 #: fields that may differ between a run and its resumption (budgets, logging, locations);
@@ -114,7 +114,9 @@ def ties_by_default(overrides: typing.Mapping[str, typing.Any]) -> bool:
     model, head = ModelConfig(), HeadConfig()
     emb, hidden = overrides.get("model.emb_size", model.emb_size), overrides.get("model.hidden_size", model.hidden_size)
     name, options = overrides.get("head.name", head.name), overrides.get("head.options") or {}
-    if emb != hidden or name not in head_names() or not isinstance(options, typing.Mapping):
+    from sohsm.heads import head_names as registered, tying_refusal  # the registry: imports torch
+
+    if emb != hidden or name not in registered() or not isinstance(options, typing.Mapping):
         return False  # an unknown head or bad options are refused by validate(), with their own message
     return tying_refusal(name, hidden, options) is None
 
@@ -195,6 +197,8 @@ class LMConfig(RunConfig):
         check_clusters_source(self.data)
         self._validate_model()
         if self.model.tie_weights:
+            from sohsm.heads import tying_refusal
+
             refusal = tying_refusal(self.head.name, self.model.hidden_size, self.head.options)
             if refusal is not None:
                 raise FieldError(escape(f"head {self.head.name!r} cannot be tied (") + "{}" + escape(f"): {refusal}"),

@@ -5,20 +5,10 @@
   model builder and the clusters taken from a language model.
 * :mod:`~sohsm.tasks.s2s.decoding`: beam search on the head's exact top-k, sequence accuracy.
 """
-from sohsm.tasks.s2s.config import S2S_RESUMABLE_FIELDS, S2SConfig, S2SDataConfig, S2SModelConfig
-from sohsm.tasks.s2s.decoding import Decoded, decode, held_out_pairs, sequence_accuracy
-from sohsm.tasks.s2s.task import S2STask, build_model_and_head, target_rows
+from sohsm.lazy import lazy_exports
 
-__all__ = [
-    "Decoded",
-    "S2SConfig",
-    "S2SDataConfig",
-    "S2SModelConfig",
-    "S2STask",
-    "S2S_RESUMABLE_FIELDS",
-    "build_model_and_head",
-    "decode",
-    "held_out_pairs",
-    "sequence_accuracy",
-    "target_rows",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "sohsm.tasks.s2s.config": ("S2S_RESUMABLE_FIELDS", "S2SConfig", "S2SDataConfig", "S2SModelConfig"),
+    "sohsm.tasks.s2s.decoding": ("Decoded", "decode", "held_out_pairs", "sequence_accuracy"),
+    "sohsm.tasks.s2s.task": ("S2STask", "build_model_and_head", "target_rows"),
+})

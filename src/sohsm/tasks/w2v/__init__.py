@@ -5,17 +5,10 @@
 * :mod:`~sohsm.tasks.w2v.config` and :mod:`~sohsm.tasks.w2v.task`: the run, trained by :mod:`sohsm.train`;
 * :mod:`~sohsm.tasks.w2v.vectors`: a run's vectors: export, neighbours, analogies, similarity.
 """
-from sohsm.tasks.w2v.config import W2VConfig, W2VDataConfig, W2VModelConfig
-from sohsm.tasks.w2v.task import W2VTask, build_w2v_head
-from sohsm.tasks.w2v.vectors import WordVectors, load_vectors, load_w2v_run
+from sohsm.lazy import lazy_exports
 
-__all__ = [
-    "W2VConfig",
-    "W2VDataConfig",
-    "W2VModelConfig",
-    "W2VTask",
-    "WordVectors",
-    "build_w2v_head",
-    "load_vectors",
-    "load_w2v_run",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "sohsm.tasks.w2v.config": ("W2VConfig", "W2VDataConfig", "W2VModelConfig"),
+    "sohsm.tasks.w2v.task": ("W2VTask", "build_w2v_head"),
+    "sohsm.tasks.w2v.vectors": ("WordVectors", "load_vectors", "load_w2v_run"),
+})

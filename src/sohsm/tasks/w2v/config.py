@@ -21,13 +21,15 @@ from typing import Any
 
 from sohsm.fields import FieldError
 from sohsm.train.config import HeadConfig, OptimConfig, RunConfig
-from sohsm.tasks.w2v.data import ARCHITECTURES
 
 #: fields that may differ between a run and its resumption; ``epochs`` may not (the rate falls over them)
 W2V_RESUMABLE_FIELDS = (RunConfig.resumable_fields - {"epochs"}) | {"data.data_dir", "data.cache_dir"}
 
 #: word2vec's starting rates: 0.05 for CBOW, 0.025 for skip-gram
 DEFAULT_RATES = {"cbow": 0.05, "skipgram": 0.025}
+
+#: model names: predict the centre from the mean of its context, or from each context word
+ARCHITECTURES = ("cbow", "skipgram")
 
 
 @dataclass

@@ -25,9 +25,7 @@ import torch
 from torch import Tensor
 
 from sohsm.data.vocab import UNK, Vocabulary
-
-#: model names: predict the centre from the mean of its context, or from each context word
-ARCHITECTURES = ("cbow", "skipgram")
+from sohsm.tasks.w2v.config import ARCHITECTURES  # noqa: F401  (exported here too)
 
 
 def keep_probabilities(counts: np.ndarray, sample: float) -> np.ndarray:
