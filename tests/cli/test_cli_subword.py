@@ -94,6 +94,19 @@ def test_eval_reports_per_token_per_word_and_bits_per_byte_consistently(bpe_run,
         assert label in out, label
 
 
+def test_dev_records_of_a_subword_run_carry_per_word_and_per_byte_figures(bpe_run, word_run, cli):
+    """metrics.jsonl's dev records compare across tokenizers too: the last one is the final model's, which
+    ``lm eval --checkpoint last`` scores the same; a word run's records keep perplexity alone."""
+    evals = [r for r in read_metrics(bpe_run / "metrics.jsonl") if r["kind"] == "eval"]
+    assert evals and all(r["ppl_word"] > r["ppl"] > 1 and r["bits_per_byte"] > 0 for r in evals)
+    code, out, err = cli("lm", "eval", bpe_run, "--checkpoint", "last", "--json")
+    assert code == 0, err
+    last = json.loads(out)
+    assert math.isclose(evals[-1]["ppl_word"], last["ppl_word"], rel_tol=1e-6)
+    assert math.isclose(evals[-1]["bits_per_byte"], last["bits_per_byte"], rel_tol=1e-6)
+    assert not any("ppl_word" in r for r in read_metrics(word_run / "metrics.jsonl") if r["kind"] == "eval")
+
+
 def test_a_word_run_also_reports_bits_per_byte_on_the_same_bytes(word_run, bpe_run, cli):
     words, subwords = _eval_json(cli, word_run), _eval_json(cli, bpe_run)
     assert words["subwords"] is False and words["split_tokens"] == words["words"]

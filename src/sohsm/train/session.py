@@ -299,7 +299,7 @@ class TrainingLoop:
         self.records.write(self.record(
             "eval", split="valid", epoch=round(epoch, 4), nll_nats=result.nll_nats, ppl=result.ppl,
             ppl_cluster=result.ppl_cluster, ppl_in_cluster=result.ppl_in_cluster, eval_tokens=result.tokens,
-            tokens_per_s=result.tokens_per_s))
+            tokens_per_s=result.tokens_per_s, **self.task.eval_record_fields(result)))
         self.last_eval, self.last_eval_step = result, self.state.step
         if self.show_progress:
             parts = ("" if result.ppl_cluster is None else  # a head without clusters has no parts to show

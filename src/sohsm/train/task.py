@@ -212,6 +212,11 @@ class Task(ABC):
     def eval_hidden_states(self, model: nn.Module) -> Iterator[tuple[Tensor, Tensor]]:
         """``(hidden [*, d], targets [*])`` of the dev data, batch by batch, model in eval mode."""
 
+    def eval_record_fields(self, result: Any) -> dict[str, Any]:
+        """What a dev evaluation's record in ``metrics.jsonl`` adds to ``result``'s figures (``EvalResult``): none
+        by default; a language model over subwords adds perplexity per word and bits per byte."""
+        return {}
+
     def startup_lines(self, model: nn.Module, head: Head, device: torch.device, planned_tokens: int,
                       done_tokens: int) -> list[str]:
         """What a session prints before it trains: data, model, head, device and the plan."""

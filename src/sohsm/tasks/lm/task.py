@@ -36,6 +36,7 @@ from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
 from sohsm.models.transformer_lm import TransformerLM
 from sohsm.tasks.heads import hierarchy_parts, saved_clusters, takes_tree
 from sohsm.tasks.hierarchies import load_hierarchy
+from sohsm.tasks.lm.scores import split_scores
 from sohsm.tasks.lm.config import LMConfig
 from sohsm.tasks.lm.evaluation import stream_hidden_states
 from sohsm.tasks.lm.model import build_model_and_head
@@ -176,6 +177,15 @@ class LMTask(Task):
     def eval_hidden_states(self, model: LSTMLanguageModel) -> Iterator[tuple[Tensor, Tensor]]:
         return stream_hidden_states(model, self.corpus.valid, self.config.eval_batch_size, self.config.bptt,
                                     columns=self.ranks.share(self.config.eval_batch_size))
+
+    def eval_record_fields(self, result) -> dict[str, Any]:
+        """A subword run's dev record adds perplexity per word and bits per byte of the valid split (they compare
+        across tokenizers; :mod:`sohsm.tasks.lm.scores`); a word run's perplexity is already per word."""
+        c = self.corpus
+        if c.tokenizer is None or c.valid is None:
+            return {}
+        scores = split_scores(result, c.valid.numel(), c.words.get("valid"), c.text_bytes.get("valid"), True)
+        return {"ppl_word": scores.ppl_word, "bits_per_byte": scores.bits_per_byte}
 
     def startup_lines(self, model, head, device, planned_tokens, done_tokens) -> list[str]:
         lines = startup_lines(self.config, self.corpus, model, head, device, planned_tokens, self.tokens_per_epoch,
