@@ -141,3 +141,13 @@ def test_a_factory_without_a_class_passes_options_through(monkeypatch):
 
 def test_registry_changes_in_tests_do_not_leak():
     assert not {"test_only_head", "not_a_head", "open_head", "closed_head"} & set(head_names())
+
+
+def test_a_head_says_whether_its_loss_splits_into_logistic_decisions():
+    """word2vec's hand-written loop asks the head (``binary_pairs``), never its class."""
+    counts = list(range(40, 0, -1))
+    assert build_head("tree_huffman", 8, 40, counts=counts).binary_pairs == "paths"
+    assert build_head("pmi", 8, 40, counts=counts, noise_per_row=True).binary_pairs == "noise"
+    assert build_head("pmi", 8, 40, counts=counts).binary_pairs is None  # noise shared by the batch's rows
+    for name in ("full", "self_organized", "adaptive", "nce"):
+        assert build_head(name, 32, 40, counts=counts).binary_pairs is None, name

@@ -175,6 +175,14 @@ class Head(nn.Module):
     #: and no fused optimizer step.
     sparse: bool = False
 
+    @property
+    def binary_pairs(self) -> str | None:
+        """How the training loss splits into independent logistic decisions, one per (row, vector) pair, which
+        word2vec's hand-written loop trains without autograd: ``"paths"`` (a binary tree: the nodes on the
+        target's path), ``"noise"`` (negative sampling: the target and ``k`` noise words of its own row, no
+        bias), or ``None`` (it does not split so)."""
+        return None
+
     def __init__(self, in_features: int, n_classes: int) -> None:
         super().__init__()
         self.in_features = check_size("in_features", in_features, 1)

@@ -109,6 +109,11 @@ class BinaryTreeSoftmax(HierarchicalHead):
         (torch.Size([2, 3]), torch.Size([2]))
     """
 
+    @property
+    def binary_pairs(self) -> str:
+        """``"paths"``: one logistic decision per node on the target's path."""
+        return "paths"
+
     def __init__(
         self,
         in_features: int,

@@ -352,6 +352,11 @@ class PMISoftmax(SampledSoftmax):
 
     objective = "negative_sampling"
 
+    @property
+    def binary_pairs(self) -> str | None:
+        """``"noise"`` with ``noise_per_row`` and no bias (word2vec's negative sampling), else ``None``."""
+        return "noise" if self.noise_per_row and self.bias is None else None
+
     def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
                  noise_power: float = 1.0, seed: int = 0, sparse: bool = False, shift: bool = True,
                  noise_per_row: bool = False) -> None:

@@ -64,10 +64,9 @@ _SUM, _MEAN = 0, 1
 
 
 def trains_by_hand(head: Head) -> bool:
-    """Whether :class:`HandStep` can train ``head``: a binary tree, or ``pmi`` with per-row noise and no bias."""
-    if isinstance(head, BinaryTreeSoftmax):
-        return True
-    return isinstance(head, PMISoftmax) and head.noise_per_row and head.bias is None
+    """Whether :class:`HandStep` can train ``head``: one whose loss splits into logistic decisions
+    (:attr:`~sohsm.heads.Head.binary_pairs`: a binary tree, or ``pmi`` with per-row noise and no bias)."""
+    return head.binary_pairs is not None
 
 
 class _TreePairs:
@@ -161,7 +160,7 @@ class HandStep:
         self.update_rows = int(update_rows)
         self.cbow = model.architecture == "cbow"
         self.divide = self.cbow and model.exact_mean_gradient
-        if isinstance(head, BinaryTreeSoftmax):
+        if head.binary_pairs == "paths":
             self.pairs, self.offset = _TreePairs(head), 0.0
         else:
             self.pairs = _NoisePairs(head)
@@ -305,7 +304,7 @@ class CompiledStep:
         self.dtype = syn0.dtype
         #: a tree's paths as flat tables (nodes, labels, starts, lengths), each word's looked up by its id
         self.tree = None
-        if isinstance(head, BinaryTreeSoftmax):
+        if head.binary_pairs == "paths":
             paths, self.offset = _TreePairs(head), 0.0
             self.tree = (_long(paths.nodes), paths.labels.to(self.dtype).numpy(), _long(paths.start),
                          _long(paths.length))
