@@ -97,3 +97,18 @@ def test_runs_on_several_corpora_say_so_in_the_title_and_the_legend():
     assert "2 corpora (ptb, wikitext-2)" in title and "compare only within a corpus" in title
     assert [text.get_text() for text in fig.legends[0].get_texts()] == ["a (full) [ptb]", "b (full) [wikitext-2]"]
     assert draw_figure1(runs[:1]).get_suptitle().endswith(", on ptb")
+
+
+def test_runs_of_several_vocabularies_are_compared_per_word():
+    """Per-token perplexities of a word run and a subword run do not compare: the dev panel draws perplexity per
+    word (a subword run's ``ppl_word``), says so, and each legend entry names its vocabulary."""
+    words = [{"kind": "eval", "step": s, "tokens": 100 * s, "ppl": p} for s, p in ((1, 300.0), (2, 200.0))]
+    subwords = [{"kind": "eval", "step": s, "tokens": 100 * s, "ppl": p, "ppl_word": w}
+                for s, p, w in ((1, 60.0, 320.0), (2, 40.0, 190.0))]
+    runs = [PlottedRun("a (full)", "full", words, "ptb"), PlottedRun("b (full)", "full", subwords, "ptb", "bpe:8000")]
+    fig = draw_figure1(runs)
+    panels = _panels(fig)
+    dev = panels["dev perplexity per word (several vocabularies)"]
+    assert [list(line.get_ydata()) for line in dev.get_lines()] == [[300.0, 200.0], [320.0, 190.0]]
+    assert [text.get_text() for text in fig.legends[0].get_texts()] == ["a (full) [words]", "b (full) [bpe:8000]"]
+    assert "dev perplexity" in _panels(draw_figure1(runs[1:]))  # one vocabulary: per token, as before

@@ -37,21 +37,32 @@ class PlottedRun:
     head: str
     records: list[dict[str, Any]]
     corpus: str = "?"
+    #: ``"words"``, or the subword tokenizer it read the corpus with (``bpe:8000``, a ``tokenizer.json``'s name)
+    vocabulary: str = "words"
 
 
-def _run_facts(run_dir: Path) -> tuple[str, str]:
-    """``(head, corpus)`` of a run from its ``config.json`` (``"?"`` for what it does not say)."""
+def _run_facts(run_dir: Path) -> tuple[str, str, str]:
+    """``(head, corpus, vocabulary)`` of a run from its ``config.json`` (``"?"`` for what it does not say)."""
     try:
         config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return "?", "?"
+        return "?", "?", "words"
     facts = []
     for section, key in (("head", "name"), ("data", "corpus")):
         try:
             facts.append(Path(str(config[section][key])).name or "?")
         except (KeyError, TypeError):
             facts.append("?")
-    return facts[0], facts[1]
+    tokenizer = (config.get("data") or {}).get("tokenizer") if isinstance(config, dict) else None
+    vocabulary = "words" if not tokenizer else str(tokenizer) if str(tokenizer).startswith("bpe:") else \
+        Path(str(tokenizer)).name
+    return facts[0], facts[1], vocabulary
+
+
+def dev_key(run: PlottedRun, per_word: bool) -> str:
+    """The record value the dev-perplexity panel draws for ``run``: perplexity per word where runs of several
+    vocabularies share the figure (a subword run's ``ppl_word``; a word run's ``ppl`` is per word already)."""
+    return "ppl_word" if per_word and run.vocabulary != "words" else "ppl"
 
 
 def corpora_note(runs: Sequence[PlottedRun]) -> str:
@@ -164,9 +175,9 @@ def read_runs(dirs: Sequence[Path], labels: Sequence[str] | None = None) -> list
         metrics = d / METRICS_FILE
         if not metrics.is_file():
             raise ValueError(f"{d} is not a training run directory (no {METRICS_FILE})")
-        head, corpus = _run_facts(d)
+        head, corpus, vocabulary = _run_facts(d)
         runs.append(PlottedRun(labels[i] if labels is not None else f"{d.resolve().name} ({head})", head,
-                               read_metrics(metrics), corpus))
+                               read_metrics(metrics), corpus, vocabulary))
     if not any(curve(run.records, kind, key, "steps")[0] for run in runs for kind, key, _, _ in FIGURE1_PANELS):
         empty = ", ".join(str(d) for d in dirs)
         raise ValueError(f"nothing to plot: {METRICS_FILE} of {empty} holds no training or dev record yet "
@@ -209,11 +220,18 @@ def draw_figure1(runs: Sequence[PlottedRun], x: str = "tokens"):
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 3, sharex=True).ravel()
     mixed = len({run.corpus for run in runs} - {"?"}) > 1
-    labels = [f"{run.label} [{run.corpus}]" if mixed else run.label for run in runs]
+    per_word = len({run.vocabulary for run in runs}) > 1  # per-token perplexities of two vocabularies do not compare
+    labels = [f"{run.label} [{', '.join(([run.corpus] if mixed else []) + ([run.vocabulary] if per_word else []))}]"
+              if mixed or per_word else run.label for run in runs]
     for ax, (kind, key, title, log_y) in zip(axes, FIGURE1_PANELS):
         drawn = False
+        keys = [dev_key(run, per_word) if (kind, key) == ("eval", "ppl") else key for run in runs]
+        if per_word and (kind, key) == ("eval", "ppl"):
+            title = "dev perplexity per word (several vocabularies)"
+        elif per_word and kind != "recluster":
+            title += " per token"
         for index, run in enumerate(runs):
-            xs, values = curve(run.records, kind, key, x)
+            xs, values = curve(run.records, kind, keys[index], x)
             color = f"C{index % 10}"
             if xs:
                 ax.plot(xs, values, marker="o" if len(xs) < 30 else None, markersize=3, color=color,
@@ -223,7 +241,7 @@ def draw_figure1(runs: Sequence[PlottedRun], x: str = "tokens"):
                 ax.plot([], [], color=color, label=labels[index])
         ax.set_title(title, fontsize=11)
         ax.grid(True, alpha=0.3)
-        if log_y and drawn and all(v > 0 for run in runs for v in curve(run.records, kind, key, "steps")[1]):
+        if log_y and drawn and all(v > 0 for run, k in zip(runs, keys) for v in curve(run.records, kind, k, "steps")[1]):
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
             ax.yaxis.set_minor_formatter(_minor_log_labels())
