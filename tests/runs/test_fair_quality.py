@@ -43,3 +43,15 @@ def test_report_pairs_runs_seed_by_seed(tmp_path):
 def test_report_skips_protocols_without_runs(tmp_path):
     text = fair.report(tmp_path / "fair.md", tmp_path / "none")
     assert "## " not in text
+
+
+def test_a_corpus_without_a_test_split_is_reported_on_dev_alone(tmp_path):
+    """The text8 prefix has train and valid only: its runs are kept with no test figure, and compared on dev."""
+    results = tmp_path / "fair"
+    for name, dev in (("adaptive-untied", 120.0), ("self_organized-tied", 114.0)):
+        _keep(results / "lstm256-text8" / "seed-1" / name, [dev], None)
+    text = fair.report(tmp_path / "fair.md", results)
+    row = next(line for line in text.splitlines() if line.startswith("| self_organized-tied"))
+    assert "114.00 / –" in row and "| – |" in row
+    line = next(line for line in text.splitlines() if line.startswith("- self_organized-tied"))
+    assert line == f"- self_organized-tied: no test split [{(114 / 120 - 1) * 100:+.2f}% (one seed)]"
