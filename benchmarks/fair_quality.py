@@ -67,7 +67,8 @@ NOTES: dict[str, str] = {
                      "better form on PTB is tied: that run and the full softmax, hours on one thread here, are not "
                      "run yet; nor seeds 2 and 3).",
     "transformer-ptb": "Trained at commit 554ac34, seed 1, every head tied (docs/results/transformer.md has the "
-                       "three-seed tables of earlier releases, tied self-organized head against untied others).",
+                       "three-seed tables of earlier releases, tied self-organized head against untied others). "
+                       "Not run yet.",
 }
 
 #: run name -> (head, tied); the table's order
