@@ -30,3 +30,17 @@ def write_page(path, lines: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {path}")
+
+
+def command_line(argv: list[str]) -> str:
+    """``argv`` as a page's *Command* line says it: without ``--output``'s value, a folder of the machine that ran it
+    (the page is where it was written; the default place is the one the docs link)."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--output":
+            skip = True
+        elif not arg.startswith("--output="):
+            shown.append(arg)
+    return " ".join(shown)

@@ -68,6 +68,9 @@ import sohsm
 from sohsm import build_head
 from sohsm.heads import TwoLevelSoftmax
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import command_line  # noqa: E402
+
 SIZES = (50_000, 128_000, 256_000)
 DIMS = (1024, 4096)
 TOKENS = (8192, 32768)
@@ -392,7 +395,7 @@ def write_report(path: Path, args, device, rows: list[dict], lm_rows: list[dict]
         f"torch {torch.__version__}, {versions or 'no Triton'}, Python {platform.python_version()}, "
         f"sohsm {sohsm.__version__}; {datetime.date.today().isoformat()}.",
         "",
-        "Command: `python benchmarks/gpu.py " + " ".join(sys.argv[1:]) + "`",
+        "Command: `python benchmarks/gpu.py " + command_line(sys.argv[1:]) + "`",
         "",
         f"GPU tests of the sync-free path ({', '.join(GPU_TESTS)}): {tests or 'not run (--no-tests)'}.",
         "",

@@ -74,7 +74,7 @@ from pathlib import Path
 
 import torch
 
-from _machine import machine, write_page
+from _machine import command_line, machine, write_page
 
 import sohsm
 
@@ -150,7 +150,7 @@ def write_gpu_report(path: Path, args, rows: list[dict]) -> None:
         f"Device: {props.name} ({props.total_memory / 2**30:.0f} GiB), CUDA {torch.version.cuda}, torch "
         f"{torch.__version__}, Python {platform.python_version()}, sohsm {sohsm.__version__}; "
         f"{datetime.date.today().isoformat()}.", "",
-        f"Command: `python benchmarks/transformer.py {' '.join(sys.argv[1:])}`", "",
+        f"Command: `python benchmarks/transformer.py {command_line(sys.argv[1:])}`", "",
         "GPT-2 small's shape: 12 blocks, width 768, 12 heads, context 512, batch 16 (8,192 tokens a step), bf16 "
         f"autocast, fused AdamW, dropout 0.1{', torch.compile' if args.compile else ''}; every head with its "
         f"defaults; {args.gpu_tokens:,} training tokens per run, each run alone on the GPU; *tokens/s*: the training "
@@ -478,7 +478,7 @@ def write_hf_report(path: Path, args, device: torch.device, config, rows: list[d
     lines = [
         "# A Hugging Face Llama with Llama 3's 128k vocabulary: HF's head, Liger's and sohsm's", "",
         where, "",
-        f"Command: `python benchmarks/transformer.py {' '.join(args.argv)}`", "",
+        f"Command: `python benchmarks/transformer.py {command_line(args.argv)}`", "",
         f"`transformers`' `LlamaForCausalLM` from a `LlamaConfig` (nothing downloaded): {args.hf_layers} blocks, width "
         f"{args.hf_hidden}, MLP {args.hf_intermediate}, {args.hf_attention_heads} attention heads "
         f"({args.hf_kv_heads} key-value), context {args.hf_context}, batch {args.hf_batch} ({tokens:,} tokens a step), "

@@ -21,3 +21,12 @@ def small_config(**overrides) -> LMConfig:
     base = {"model.emb_size": 8, "model.hidden_size": 8, "head.name": "full"}
     base.update(overrides)
     return apply_overrides(LMConfig(), base)
+
+
+def run_files(run_dir) -> dict[str, bytes]:
+    """Every file under a run directory (its subfolders too: ``tensorboard/`` where that package is installed), by
+    relative path: what a step that must write nothing is compared with."""
+    from pathlib import Path
+
+    root = Path(run_dir)
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}

@@ -63,3 +63,11 @@ def test_lm_keeps_every_figure_as_it_comes_and_times_after_the_warm_up(gpu_bench
     assert "| WikiText-2 | 32 | adaptive | - |" in seen_before_run[2]
     text = (report_path / "gpu.md").read_text()
     assert "| WikiText-2 | 32 | self_organized | per_cluster | 2,100 | 12.0 | 1,000 | 1.00x | |" in text
+
+
+def test_a_page_s_command_line_leaves_out_the_output_folder_of_the_machine_that_ran_it():
+    spec = importlib.util.spec_from_file_location("benchmark_machine", ROOT / "benchmarks" / "_machine.py")
+    machine = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(machine)
+    argv = ["--hf", "--output", "/somewhere/out/page.md", "--hf-steps", "8", "--output=/x.md"]
+    assert machine.command_line(argv) == "--hf --hf-steps 8"

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import sohsm.train.session as loop  # the session calls evaluate
+from small_run import run_files
 from sohsm.train import read_metrics
 
 TOKENS_PER_STEP = 16 * 10  # batch 16 x BPTT 10
@@ -209,10 +210,10 @@ def test_resume_after_a_crash_drops_records_past_the_checkpoint(tmp_path, ptb_sl
     assert steps == list(range(1, 9))
     assert all(r["nll_nats"] < 50 for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train")
     # a resume whose budget is already spent takes no step and writes nothing
-    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    before = run_files(run_dir)
     code, out, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet")
     assert code == 0 and "nothing left to train" in out and f"--max-tokens {16 * TOKENS_PER_STEP}" in out
-    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+    assert run_files(run_dir) == before
 
 
 # -- errors ---------------------------------------------------------------------------------------

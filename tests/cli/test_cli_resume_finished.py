@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from small_run import run_files
 from sohsm.train.rundir import NothingToTrain, check_budget_left
 from sohsm.tasks.lm import LMConfig
 
@@ -24,13 +25,13 @@ def test_resuming_a_finished_run_says_there_is_nothing_left_and_how_to_ask_for_m
     code, out, err = cli("lm", "train", "--corpus", tiny_corpus, "--head", "full", "--run-dir", run_dir, *small,
                          "--epochs", 1)
     assert code == 0 and "all epochs done" in out, err
-    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    before = run_files(run_dir)
     code, out, err = cli("lm", "train", "--run-dir", run_dir, "--resume")  # not --quiet
     lines = out.splitlines()
     assert code == 0 and len(lines) == 1 and err == "", (out, err)  # no start-up lines, bar or summary
     assert lines[0].startswith(f"nothing left to train in {run_dir}: its one epoch done (step ")
     assert lines[0].endswith("to train on, ask for more: --epochs 2")
-    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+    assert run_files(run_dir) == before
     code, out, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet", "--epochs", 2)
     assert code == 0 and "all epochs done" in out and "epoch 2.00" in out, err
 

@@ -167,3 +167,22 @@ def test_the_optimizer_step_is_one_the_device_supports(monkeypatch):
     optimizer.step()
     adam = build_optimizer(apply_overrides(config, {"optim.optimizer": "adam"}), model, head)
     assert adam.defaults["fused"] is True
+
+
+def test_ddp_is_told_not_to_sync_buffers_at_forward_in_the_spelling_of_its_torch():
+    """torch 2.13 spells it ``forward_sync_buffers``, the releases before it (2.11 on a GPU machine) only
+    ``broadcast_buffers``: passing the new name to an old DDP fails at construction."""
+    from sohsm.train.distributed import no_buffer_sync_at_forward
+
+    class OldDDP:
+        def __init__(self, module, device_ids=None, broadcast_buffers=True, find_unused_parameters=False):
+            pass
+
+    class NewDDP(OldDDP):
+        def __init__(self, module, device_ids=None, broadcast_buffers=None, find_unused_parameters=False,
+                     forward_sync_buffers=None):
+            pass
+
+    assert no_buffer_sync_at_forward(OldDDP) == {"broadcast_buffers": False}
+    assert no_buffer_sync_at_forward(NewDDP) == {"forward_sync_buffers": False}
+    OldDDP(None, **no_buffer_sync_at_forward(OldDDP))  # accepted

@@ -19,6 +19,7 @@ ranks itself and broadcasts its assignment; nothing here knows about heads.
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any
@@ -181,5 +182,16 @@ class Ranks:
             return module
         conditional = any(isinstance(m, nn.AdaptiveLogSoftmaxWithLoss) for m in module.modules())
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(module, device_ids=device_ids, forward_sync_buffers=False,
-                                                   find_unused_parameters=conditional)
+        return nn.parallel.DistributedDataParallel(module, device_ids=device_ids, find_unused_parameters=conditional,
+                                                   **no_buffer_sync_at_forward())
+
+
+def no_buffer_sync_at_forward(ddp: type = nn.parallel.DistributedDataParallel) -> dict[str, bool]:
+    """DDP's keyword that turns off the buffer broadcast at every forward, in this torch's spelling.
+
+    torch 2.13 calls it ``forward_sync_buffers`` and deprecates ``broadcast_buffers``; the torch
+    releases before it know only ``broadcast_buffers`` (both leave the sync at construction on).
+    """
+    if "forward_sync_buffers" in inspect.signature(ddp.__init__).parameters:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}

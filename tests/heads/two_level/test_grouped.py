@@ -349,3 +349,36 @@ def test_per_cluster_kernel_does_not_compile_with_fullgraph():
     compiled = torch.compile(lambda h, t: head(h, t).loss, fullgraph=True, backend="aot_eager")
     with pytest.raises(torch._dynamo.exc.Unsupported):
         compiled(torch.randn(8, D, dtype=torch.float64), torch.randint(0, N, (8,)))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (inductor's Triton code for the head)")
+def test_self_organized_head_compiles_whole_with_inductor_on_cuda_and_syncs_nowhere():  # pragma: no cover - GPU only
+    """On CUDA, ``torch.compile(head, fullgraph=True)`` with every default and inductor: the eager head's loss and
+    gradient at every step, and no host sync once compiled (run on an H200: docs/benchmarks/gpu.md)."""
+    torch._dynamo.reset()
+    n, d, b = 5000, 128, 1024
+    counts = (1e5 / torch.arange(1, n + 1)).round()
+    torch.manual_seed(0)
+    head = SelfOrganizedSoftmax(d, n, counts=counts).cuda()
+    eager = copy.deepcopy(head)
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (head, eager)]
+    for m, opt in zip((head, eager), optimizers):
+        m.attach(opt)
+    compiled = torch.compile(head, fullgraph=True)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    for step in range(4):
+        hidden = torch.randn(b, d, device="cuda", generator=g)
+        target = torch.randint(0, n, (b,), device="cuda", generator=g)
+        torch.cuda.set_sync_debug_mode("error" if step >= 2 else 0)  # compiled: the steps after the first two
+        try:
+            out = compiled(hidden, target)
+            out.loss.backward()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        expected = eager(hidden, target)
+        expected.loss.backward()
+        torch.testing.assert_close(out.loss, expected.loss, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(head.weight.grad, eager.weight.grad, rtol=1e-5, atol=1e-6)
+        for opt in optimizers:
+            opt.step()
+            opt.zero_grad()
