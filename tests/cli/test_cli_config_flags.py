@@ -97,3 +97,22 @@ def test_an_integer_budget_may_be_written_as_a_float_is(text, value, tmp_path):
 def test_a_budget_that_is_no_whole_number_is_refused(cli):
     code, _, err = cli("lm", "train", "--corpus", "ptb", "--head", "full", "--run-dir", "r", "--max-tokens", "2.5")
     assert code == 2 and "--max-tokens: invalid int value: '2.5'" in err
+
+
+@pytest.mark.parametrize("command, flag, path, default", [
+    (["s2s", "train"], "--max-size", "data.max_size", 69_000),
+    (["w2v", "train"], "--row-cap", "row_cap", 4.0),
+    (["lm", "train"], "--clip", "optim.clip", None),
+])
+def test_none_typed_for_a_flag_makes_its_field_none_even_where_the_default_is_not(command, flag, path, default):
+    """``--max-size none`` used to read as "not given" (argparse's None), so s2s kept its 69,000 words."""
+    from sohsm.cli.config_flags import typed_fields
+
+    parser = build_parser()
+    args = parser.parse_args([*command, "--run-dir", "r", flag, "none"])
+    config_class = {"s2s": S2SConfig, "w2v": W2VConfig, "lm": LMConfig}[command[0]]
+    fields = typed_fields(args, config_flags(config_class))
+    assert path in fields and fields[path] is None
+    assert default is None or config_class().flat()[path] == default  # the field's own default is not None
+    not_given = parser.parse_args([*command, "--run-dir", "r"])
+    assert path not in typed_fields(not_given, config_flags(config_class))  # not given: left out

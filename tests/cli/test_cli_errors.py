@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sohsm.cli.config_flags import given_value
 from sohsm.cli.main import build_parser
 
 NEW_RUN = ["lm", "train", "--corpus", "ptb", "--head", "full"]
@@ -67,4 +68,4 @@ def test_range_errors_name_the_flag_in_words_a_user_can_type(flag, value, cli, t
     assert f"{flag} must be" in line and "None" not in line, line
     if "or none" in line:  # the word it offers is one the flag takes
         args = build_parser().parse_args([*NEW_RUN, "--run-dir", "r", flag, "none"])
-        assert getattr(args, flag[2:].replace("-", "_")) is None
+        assert given_value(getattr(args, flag[2:].replace("-", "_"))) is None

@@ -161,6 +161,23 @@ def read_int(text: str) -> int:
         return int(value)
 
 
+class _NoneGiven:
+    """``none`` typed for a flag whose field may be ``None``, told apart from the flag not given (argparse's
+    ``None``): a field whose default is not ``None`` (``--max-size none``) must still become ``None``."""
+
+    def __repr__(self) -> str:
+        return "none"
+
+
+#: what a ``none`` typed on the command line reads as, until :func:`typed_fields` makes it ``None``
+NONE_GIVEN = _NoneGiven()
+
+
+def given_value(value: Any) -> Any:
+    """A flag's value as the config takes it: :data:`NONE_GIVEN` is ``None``."""
+    return None if value is NONE_GIVEN else value
+
+
 def _reader(flag: Flag):
     """The argparse ``type`` of a flag: the field's type (an int also in a float's notation, ``1e5``: :func:`read_int`),
     and ``none`` for a field that may be ``None``."""
@@ -168,7 +185,7 @@ def _reader(flag: Flag):
 
     def read(text: str) -> Any:
         if flag.optional and text.lower() == "none":
-            return None
+            return NONE_GIVEN
         return convert(text)
 
     read.__name__ = flag.type.__name__  # argparse names the type in its error: "invalid int value"
@@ -273,6 +290,7 @@ def typed_fields(args: argparse.Namespace, flags: list[Flag]) -> dict[str, Any]:
         value = getattr(args, f.dest, None)
         if value is None or f.path in ("head.options", "head.update_every"):
             continue
+        value = given_value(value)
         if "none_if" in f.metadata and value == f.metadata["none_if"]:
             value = None
         out[f.path] = value

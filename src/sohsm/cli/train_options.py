@@ -17,6 +17,7 @@ from sohsm.cli.config_flags import (  # noqa: F401  (parse_option_list: lm compa
     Flag,
     add_config_flags,
     config_flags,
+    given_value,
     parse_head_option,
     parse_option_list,
     render_error,
@@ -94,7 +95,7 @@ def requested_head_options(args: argparse.Namespace) -> tuple[dict[str, Any], in
         if key in options:
             raise CommandError(f"--head-option {key} is given twice")
         options[key] = value
-    update_every = getattr(args, "update_every", None)
+    update_every = given_value(getattr(args, "update_every", None))
     if "update_every" in options:
         value = options.pop("update_every")
         if update_every is not None and value != update_every:
