@@ -59,18 +59,17 @@ NOTES: dict[str, str] = {
                "1e5e578, which differs only in the tied weight's start (untied runs train the same).",
     "lstm256-ptb": "Trained at commit c5884e4: seed 1 of six runs, seed 2 of the two tied two-level heads; the tied "
                    "full softmax of seed 1 at 67bee0d (the same training code for this head; 56 minutes on one "
-                   "thread beside another run). Not run yet: the untied full softmax, the rest of seeds 2 and 3 "
-                   "(`train lstm256-ptb --seeds 1,2,3` trains what is missing). The earlier six-epoch tables "
-                   "(docs/results/lm.md) compared the tied self-organized head with untied heads only.",
+                   "thread beside another run); tied adaptive softmax of seed 2 at 0e3a607 (the same code for it). "
+                   "Not run yet: the untied full softmax, the rest of seeds 2 and 3 (`train lstm256-ptb --seeds "
+                   "1,2,3` trains what is missing). The earlier six-epoch tables (docs/results/lm.md) compared the "
+                   "tied self-organized head with untied heads only.",
     "lstm256-text8": "The text8 prefix has a training and a dev split only: runs are compared on dev. "
                      "Trained at commit 79768e8, seed 1, the tied two-level heads and untied adaptive softmax (its "
                      "better form on PTB is tied: that run and the full softmax, hours on one thread here, are not "
                      "run yet; nor seeds 2 and 3).",
-    "transformer-ptb": "Trained at commit 0e3a607, every head tied: seed 1 of the four heads, seeds 2 and 3 of the "
-                       "two tied two-level heads (the tied full softmax and adaptive softmax took 9.3 and 4.9 "
-                       "minutes of training a run on one thread here; their seeds 2 and 3 are not run yet). The "
-                       "untied runs of earlier releases are in docs/results/transformer.md (three seeds), which also "
-                       "measures why frequency binning leads here.",
+    "transformer-ptb": "Trained at commit 0e3a607, every head tied, three seeds. The untied runs of earlier releases "
+                       "are in docs/results/transformer.md (three seeds), which also measures why frequency binning "
+                       "leads here.",
 }
 
 #: run name -> (head, tied); the table's order

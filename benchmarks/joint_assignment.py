@@ -11,7 +11,8 @@ with ``E`` a mean over the word's training tokens that were scored against every
 multiply-adds). ``--mode ordered`` (the default) keeps the last ``--sample`` training tokens and, while Algorithm 1
 places the words (most frequent first, the same size and mass limits), takes each word's in-cluster term against the
 words already placed in the new clusters; ``--mode separable`` scores ``--sample`` tokens of every batch against the
-clusters as they are and adds the per-word means to ``q``. A word without a scored token keeps ``q`` alone;
+clusters as they are and adds the per-word means to ``q``. ``--margin M`` (ordered) adds ``M`` bits to a word's own
+cluster, so that it moves only for a clear gain. A word without a scored token keeps ``q`` alone;
 ``beta = 0`` is the paper's Algorithm 1. The head is ``self_organized`` otherwise (every option and default),
 registered here as ``self_organized_joint`` for this experiment only (one process, dense ``q``). Measured:
 neither mode beat Algorithm 1 (docs/results/transformer.md).
@@ -51,13 +52,13 @@ class JointSelfOrganizedSoftmax(SelfOrganizedSoftmax):
     """
 
     def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, beta: float = 1.0,
-                 sample: int = 4096, mode: str = "ordered", **options) -> None:
+                 sample: int = 4096, mode: str = "ordered", margin: float = 0.0, **options) -> None:
         super().__init__(in_features, n_classes, counts=counts, **options)
         if self.q_clusters is not None:
             raise ValueError("the joint criterion is written for the dense q (q_clusters=None)")
         if mode not in ("ordered", "separable"):
             raise ValueError(f"mode must be 'ordered' or 'separable', got {mode!r}")
-        self.beta, self.sample, self.mode = float(beta), int(sample), mode
+        self.beta, self.sample, self.mode, self.margin = float(beta), int(sample), mode, float(margin)
         learned = self.n_clusters - self.shortlist
         self.joint_sum = torch.zeros(n_classes, learned, dtype=torch.float64)
         self.joint_count = torch.zeros(n_classes, dtype=torch.float64)
@@ -150,6 +151,10 @@ class JointSelfOrganizedSoftmax(SelfOrganizedSoftmax):
             if rows is not None:
                 own = scores[rows, w][:, None]
                 joint += self.beta * (own / (z[rows] + own)).log2().mean(0)
+            home = int(self.assignment[w]) - s
+            if self.margin and home >= 0 and self.history:  # a word leaves its cluster for a clear gain only (not
+                # from the random start)
+                joint[home] += self.margin
             closed = (sizes >= self.max_cluster_size) | (masses >= self.freq_budget)
             if bool(closed.all()):
                 fallback += 1
@@ -191,11 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=4096, help="ordered: training tokens kept for the estimate; "
                         "separable: tokens of each batch scored against every word")
     parser.add_argument("--mode", choices=("ordered", "separable"), default="ordered")
+    parser.add_argument("--margin", type=float, default=0.0, help="ordered: bits by which another cluster must beat "
+                        "a word's own for it to move")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="another self_organized option (e.g. init=frequency)")
     args = parser.parse_args(argv)
-    options = {"beta": args.beta, "sample": args.sample, "mode": args.mode}
+    options = {"beta": args.beta, "sample": args.sample, "mode": args.mode, "margin": args.margin}
     for item in args.option:
         key, value = item.split("=", 1)
         options[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") else value
