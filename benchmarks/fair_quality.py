@@ -59,7 +59,8 @@ NOTES: dict[str, str] = {
                "1e5e578, which differs only in the tied weight's start (untied runs train the same).",
     "lstm256-ptb": "Trained at commit c5884e4: seed 1 of six runs, seed 2 of the two tied two-level heads; the tied "
                    "full softmax of seed 1 at 67bee0d (the same training code for this head; 56 minutes on one "
-                   "thread beside another run); tied adaptive softmax of seed 2 at 0e3a607 (the same code for it). "
+                   "thread beside another run); the tied full softmax and tied adaptive softmax of seed 2 at 0e3a607 "
+                   "(the same code for them). "
                    "Not run yet: the untied full softmax, the rest of seeds 2 and 3 (`train lstm256-ptb --seeds "
                    "1,2,3` trains what is missing). The earlier six-epoch tables (docs/results/lm.md) compared the "
                    "tied self-organized head with untied heads only.",
