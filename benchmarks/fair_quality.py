@@ -69,7 +69,7 @@ NOTES: dict[str, str] = {
                      "better form on PTB is tied: that run and the full softmax, hours on one thread here, are not "
                      "run yet; nor seeds 2 and 3).",
     "transformer-ptb": "Trained at commit 0e3a607, every head tied, three seeds, and the untied full softmax of "
-                       "seed 1 (tying costs it 8.8% here). The untied runs of earlier releases are in "
+                       "seeds 1-3. The untied runs of earlier releases are in "
                        "docs/results/transformer.md (three seeds), which also measures why frequency binning leads "
                        "here.",
 }
