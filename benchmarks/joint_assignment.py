@@ -178,7 +178,6 @@ class JointSelfOrganizedSoftmax(SelfOrganizedSoftmax):
         return record
 
 
-@register_head("self_organized_joint", builds=JointSelfOrganizedSoftmax)
 def _self_organized_joint(in_features: int, n_classes: int, counts=None, **options) -> JointSelfOrganizedSoftmax:
     return JointSelfOrganizedSoftmax(in_features, n_classes, counts=counts, **options)
 
@@ -202,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="another self_organized option (e.g. init=frequency)")
     args = parser.parse_args(argv)
+    # registered here, not at import: importing this module (the tests do) leaves sohsm's heads as they are
+    register_head("self_organized_joint", builds=JointSelfOrganizedSoftmax)(_self_organized_joint)
     options = {"beta": args.beta, "sample": args.sample, "mode": args.mode, "margin": args.margin}
     for item in args.option:
         key, value = item.split("=", 1)

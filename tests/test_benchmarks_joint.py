@@ -65,3 +65,9 @@ def test_ordered_placement_is_algorithm_1_where_the_in_cluster_term_cannot_chang
     record = head.reassign()
     assert torch.equal(head.assignment[tail], expected)
     assert record["joint_words"] > 0 and not head.kept
+
+
+def test_importing_the_benchmark_registers_no_head(joint):
+    from sohsm.heads import head_names
+
+    assert "self_organized_joint" not in head_names()
