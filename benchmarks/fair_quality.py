@@ -49,6 +49,8 @@ PROTOCOLS: dict[str, tuple[str, list[str], str]] = {
                       "the text8 prefix (50k words), LSTM 256, six epochs"),
     "transformer-ptb": ("ptb", _TRANSFORMER + ["--epochs", "1"],
                         "Penn Treebank, the small transformer (4 x 256), one epoch"),
+    "transformer-ptb-3-epochs": ("ptb", _TRANSFORMER + ["--epochs", "3"],
+                                 "Penn Treebank, the small transformer (4 x 256), three epochs"),
     "transformer-wikitext-2": ("wikitext-2", _TRANSFORMER + ["--max-tokens", "1000000"],
                                "WikiText-2, the small transformer (4 x 256), 1M tokens"),
 }
