@@ -64,7 +64,7 @@ def ddp_gradient_errors(rank: int, world_size: int, names: list[str], variants: 
             variant = dict(variant)
             set_to_none = variant.pop("set_to_none")
             head, reference = make_head(name, folder), make_head(name, folder)
-            model = torch.nn.parallel.DistributedDataParallel(head, find_unused_parameters=name == "adaptive",
+            model = torch.nn.parallel.DistributedDataParallel(head, find_unused_parameters=head.skips_parameters,
                                                               **variant)
             optimizer = torch.optim.SGD(head.parameters(), lr=0.5)
             ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.5)

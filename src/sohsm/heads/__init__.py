@@ -1,7 +1,7 @@
 """Output layers. Every head implements :class:`Head`; importing each file here fills the registry."""
 from sohsm.heads.base import ClusteredHead, ClusterScores, Head, HeadMemory, HeadOutput, HierarchicalHead, SelfOrganizingHead
 from sohsm.heads.registry import (HeadOption, build_head, check_head_options, head_names, head_options,
-                                  memory_estimate, register_head, tying_refusal)
+                                  learns_clusters, memory_estimate, register_head, tying_refusal)
 from sohsm.heads.full import FullSoftmax
 from sohsm.heads.two_level.softmax import TopKResult, TwoLevelSoftmax
 from sohsm.heads.two_level.self_organizing.self_organized import SelfOrganizedSoftmax
@@ -38,6 +38,7 @@ __all__ = [
     "check_head_options",
     "head_names",
     "head_options",
+    "learns_clusters",
     "memory_estimate",
     "register_head",
     "tying_refusal",

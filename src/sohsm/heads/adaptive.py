@@ -91,6 +91,8 @@ class AdaptiveSoftmax(Head):
         True
     """
 
+    skips_parameters = True  # a tail cluster no target falls in gets no gradient in that step
+
     def __init__(
         self,
         in_features: int,

@@ -246,6 +246,29 @@ class Head(nn.Module):
         """
         raise ValueError(f"{type(self).__name__} cannot be tied: {self.tying_refusal(self.in_features, {})}")
 
+    #: whether a training step may leave some of its parameters without a gradient (adaptive softmax: the tail
+    #: clusters no target falls in), so that data-parallel training must look for unused parameters every step
+    skips_parameters: bool = False
+    #: whether its log-probabilities are ``log_softmax(h W^T + b)``: a linear layer's weights, given to
+    #: :meth:`set_word_vectors`, make it compute exactly what that layer and a softmax computed
+    logits_are_linear: bool = False
+
+    def set_word_vectors(self, weight: Tensor, bias: Tensor | None = None) -> None:
+        """Make ``weight`` (``[N, d]``, row ``w`` word ``w``'s) this head's output word vectors, and ``bias`` (``[N]``)
+        its word biases where it has them: how a model's own output layer is taken over without changing its outputs
+        (a full softmax) or its words' vectors (a two-level head's in-cluster vectors).
+
+        Raises:
+            ValueError: the head keeps no ``[N, d]`` word vectors (its reason), or the shapes differ.
+        """
+        raise ValueError(f"{type(self).__name__} keeps no [N, d] word vectors a model's weights could be copied into")
+
+    def _check_word_vectors(self, weight: Tensor) -> None:
+        expected = (self.n_classes, self.in_features)
+        if tuple(weight.shape) != expected:
+            raise ValueError(f"word vectors of shape {tuple(weight.shape)} for a head of {expected[0]} words x "
+                             f"{expected[1]} inputs")
+
     def tied_vectors(self) -> list[Tensor]:
         """The tensors (or views) whose rows the :meth:`tied_embedding` reads as words' input vectors.
 

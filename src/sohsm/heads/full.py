@@ -27,6 +27,8 @@ class FullSoftmax(Head):
         - returns :class:`HeadOutput` with ``output`` ``[B]`` and scalar ``loss``
     """
 
+    logits_are_linear = True
+
     def __init__(self, in_features: int, n_classes: int, bias: bool = False) -> None:
         super().__init__(in_features, n_classes)
         self.weight = nn.Parameter(torch.empty(n_classes, in_features))
@@ -55,6 +57,14 @@ class FullSoftmax(Head):
 
     def tied_vectors(self) -> list[Tensor]:
         return [self.weight]
+
+    def set_word_vectors(self, weight: Tensor, bias: Tensor | None = None) -> None:
+        """The logits become ``h weight^T + bias`` exactly (``bias`` ignored by a head built without one)."""
+        self._check_word_vectors(weight)
+        with torch.no_grad():
+            self.weight.copy_(weight)
+            if self.bias is not None and bias is not None:
+                self.bias.copy_(bias)
 
     def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
         hidden, target = self._check_inputs(hidden, target)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Union
 
 from sohsm.fields import did_you_mean
-from sohsm.heads.base import Head, HeadMemory, check_counts, check_size
+from sohsm.heads.base import Head, HeadMemory, SelfOrganizingHead, check_counts, check_size
 
 HeadFactory = Callable[..., Head]
 
@@ -133,6 +133,17 @@ def tying_refusal(name: str, in_features: int, options: Mapping[str, Any]) -> st
     if head_class is None:
         return "its factory does not say which head class it builds"
     return head_class.tying_refusal(int(in_features), dict(options))
+
+
+def learns_clusters(name: str) -> bool:
+    """Whether head ``name`` re-learns its clusters while it trains (a :class:`~sohsm.heads.base.SelfOrganizingHead`),
+    so that a run of it has learned clusters to show.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    head_class = _entry(name).head_class
+    return head_class is not None and issubclass(head_class, SelfOrganizingHead)
 
 
 def memory_estimate(name: str, in_features: int, n_classes: int, options: Mapping[str, Any], rows: int) -> HeadMemory:

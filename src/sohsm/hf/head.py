@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 from transformers.utils import ModelOutput
 
-from sohsm.heads import FullSoftmax, Head, TwoLevelSoftmax, build_head, head_options, tying_refusal
+from sohsm.heads import Head, build_head, head_options, tying_refusal
 from sohsm.heads.base import check_counts
 from sohsm.hf.extra_state import decode_extra_states, encode_extra_states
 from sohsm.models.tying import tie_embedding
@@ -242,8 +242,8 @@ def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bo
         head.to(weight.dtype)
     if tied:
         _tie(model, head, name, embedding, keep_weights)
-    elif keep_weights and isinstance(head, FullSoftmax):
-        _take_linear(head, output)
+    elif keep_weights and head.logits_are_linear:  # the model computes what it computed before
+        head.set_word_vectors(output.weight.detach(), getattr(output, "bias", None))
     lm_head = LMHead(head, _saved_counts(counts), logits_with_loss, _labels_position(model))
     model.set_output_embeddings(lm_head)
     _declare_tying(model, lm_head)
@@ -339,12 +339,12 @@ def _tie(model: PreTrainedModel, head: Head, name: str, embedding: nn.Embedding,
     if isinstance(lent, nn.Embedding):  # the head lends its parameter itself: it takes the embedding's instead
         _adopt(head, lent.weight, embedding)
         return
-    if not isinstance(head, TwoLevelSoftmax):
+    try:
+        head.set_word_vectors(embedding.weight.detach())
+    except ValueError as error:
         raise ValueError(f"head {name!r} ties through {type(lent).__name__}, whose vectors cannot hold the model's "
-                         "embedding weights; pass keep_weights=False to tie it with new vectors, or build the "
-                         "model with tie_word_embeddings=False")
-    with torch.no_grad():  # word w's vector sits in the row of its slot in the cluster layout
-        head.weight[head._layout.slot_of_word] = embedding.weight.to(head.weight.dtype)
+                         f"embedding weights ({error}); pass keep_weights=False to tie it with new vectors, or build "
+                         "the model with tie_word_embeddings=False") from None
     _replace_embedding(model, embedding, lent)
 
 
@@ -364,15 +364,6 @@ def _replace_embedding(model: PreTrainedModel, embedding: nn.Embedding, lent: nn
                          "does more than look rows up: it cannot read its vectors through the head; build the "
                          "model with tie_word_embeddings=False")
     model.set_input_embeddings(lent)
-
-
-def _take_linear(head: FullSoftmax, linear: nn.Module) -> None:
-    """The untied full softmax takes ``lm_head``'s weight and bias: the model's outputs do not change."""
-    with torch.no_grad():
-        head.weight.copy_(linear.weight)
-        bias = getattr(linear, "bias", None)
-        if head.bias is not None and isinstance(bias, Tensor):
-            head.bias.copy_(bias)
 
 
 def _labels_position(model: nn.Module) -> int | None:

@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
+from sohsm.heads import head_names, learns_clusters
 from sohsm.runs.plots import figure1
 from sohsm.runs.report import RunSummary, cluster_lines, results_table, summarise_run
 from sohsm.tasks.lm import LMConfig, describe_model
@@ -46,7 +47,7 @@ def write_comparison_report(out: str | os.PathLike[str], run_dirs: Sequence[str 
         raise ValueError(f"{out} holds no run with metrics yet: nothing to report")
     summaries = [summarise_run(d) for d in dirs]
     paths = {"results": out / RESULTS_FILE, "figure": figure1(dirs, out=out / FIGURE_FILE)}
-    organized = [d for d, s in zip(dirs, summaries) if s.head == "self_organized"]
+    organized = [d for d, s in zip(dirs, summaries) if s.head in head_names() and learns_clusters(s.head)]
     if organized:
         paths["clusters"] = out / CLUSTERS_FILE
         _write_text(paths["clusters"], _clusters_markdown(organized, top, words))

@@ -46,6 +46,13 @@ LR_SCHEDULES = ("constant", "cosine")
 AMP_CHOICES = ("bf16", "fp16")
 
 
+def _takes_shortlist(name: object) -> bool:
+    """Whether the registered head ``name`` takes a ``shortlist`` option (the self-organized head)."""
+    from sohsm.heads import head_names, head_options
+
+    return isinstance(name, str) and name in head_names() and "shortlist" in (head_options(name) or {})
+
+
 @dataclass
 class HeadConfig:
     """Which output layer, built by :func:`sohsm.build_head`."""
@@ -211,7 +218,7 @@ class RunConfig(LoopSettings):
         if isinstance(optim, Mapping) and "fused" not in optim:
             data = {**data, "optim": {**optim, "fused": False}}
             head = data.get("head")
-            if isinstance(head, Mapping) and head.get("name") == "self_organized":
+            if isinstance(head, Mapping) and _takes_shortlist(head.get("name")):
                 options = head.get("options") or {}
                 if isinstance(options, Mapping) and "shortlist" not in options:
                     data["head"] = {**head, "options": {**options, "shortlist": 0}}

@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from sohsm.heads.base import Head
+
 #: how long a collective may wait for the other ranks before the run fails
 TIMEOUT = datetime.timedelta(minutes=30)
 
@@ -175,12 +177,12 @@ class Ranks:
         Buffers are synchronised once, at construction: the heads keep theirs equal
         themselves (the self-organized head broadcasts each new assignment), and
         sending them at every forward would cost ``N`` words a step. Unused
-        parameters are searched for only where a module can leave some out in a step
-        (torch's adaptive softmax skips the tail clusters no target falls in).
+        parameters are searched for only where a head says it can leave some out in a step
+        (:attr:`~sohsm.heads.Head.skips_parameters`: adaptive softmax skips the tail clusters no target falls in).
         """
         if self.world == 1:
             return module
-        conditional = any(isinstance(m, nn.AdaptiveLogSoftmaxWithLoss) for m in module.modules())
+        conditional = any(isinstance(m, Head) and m.skips_parameters for m in module.modules())
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(module, device_ids=device_ids, find_unused_parameters=conditional,
                                                    **no_buffer_sync_at_forward())

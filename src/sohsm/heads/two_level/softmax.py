@@ -282,6 +282,17 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     def tied_vectors(self) -> list[Tensor]:
         return [self.weight]  # i.i.d. rows: the layout's order does not matter to a fresh draw
 
+    def set_word_vectors(self, weight: Tensor, bias: Tensor | None = None) -> None:
+        """Word ``w``'s in-cluster vector becomes ``weight[w]``, in the row of its slot in the cluster layout (the
+        clusters' own vectors are kept; a two-level head has no word bias, so ``bias`` is ignored)."""
+        if self.word_dim != self.in_features or self.band_projections is not None:
+            raise ValueError(f"{type(self).__name__}'s word vectors have {self.word_dim} entries "
+                             f"{'in bands ' if self.band_projections is not None else ''}where [N, {self.in_features}] "
+                             "vectors were given (word_dim, div_value and cutoffs change their width)")
+        self._check_word_vectors(weight)
+        with torch.no_grad():
+            self.weight[self._layout.slot_of_word] = weight.to(self.weight.dtype)
+
     def set_assignment(self, assignment: Tensor, optimizer: torch.optim.Optimizer | None = None) -> Tensor:
         """Move words to new clusters, keeping every word's vector, gradient and optimizer state.
 
