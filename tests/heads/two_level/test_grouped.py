@@ -15,7 +15,7 @@ import torch
 import torch._dynamo
 import torch._dynamo.testing
 
-from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax
 from sohsm.heads.two_level.self_organizing import device_statistics
 from sohsm.heads.two_level.ops import backends, grouped
 from sohsm.heads.two_level.ops.layout import ClusterLayout
@@ -109,7 +109,8 @@ def _head(kind: str, projection: bool) -> TwoLevelSoftmax:
     counts = (1000.0 / torch.arange(1, N + 1, dtype=torch.float64)).round()
     if kind == "two_level":
         return TwoLevelSoftmax(D, N, assignment="frequency", counts=counts, projection=projection).double()
-    return SelfOrganizedSoftmax(D, N, counts=counts, update_every=2, projection=projection).double()
+    return SelfOrganizedSoftmax(D, N, counts=counts, projection=projection,
+                                reclustering=Reclustering(update_every=2)).double()
 
 
 def _sync_free(head: TwoLevelSoftmax) -> TwoLevelSoftmax:
@@ -231,7 +232,7 @@ def test_static_statistics_equal_update_statistics(counts_given, smoothing):
     g = torch.Generator().manual_seed(11)
     counts = torch.randint(1, 6, (N,), generator=g).double() if counts_given else None
     for trial in range(20):
-        head = SelfOrganizedSoftmax(D, N, counts=counts, smoothing=smoothing, update_every=0)
+        head = SelfOrganizedSoftmax(D, N, counts=counts, reclustering=Reclustering(smoothing=smoothing, update_every=0))
         head.q.normal_(generator=g)
         twin = copy.deepcopy(head)
         for _ in range(2):  # the second batch sees the counts of the first when the head counts itself
@@ -249,7 +250,8 @@ def test_static_statistics_equal_update_statistics(counts_given, smoothing):
 
 def test_static_statistics_equal_one_update_per_token():
     counts = torch.randint(1, 9, (N,), generator=torch.Generator().manual_seed(3)).double()
-    head = SelfOrganizedSoftmax(D, N, counts=counts, update_every=0, shortlist=0).double()  # q over every cluster
+    head = SelfOrganizedSoftmax(D, N, counts=counts, shortlist=0,
+                                reclustering=Reclustering(update_every=0)).double()  # q over every cluster
     head.q = head.q.double()
     target = torch.tensor([3, 5, 3, 3, 7, 5, 0])
     log_probs = torch.log_softmax(torch.randn(7, head.n_clusters, dtype=torch.float64), dim=1)
@@ -259,9 +261,9 @@ def test_static_statistics_equal_one_update_per_token():
 
 
 def test_step_count_mirror_follows_a_loaded_state():
-    head = SelfOrganizedSoftmax(D, N, update_every=0)
+    head = SelfOrganizedSoftmax(D, N, reclustering=Reclustering(update_every=0))
     assert [device_statistics.count_step(head) for _ in range(3)] == [1, 2, 3]
-    other = SelfOrganizedSoftmax(D, N, update_every=0)
+    other = SelfOrganizedSoftmax(D, N, reclustering=Reclustering(update_every=0))
     other.steps.fill_(41)
     head.load_state_dict(other.state_dict())
     assert device_statistics.count_step(head) == 42 and int(head.steps) == 42
@@ -308,6 +310,34 @@ def test_training_step_compiles_with_fullgraph(kind):
     assert counter.frame_count == 1  # one graph, not recompiled for the second batch
 
 
+def _train_beside_eager(head, compiled, optimizer, batches, lr: float = 0.1, no_sync_from: int | None = None) -> None:
+    """Train ``head`` through ``compiled`` and an eager copy of it on the same ``batches``, each attached to its own
+    ``optimizer``: at every step both give the same loss, outputs and weight gradient. From step ``no_sync_from`` on
+    (CUDA), a host sync in the compiled forward or backward is an error."""
+    eager = copy.deepcopy(head)
+    optimizers = [optimizer(m.parameters(), lr=lr) for m in (head, eager)]
+    for m, opt in zip((head, eager), optimizers):
+        m.attach(opt)
+    for step, (hidden, target) in enumerate(batches):
+        watched = no_sync_from is not None and step >= no_sync_from
+        if watched:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            out = compiled(hidden, target)
+            out.loss.backward()
+        finally:
+            if watched:
+                torch.cuda.set_sync_debug_mode(0)
+        expected = eager(hidden, target)
+        expected.loss.backward()
+        torch.testing.assert_close(out.loss, expected.loss, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(out.output, expected.output, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(head.weight.grad, eager.weight.grad, rtol=1e-5, atol=1e-6)
+        for opt in optimizers:
+            opt.step()
+            opt.zero_grad()
+
+
 def test_self_organized_head_with_the_target_check_on_traces_whole():
     """``torch.compile(head, fullgraph=True)`` with every default, the target check on: the range is checked on the
     device without a read-back, and ``backend="auto"`` takes a sync-free backend while tracing (eagerly on the CPU
@@ -317,25 +347,12 @@ def test_self_organized_head_with_the_target_check_on_traces_whole():
     torch.manual_seed(0)
     head = SelfOrganizedSoftmax(D, N, counts=counts)
     assert head.check_targets
-    eager = copy.deepcopy(head)  # eagerly on the CPU: the per-cluster kernel
-    assert head.backend == "auto" and head.backend_for(torch.device("cpu")).name == "per_cluster"
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (head, eager)]
-    for m, opt in zip((head, eager), optimizers):
-        m.attach(opt)
+    assert head.backend == "auto" and head.backend_for(torch.device("cpu")).name == "per_cluster"  # eagerly
     counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
     compiled = torch.compile(head, fullgraph=True, backend=counter)
     g = torch.Generator().manual_seed(3)
-    for _ in range(2):  # the second batch runs the same graph
-        hidden, target = torch.randn(24, D, generator=g), torch.randint(0, N, (24,), generator=g)
-        out = compiled(hidden, target)
-        out.loss.backward()
-        expected = eager(hidden, target)
-        expected.loss.backward()
-        torch.testing.assert_close(out.output, expected.output, rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(head.weight.grad, eager.weight.grad, rtol=1e-5, atol=1e-6)
-        for opt in optimizers:
-            opt.step()
-            opt.zero_grad()
+    batches = [(torch.randn(24, D, generator=g), torch.randint(0, N, (24,), generator=g)) for _ in range(2)]
+    _train_beside_eager(head, compiled, torch.optim.SGD, batches)  # the second batch runs the same graph
     assert counter.frame_count == 1
     with pytest.raises(RuntimeError, match=rf"target values must be in \[0, {N}\)"):
         compiled(torch.randn(2, D), torch.tensor([0, N]))
@@ -360,25 +377,8 @@ def test_self_organized_head_compiles_whole_with_inductor_on_cuda_and_syncs_nowh
     counts = (1e5 / torch.arange(1, n + 1)).round()
     torch.manual_seed(0)
     head = SelfOrganizedSoftmax(d, n, counts=counts).cuda()
-    eager = copy.deepcopy(head)
-    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (head, eager)]
-    for m, opt in zip((head, eager), optimizers):
-        m.attach(opt)
     compiled = torch.compile(head, fullgraph=True)
     g = torch.Generator(device="cuda").manual_seed(3)
-    for step in range(4):
-        hidden = torch.randn(b, d, device="cuda", generator=g)
-        target = torch.randint(0, n, (b,), device="cuda", generator=g)
-        torch.cuda.set_sync_debug_mode("error" if step >= 2 else 0)  # compiled: the steps after the first two
-        try:
-            out = compiled(hidden, target)
-            out.loss.backward()
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
-        expected = eager(hidden, target)
-        expected.loss.backward()
-        torch.testing.assert_close(out.loss, expected.loss, rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(head.weight.grad, eager.weight.grad, rtol=1e-5, atol=1e-6)
-        for opt in optimizers:
-            opt.step()
-            opt.zero_grad()
+    batches = [(torch.randn(b, d, device="cuda", generator=g), torch.randint(0, n, (b,), device="cuda", generator=g))
+               for _ in range(4)]
+    _train_beside_eager(head, compiled, torch.optim.AdamW, batches, lr=1e-3, no_sync_from=2)  # compiled after two
