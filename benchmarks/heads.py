@@ -54,7 +54,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 import sohsm
-from sohsm import BinaryTreeSoftmax, FullSoftmax, SelfOrganizedSoftmax, build_head
+from sohsm import BinaryTreeSoftmax, FullSoftmax, Reclustering, SelfOrganizedSoftmax, build_head
 from sohsm.heads import SelfOrganizingHead
 from sohsm.heads.two_level.device_topk import DEFAULT_CLUSTERS, device_topk, exact_topk
 
@@ -241,7 +241,7 @@ def decoding(n: int, d: int, counts, device, generator, train_steps: int, tokens
         noise = torch.randn(tokens, d, generator=generator).to(device)
         return prototypes[target] + 0.5 * noise, target
 
-    heads = {"so": SelfOrganizedSoftmax(d, n, counts=counts, update_every=0).to(device),
+    heads = {"so": SelfOrganizedSoftmax(d, n, counts=counts, reclustering=Reclustering(update_every=0)).to(device),
              "tree": BinaryTreeSoftmax(d, n, tree="huffman", counts=counts).to(device)}
     full = FullSoftmax(d, n).to(device)
     for head in heads.values():

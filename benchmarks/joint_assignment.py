@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sohsm.heads import SelfOrganizedSoftmax
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax
 from sohsm.heads.registry import register_head
 from sohsm.tasks.lm import LMConfig
 from sohsm.train import resume_training, train
@@ -53,7 +53,9 @@ class JointSelfOrganizedSoftmax(SelfOrganizedSoftmax):
 
     def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, beta: float = 1.0,
                  sample: int = 4096, mode: str = "ordered", margin: float = 0.0, **options) -> None:
-        super().__init__(in_features, n_classes, counts=counts, **options)
+        options = dict(options)  # the self-organized head's options, the re-clustering ones flat or as their group
+        reclustering = options.pop("reclustering", None) or Reclustering.take(options)
+        super().__init__(in_features, n_classes, counts=counts, reclustering=reclustering, **options)
         if self.q_clusters is not None:
             raise ValueError("the joint criterion is written for the dense q (q_clusters=None)")
         if mode not in ("ordered", "separable"):

@@ -37,7 +37,7 @@ import torch
 
 from _machine import machine, write_page
 from sohsm.clustering import default_max_cluster_size, default_n_clusters, greedy_assignment
-from sohsm.heads import SelfOrganizedSoftmax
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax
 from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
 
 
@@ -81,8 +81,8 @@ def in_head(q: torch.Tensor, tf: torch.Tensor, dim: int, device: str, repeats: i
     counts = (tf * 1e9).round().clamp(min=1).cpu()
     times = []
     for repeat in range(repeats + 1):  # the first one warms up
-        head = SelfOrganizedSoftmax(dim, n, counts=counts, n_clusters=n_clusters, shortlist=0, update_every=0,
-                                    seed=repeat).to(device)
+        head = SelfOrganizedSoftmax(dim, n, counts=counts, n_clusters=n_clusters, shortlist=0, seed=repeat,
+                                    reclustering=Reclustering(update_every=0)).to(device)
         optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
         head.attach(optimizer)
         for p in head.parameters():  # the optimizer state and a gradient exist, as in training

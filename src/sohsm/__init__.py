@@ -28,6 +28,7 @@ HEAD_NAMES = (
     "ImportanceSamplingSoftmax",
     "NCESoftmax",
     "PMISoftmax",
+    "Reclustering",
     "SelfOrganizedSoftmax",
     "TreeSoftmax",
     "TwoLevelSoftmax",

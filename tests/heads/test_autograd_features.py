@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from sohsm.heads import SelfOrganizedSoftmax, TreeSoftmax, TwoLevelSoftmax, head_names
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TreeSoftmax, TwoLevelSoftmax, head_names
 
 from .test_precision import make_head
 
@@ -16,7 +16,8 @@ D, N, B = 16, 60, 48
 @pytest.mark.parametrize("reentrant", [True, False])
 def test_checkpointing_updates_the_statistics_once_per_step(reentrant):
     """The forward recomputed during backward must not fold the batch into q a second time."""
-    heads = [SelfOrganizedSoftmax(D, N, counts=torch.arange(N, 0, -1), update_every=0) for _ in range(2)]
+    heads = [SelfOrganizedSoftmax(D, N, counts=torch.arange(N, 0, -1),
+                                  reclustering=Reclustering(update_every=0)) for _ in range(2)]
     heads[1].load_state_dict(heads[0].state_dict())
     hidden, target = torch.randn(B, D), torch.randint(0, N, (B,))
     grads = []
@@ -84,7 +85,7 @@ def test_compiled_head_gives_the_eager_loss_and_gradients(name, tmp_path):
 def test_two_level_head_compiles_with_one_eager_region():
     """The per-cluster kernel runs eagerly (``torch.compiler.disable``); the rest is one graph each side."""
     torch._dynamo.reset()
-    head = SelfOrganizedSoftmax(D, N, update_every=0, projection=True)
+    head = SelfOrganizedSoftmax(D, N, projection=True, reclustering=Reclustering(update_every=0))
     head.check_targets = False
     explanation = torch._dynamo.explain(head)(torch.randn(B, D), torch.randint(0, N, (B,)))
     assert explanation.graph_break_count <= 2, [r.reason for r in explanation.break_reasons]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sohsm.heads import SelfOrganizedSoftmax, TreeSoftmax, TwoLevelSoftmax, head_names
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TreeSoftmax, TwoLevelSoftmax, head_names
 
 from .distributed import ddp_gradient_errors, ddp_reclustering, spawn
 
@@ -121,7 +121,8 @@ def test_data_parallel_replicas_are_refused(cls):
         assert torch.isfinite(model(torch.randn(3, 4), torch.tensor([0, 1, 2])).loss)
 
 
-@pytest.mark.parametrize("make", [lambda: SelfOrganizedSoftmax(4, 30, update_every=0), lambda: TreeSoftmax(4, 30)])
+@pytest.mark.parametrize("make", [lambda: SelfOrganizedSoftmax(4, 30, reclustering=Reclustering(update_every=0)),
+                                  lambda: TreeSoftmax(4, 30)])
 def test_a_weight_flattened_into_a_larger_buffer_is_refused(make):
     """FSDP (flat parameters) and ZeRO-3 make each weight a view into one flat buffer."""
     head = make()

@@ -8,7 +8,7 @@ import weakref
 import pytest
 import torch
 
-from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax, build_head, head_names
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax, build_head, head_names
 
 D, N = 6, 30
 
@@ -97,13 +97,13 @@ def test_topk_and_predict_of_an_empty_batch_are_empty(name):
 
 # -- a NaN hidden row -------------------------------------------------------------------------------
 def test_a_nan_hidden_row_does_not_poison_q():
-    head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=0)
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(), reclustering=Reclustering(update_every=0))
     hidden = torch.randn(4, D)
     hidden[1] = float("nan")
     target = torch.tensor([3, 5, 3, 8])
     head(hidden, target)
     assert torch.isfinite(head.q).all()
-    reference = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=0)
+    reference = SelfOrganizedSoftmax(D, N, counts=_counts(), reclustering=Reclustering(update_every=0))
     reference.load_state_dict({k: v for k, v in head.state_dict().items() if k != "q"}, strict=False)
     reference.q.copy_(torch.full_like(reference.q, -math.log2(reference.n_clusters)))
     keep = torch.tensor([0, 2, 3])
@@ -112,7 +112,7 @@ def test_a_nan_hidden_row_does_not_poison_q():
 
 
 def test_an_all_nan_batch_leaves_q_as_it_was():
-    head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=0)
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(), reclustering=Reclustering(update_every=0))
     before = head.q.clone()
     head(torch.full((3, D), float("nan")), torch.tensor([1, 2, 3]))
     assert torch.equal(head.q, before)
@@ -120,7 +120,7 @@ def test_an_all_nan_batch_leaves_q_as_it_was():
 
 # -- attach -------------------------------------------------------------------------------------------
 def test_attaching_one_optimizer_twice_counts_each_step_once():
-    head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=4)
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(), reclustering=Reclustering(update_every=4))
     optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
     first = head.attach(optimizer)
     assert head.attach(optimizer) is first
@@ -133,7 +133,7 @@ def test_attaching_one_optimizer_twice_counts_each_step_once():
 
 
 def test_attached_optimizers_are_held_weakly():
-    head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=4)
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(), reclustering=Reclustering(update_every=4))
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
     head.attach(optimizer)
     alive = weakref.ref(optimizer)

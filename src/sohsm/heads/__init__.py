@@ -5,6 +5,7 @@ from sohsm.heads.registry import (HeadOption, build_head, check_head_options, he
 from sohsm.heads.full import FullSoftmax
 from sohsm.heads.two_level.softmax import TopKResult, TwoLevelSoftmax
 from sohsm.heads.two_level.self_organizing.self_organized import SelfOrganizedSoftmax
+from sohsm.heads.two_level.self_organizing.reclustering import Reclustering
 from sohsm.heads.adaptive import AdaptiveSoftmax
 from sohsm.heads.binary_tree import BinaryTreeSoftmax, TreeTopK
 from sohsm.heads.nary_tree import NodeTopK, TreeSoftmax
@@ -27,6 +28,7 @@ __all__ = [
     "NCESoftmax",
     "NodeTopK",
     "PMISoftmax",
+    "Reclustering",
     "SampledSoftmax",
     "SelfOrganizedSoftmax",
     "SelfOrganizingHead",

@@ -4,7 +4,8 @@ Every factory takes ``(in_features, n_classes, counts=None, **options)``:
 ``counts`` are the training-corpus word counts (a ``[N]`` tensor), which
 frequency-based heads need and the others ignore. The *options* are the
 keyword arguments of the class the factory builds (``builds=`` at registration),
-less those the factory sets itself (``fixed=``): :func:`head_options` lists
+less those the factory sets itself (``fixed=``), a typed group among them (a dataclass, such as the
+self-organized head's ``reclustering``) given by the names of its fields: :func:`head_options` lists
 them, and :func:`build_head` refuses any other option, or a value of the wrong
 type, with a ValueError naming the head, before the head is built. The CLI's
 ``--head`` choices come from :func:`head_names`, so library and command line
@@ -21,6 +22,7 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import numbers
 import types
@@ -206,9 +208,21 @@ def _keyword_parameters(func: Callable, skip: frozenset[str]) -> tuple[dict[str,
         if p.kind is p.VAR_KEYWORD:
             open_ = True
         elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip:
+            group = _option_group(hints.get(p.name))
+            if group is not None:  # a typed group of options (the self-organized head's Reclustering): its fields
+                types_ = typing.get_type_hints(group)
+                out.update({f.name: HeadOption(f.name, f.default, types_.get(f.name)) for f in dataclasses.fields(group)})
+                continue
             default = None if p.default is p.empty else p.default
             out[p.name] = HeadOption(p.name, default, hints.get(p.name))
     return out, open_
+
+
+def _option_group(hint: Any) -> type | None:
+    """The dataclass a parameter annotated ``Group`` or ``Group | None`` takes, whose fields are options by name."""
+    candidates = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
+    groups = [c for c in candidates if isinstance(c, type) and dataclasses.is_dataclass(c)]
+    return groups[0] if len(groups) == 1 else None
 
 
 def _class_of(factory: HeadFactory, builds: type | None) -> type[Head] | None:

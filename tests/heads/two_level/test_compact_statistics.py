@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sohsm.clustering import greedy_assignment
-from sohsm.heads import SelfOrganizedSoftmax
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax
 from sohsm.heads.two_level.self_organizing.compact_statistics import CompactRows
 
 from tests.heads.reference import shuffled_zipf_counts
@@ -25,7 +25,8 @@ def make_head(q_clusters=None, seed: int = 0, **kwargs) -> SelfOrganizedSoftmax:
     torch.manual_seed(seed)
     options = dict(counts=_counts(), update_every=3, seed=seed, shortlist=0, q_clusters=q_clusters)
     options.update(kwargs)
-    return SelfOrganizedSoftmax(D, N, **options).double()
+    reclustering = Reclustering.take(options)  # the class itself checks q_clusters, against its learned clusters
+    return SelfOrganizedSoftmax(D, N, reclustering=reclustering, **options).double()
 
 
 def _batch(generator: torch.Generator, batch: int = 48):
@@ -170,8 +171,8 @@ def test_compact_head_trains_reclusters_and_round_trips_its_state():
 
 def test_memory_is_n_times_2m_plus_1_floats():
     n = 10_000
-    dense = SelfOrganizedSoftmax(8, n, update_every=0, shortlist=0)
-    compact = SelfOrganizedSoftmax(8, n, update_every=0, shortlist=0, q_clusters=16)
+    dense = SelfOrganizedSoftmax(8, n, shortlist=0, reclustering=Reclustering(update_every=0))
+    compact = SelfOrganizedSoftmax(8, n, shortlist=0, reclustering=Reclustering(update_every=0, q_clusters=16))
     assert dense.statistics_bytes() == n * 100 * 4
     assert compact.statistics_bytes() == n * (2 * 16 + 1) * 4
     assert compact.q_index.dtype == torch.int32 and compact.q_values.dtype == compact.q_rest.dtype == torch.float32

@@ -6,7 +6,7 @@ import torch
 import torch._dynamo
 import torch._dynamo.testing
 
-from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax
 from sohsm.heads.two_level.device_topk import device_topk, exact_topk
 
 N, D = 80, 8
@@ -18,7 +18,8 @@ def _head(kind: str, projection: bool = False, sharp: bool = False) -> TwoLevelS
     if kind == "two_level":
         head = TwoLevelSoftmax(D, N, assignment="random", counts=counts, projection=projection).double()
     else:
-        head = SelfOrganizedSoftmax(D, N, counts=counts, update_every=2, projection=projection).double()
+        head = SelfOrganizedSoftmax(D, N, counts=counts, projection=projection,
+                                    reclustering=Reclustering(update_every=2)).double()
     if sharp:  # a trained head's cluster distribution: a few clusters hold most of a row's mass
         with torch.no_grad():
             head.cluster_weight.mul_(25.0)

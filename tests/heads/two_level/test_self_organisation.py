@@ -34,7 +34,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax
 
 N_WORDS = 400
 N_CLASSES = 20  # planted classes, each of mass 1/20 (the transition matrix is doubly stochastic)
@@ -188,9 +188,9 @@ def self_organisation_experiment(
     true_ppl = math.exp(-float(true_log_prob.mean()))
 
     torch.manual_seed(seed)
-    so_head = SelfOrganizedSoftmax(
-        hidden, N_WORDS, counts=counts, n_clusters=N_CLUSTERS, gamma=1.5, freq_budget=0.1,
-        update_every=update_every, init="random", seed=seed, shortlist=0,  # Algorithm 1 as the paper has it
+    so_head = SelfOrganizedSoftmax(  # Algorithm 1 as the paper has it
+        hidden, N_WORDS, counts=counts, n_clusters=N_CLUSTERS, init="random", seed=seed, shortlist=0,
+        reclustering=Reclustering(gamma=1.5, freq_budget=0.1, update_every=update_every),
     )
     start = so_head.assignment.clone()
     so_model = BigramLM(so_head)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from sohsm.clustering import default_max_cluster_size, greedy_assignment
-from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax, build_head
 
 from tests.heads.reference import (
     shuffled_zipf_counts,
@@ -37,7 +37,7 @@ def make_head(seed: int = 0, **kwargs) -> SelfOrganizedSoftmax:
     torch.manual_seed(seed)
     options = dict(counts=_counts(), update_every=0, seed=seed, shortlist=0)  # the paper's head: no shortlist
     options.update(kwargs)
-    return SelfOrganizedSoftmax(D, N, **options)
+    return build_head("self_organized", D, N, **options)
 
 
 def _batch(seed: int, batch: int = 32, dtype=torch.float64):
@@ -407,7 +407,7 @@ def test_training_without_attached_optimizer_warns_once():
 def test_small_vocabulary_fallback_is_recorded():
     """N = 30: 6 clusters with f_b = 0.1 hold at most ~0.6 of the mass, the rest falls back."""
     counts = torch.arange(30, 0, -1, dtype=torch.float64)
-    head = SelfOrganizedSoftmax(D, 30, counts=counts, update_every=0, shortlist=0)
+    head = SelfOrganizedSoftmax(D, 30, counts=counts, shortlist=0, reclustering=Reclustering(update_every=0))
     assert head.n_clusters * head.freq_budget < 1
     record = head.reassign()
     assert record["fallback_words"] > 0
@@ -429,7 +429,7 @@ def test_state_dict_carries_assignment_q_and_history():
     buffer.seek(0)
     state = torch.load(buffer)
 
-    fresh = SelfOrganizedSoftmax(D, N, counts=None, update_every=2, seed=77)
+    fresh = SelfOrganizedSoftmax(D, N, counts=None, seed=77, reclustering=Reclustering(update_every=2))
     assert not torch.equal(fresh.assignment, head.assignment)
     fresh.load_state_dict(state)
     assert torch.equal(fresh.assignment, head.assignment)
@@ -449,7 +449,7 @@ def test_state_dict_carries_assignment_q_and_history():
 
 def test_counts_given_survives_loading():
     head = make_head(16)
-    fresh = SelfOrganizedSoftmax(D, N, counts=None, update_every=0)
+    fresh = SelfOrganizedSoftmax(D, N, counts=None, reclustering=Reclustering(update_every=0))
     fresh.load_state_dict(head.state_dict())
     assert fresh.counts_given is True
     fresh.update_statistics(torch.tensor([1, 1]), torch.log_softmax(torch.randn(2, C), dim=1))
@@ -500,7 +500,7 @@ def test_bad_constructor_args(kwargs, match):
     options = dict(counts=_counts())
     options.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        SelfOrganizedSoftmax(D, N, **options)
+        build_head("self_organized", D, N, **options)
 
 
 def test_bad_forward_input():
@@ -517,7 +517,7 @@ def test_bad_forward_input():
 def _shortlist_head(shortlist=8, n=200, d=6, seed=0, **options):
     g = torch.Generator().manual_seed(seed)
     counts = (1000.0 / torch.arange(1, n + 1, dtype=torch.float64))[torch.randperm(n, generator=g)].round() + 1
-    return SelfOrganizedSoftmax(d, n, counts=counts, shortlist=shortlist, seed=seed, **options), counts
+    return build_head("self_organized", d, n, counts=counts, shortlist=shortlist, seed=seed, **options), counts
 
 
 def test_shortlist_words_keep_clusters_of_their_own_through_reclusterings():
@@ -604,8 +604,8 @@ def test_a_reclustering_on_the_devices_path_reads_few_values_back(monkeypatch):
     reads each are 0.04 a step.
     """
     n_words = 500
-    head = SelfOrganizedSoftmax(16, n_words, counts=torch.randint(1, 100, (n_words,)), update_every=0,
-                                solver="deferred_acceptance", backend="grouped_torch")
+    head = SelfOrganizedSoftmax(16, n_words, counts=torch.randint(1, 100, (n_words,)), backend="grouped_torch",
+                                reclustering=Reclustering(update_every=0, solver="deferred_acceptance"))
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
     head.attach(optimizer)
     for _ in range(3):

@@ -6,7 +6,7 @@ import io
 import pytest
 import torch
 
-from sohsm.heads import SelfOrganizedSoftmax
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax, build_head
 
 D, N = 6, 64
 
@@ -42,19 +42,19 @@ def test_update_every_none_gives_about_eight_reclusterings_per_epoch():
 @pytest.mark.filterwarnings("ignore:SelfOrganizedSoftmax is training without an attached optimizer")
 def test_reclusters_per_epoch_sets_k_and_the_paper_k_without_counts():
     counts = _counts()
-    head = SelfOrganizedSoftmax(D, N, counts=counts, reclusters_per_epoch=2)
+    head = SelfOrganizedSoftmax(D, N, counts=counts, reclustering=Reclustering(reclusters_per_epoch=2))
     head(torch.randn(10, D), torch.randint(0, N, (10,)))
     assert head.update_every == round(float(counts.sum()) / 10 / 2)
     no_counts = SelfOrganizedSoftmax(D, N)
     no_counts(torch.randn(10, D), torch.randint(0, N, (10,)))
     assert no_counts.update_every == 1000
-    explicit = SelfOrganizedSoftmax(D, N, counts=counts, update_every=7)
+    explicit = SelfOrganizedSoftmax(D, N, counts=counts, reclustering=Reclustering(update_every=7))
     explicit(torch.randn(10, D), torch.randint(0, N, (10,)))
     assert explicit.update_every == 7
 
 
 def test_resolved_k_tokens_and_frozen_state_survive_a_state_dict():
-    head = SelfOrganizedSoftmax(D, N, counts=_counts(), freeze_after_tokens=64)
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(), reclustering=Reclustering(freeze_after_tokens=64))
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
     head.attach(optimizer)
     for s in range(3):
@@ -63,13 +63,14 @@ def test_resolved_k_tokens_and_frozen_state_survive_a_state_dict():
     buffer = io.BytesIO()
     torch.save(head.state_dict(), buffer)
     buffer.seek(0)
-    fresh = SelfOrganizedSoftmax(D, N, counts=_counts(), freeze_after_tokens=64)
+    fresh = SelfOrganizedSoftmax(D, N, counts=_counts(), reclustering=Reclustering(freeze_after_tokens=64))
     fresh.load_state_dict(torch.load(buffer))
     assert (fresh.update_every, fresh.tokens_seen, fresh.frozen) == (head.update_every, 64, True)
 
 
 def test_freezing_runs_a_last_reassignment_then_never_again():
-    head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=1000, freeze_after_tokens=96)
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(),
+                                reclustering=Reclustering(update_every=1000, freeze_after_tokens=96))
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
     head.attach(optimizer)
     for s in range(3):
@@ -83,7 +84,8 @@ def test_freezing_runs_a_last_reassignment_then_never_again():
 
 
 def test_reset_on_freeze_reinitialises_the_head_and_its_optimizer_state():
-    head = SelfOrganizedSoftmax(D, N, counts=_counts(), freeze_after_tokens=32, reset_on_freeze="head")
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(),
+                                reclustering=Reclustering(freeze_after_tokens=32, reset_on_freeze="head"))
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
     head.attach(optimizer)
     _step(head, optimizer, 0)
@@ -95,7 +97,8 @@ def test_reset_on_freeze_reinitialises_the_head_and_its_optimizer_state():
 
 def test_moved_words_take_the_mean_of_their_new_cluster_mates():
     torch.manual_seed(0)
-    head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=0, moved_vectors="cluster_mean", shortlist=0)
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(), shortlist=0,
+                                reclustering=Reclustering(update_every=0, moved_vectors="cluster_mean"))
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
     head.attach(optimizer)
     _step(head, optimizer, 1)
@@ -123,30 +126,31 @@ def test_moved_words_take_the_mean_of_their_new_cluster_mates():
 ])
 def test_bad_schedule_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        SelfOrganizedSoftmax(D, N, counts=_counts(), **kwargs)
+        build_head("self_organized", D, N, counts=_counts(), **kwargs)
 
 
 def test_update_growth_spaces_the_reclusterings_geometrically():
-    head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=3, update_growth=2)
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(), reclustering=Reclustering(update_every=3, update_growth=2))
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
     head.attach(optimizer)
     for s in range(22):
         _step(head, optimizer, s)
     assert [r["step"] for r in head.history] == [3, 9, 21]  # intervals 3, 6, 12
-    paper = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=3)
+    paper = SelfOrganizedSoftmax(D, N, counts=_counts(), reclustering=Reclustering(update_every=3))
     assert [s for s in range(1, 13) if paper.is_reassign_step(s)] == [3, 6, 9, 12]
 
 
 @pytest.mark.parametrize("growth", [0.5, float("inf"), float("nan"), "2"])
 def test_update_growth_below_one_or_not_a_number_is_refused(growth):
     with pytest.raises(ValueError, match="update_growth"):
-        SelfOrganizedSoftmax(D, N, counts=_counts(), update_growth=growth)
+        SelfOrganizedSoftmax(D, N, counts=_counts(), reclustering=Reclustering(update_growth=growth))
 
 
 def test_a_resumed_head_reclusters_on_the_same_grown_schedule():
     def run(split: int | None):
         torch.manual_seed(0)
-        head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=2, update_growth=1.5)
+        head = SelfOrganizedSoftmax(D, N, counts=_counts(),
+                                    reclustering=Reclustering(update_every=2, update_growth=1.5))
         optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
         head.attach(optimizer)
         for s in range(14):
@@ -155,7 +159,8 @@ def test_a_resumed_head_reclusters_on_the_same_grown_schedule():
                 torch.save({"head": head.state_dict(), "opt": optimizer.state_dict()}, buffer)
                 buffer.seek(0)
                 saved = torch.load(buffer, weights_only=False)
-                head = SelfOrganizedSoftmax(D, N, counts=_counts(), update_every=2, update_growth=1.5)
+                head = SelfOrganizedSoftmax(D, N, counts=_counts(),
+                                            reclustering=Reclustering(update_every=2, update_growth=1.5))
                 head.load_state_dict(saved["head"])
                 optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
                 optimizer.load_state_dict(saved["opt"])

@@ -34,7 +34,7 @@ def _head(kind: str = "two_level", **options):
     torch.manual_seed(3)
     if kind == "two_level":
         return TwoLevelSoftmax(D, N, counts=_counts(), div_value=4, cutoffs=CUTOFFS, **options).double()
-    return SelfOrganizedSoftmax(D, N, counts=_counts(), div_value=4, cutoffs=CUTOFFS, **options).double()
+    return build_head("self_organized", D, N, counts=_counts(), div_value=4, cutoffs=CUTOFFS, **options).double()
 
 
 def _bands(counts: torch.Tensor) -> torch.Tensor:

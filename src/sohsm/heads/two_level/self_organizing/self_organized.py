@@ -39,16 +39,15 @@ from sohsm.clustering import (
 from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
 from sohsm.heads.base import HeadMemory, SelfOrganizingHead, check_counts
 from sohsm.heads.two_level.self_organizing import device_statistics
-from sohsm.heads.two_level.self_organizing.cluster_statistics import SMOOTHING, ClusterStatistics
+from sohsm.heads.two_level.self_organizing.cluster_statistics import ClusterStatistics
 from sohsm.heads.two_level.self_organizing.freezing import Freezing
-from sohsm.heads.two_level.self_organizing.moved_words import MOVED_VECTORS, give_cluster_means
+from sohsm.heads.two_level.self_organizing.moved_words import give_cluster_means
 from sohsm.heads.two_level.self_organizing.rank_sync import RankSync
+from sohsm.heads.two_level.self_organizing.reclustering import SOLVERS, Reclustering
 from sohsm.heads.two_level.self_organizing.recluster_schedule import ReclusterSchedule
 from sohsm.heads.registry import register_head
 from sohsm.heads.two_level.softmax import TwoLevelSoftmax
 
-#: how Algorithm 1 is computed (:class:`SelfOrganizedSoftmax`'s ``solver``)
-SOLVERS = ("auto", "sequential", "deferred_acceptance")
 
 
 class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankSync, TwoLevelSoftmax,
@@ -77,39 +76,12 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             Algorithm 1 and set the smoothing ``lambda``. If ``None``, the head counts
             the targets it sees while training and uses those counts.
         n_clusters: number of clusters. Default: ``ceil(sqrt(N))``.
-        gamma: a cluster takes a word only while ``|c| < gamma * sqrt(N)``. Default: 1.5.
-        freq_budget: ``f_b``; a cluster takes a word only while its token mass is
-            below it. Default: 0.1.
-        update_every: ``K``, optimizer steps between re-assignments; 0 disables them.
-            Default ``None``: about ``reclusters_per_epoch`` re-assignments per epoch,
-            ``K = round(sum(counts) / tokens per batch / reclusters_per_epoch)``, fixed at
-            the first training batch (the paper's K = 1000 when the head counts targets
-            itself). The paper's K = 1000 never fires on a small corpus such as PTB
-            (363 steps an epoch at batch 128 x BPTT 20).
         init: starting clusters, ``"random"`` (the paper) or ``"frequency"``.
-        smoothing: ``"epoch"`` (default): ``1 - lambda(w) = 1 / f_w``, an exponential
-            average over about one epoch of the word's occurrences, which is what
-            the paper's text describes; ``"paper_literal"``: ``lambda(w) = 1 / f_w``
-            as Eq. 10 is printed (a word seen once never updates, a frequent word
-            keeps only its latest sample).
         projection: the ReLU projections of Eq. 1. Default: ``False``: with them the
             head trained to a far worse perplexity on PTB (the first Adagrad step moves every entry of the
             two ``d x d`` maps by about the learning rate; docs/results/lm.md, "What the paper prescribes,
             what we measured, what the default is"). ``True`` is the paper's Eq. 1.
         seed: seed of the random initial clusters.
-        reclusters_per_epoch: re-assignments per epoch when ``update_every`` is ``None``. Default: 8.
-        freeze_after_tokens: stop re-clustering once the head has trained on this many
-            tokens (after one last re-assignment). Default: ``None``, never.
-        reset_on_freeze: what freezing does to the head's weights: ``"none"`` (default),
-            ``"head"`` (re-initialise the head's weights and zero their optimizer state,
-            so that they are learned afresh on the final clusters), ``"head_keep_state"``
-            (re-initialise the weights, keep the optimizer state).
-        moved_vectors: what a word's vector becomes when it moves: ``"keep"`` (default,
-            the paper) or ``"cluster_mean"`` (the mean vector and optimizer state of the
-            words that stayed in its new cluster).
-        update_growth: factor by which the interval between re-assignments grows after
-            each one: re-assignments at steps ``K``, ``K + K g``, ``K + K g + K g^2``, ...
-            ``1.0`` (the paper) re-assigns every ``K`` steps.
         shortlist: the ``S`` most frequent words (by ``counts``) each get a fixed
             cluster of their own, scored in the root softmax beside the
             ``n_clusters`` learned clusters, as adaptive softmax's head scores its
@@ -125,28 +97,17 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             ``d // div_value**i`` dimensions (:mod:`sohsm.heads.two_level.word_bands`; :class:`TwoLevelSoftmax`).
         backend: how the in-cluster softmax is computed (:class:`TwoLevelSoftmax`): ``"auto"`` (default)
             the sync-free Triton kernels on CUDA, the per-cluster kernel on the CPU.
-        solver: how Algorithm 1 is computed; all give the same assignment.
-            ``"sequential"``: word by word on the host (``q`` is copied there from a GPU);
-            ``"deferred_acceptance"``: in rounds of tensor operations on ``q``'s device
-            (:mod:`sohsm.clustering.deferred_acceptance`), with one read-back per round, so
-            that ``q`` never leaves the GPU; ``"auto"`` (default): the deferred one when ``q``
-            is on a GPU, the sequential one on the CPU. Their times: ``docs/benchmarks/recluster.md``
-            (CPU) and ``docs/benchmarks/gpu.md``.
-        q_clusters: ``M``, keep ``q`` compact: per word only the ``M`` clusters with the highest
-            ``q`` (ids and values) and one value standing for every other cluster, the best of them
-            (:mod:`sohsm.heads.two_level.self_organizing.compact_statistics`): ``N (2M + 1)`` 4-byte numbers in place of
-            ``N * n_clusters`` floats (PTB, 10k words and 100 learned clusters: 1.26 MiB against
-            3.81 MiB; at a million words and 1,000 clusters, ``M = 16``: 126 MiB against 3.7 GiB).
-            Algorithm 1 reads it as dense rows, a block at a time (``solver="deferred_acceptance"``
-            builds all rows at once). The sync-free path refuses it. ``q_clusters=16`` lost no dev
-            perplexity on PTB against the dense ``q`` (docs/results/lm.md, "q in a compact form",
-            with the commands). Default ``None``: the dense ``q``.
+        reclustering: when and how the words are re-assigned (Algorithm 1's limits ``gamma`` and ``freq_budget``,
+            the schedule ``update_every``, ``reclusters_per_epoch``, ``update_growth``, the statistics' ``smoothing``
+            and ``q_clusters``, the ``solver``, freezing and moved words' vectors): a :class:`Reclustering`, one
+            validated group. Default: ``Reclustering()``. By name (:func:`sohsm.build_head`, ``--head-option``) the
+            same options are given flat: ``build_head("self_organized", d, N, counts=c, gamma=2.0)``.
 
     Example::
 
         >>> import torch
         >>> counts = torch.randint(1, 100, (1000,))
-        >>> head = SelfOrganizedSoftmax(64, 1000, counts=counts, update_every=2)
+        >>> head = SelfOrganizedSoftmax(64, 1000, counts=counts, reclustering=Reclustering(update_every=2))
         >>> optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
         >>> handle = head.attach(optimizer)     # re-clusters every update_every steps
         >>> for _ in range(2):
@@ -168,44 +129,22 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         n_classes: int,
         counts: Tensor | None = None,
         n_clusters: int | None = None,
-        gamma: float = 1.5,
-        freq_budget: float = 0.1,
-        update_every: int | None = None,
         init: str = "random",
-        smoothing: str = "epoch",
+        shortlist: int | None = None,
         projection: bool = False,
         seed: int = 0,
-        reclusters_per_epoch: float = 8.0,
-        freeze_after_tokens: int | None = None,
-        reset_on_freeze: str = "none",
-        moved_vectors: str = "keep",
-        update_growth: float = 1.0,
-        shortlist: int | None = None,
         word_dim: int | None = None,
         div_value: float | None = None,
         cutoffs: Sequence[int] | None = None,
         backend: str = "auto",
-        solver: str = "auto",
-        q_clusters: int | None = None,
+        reclustering: Reclustering | None = None,
     ) -> None:
-        if solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
-        if smoothing not in SMOOTHING:
-            raise ValueError(f"smoothing must be one of {SMOOTHING}, got {smoothing!r}")
+        if reclustering is None:
+            reclustering = Reclustering()
+        if not isinstance(reclustering, Reclustering):
+            raise ValueError(f"reclustering must be a Reclustering, got {type(reclustering).__name__}")
         if init not in ("random", "frequency"):
             raise ValueError(f"init must be 'random' or 'frequency', got {init!r}")
-        if not gamma > 0:
-            raise ValueError(f"gamma must be positive, got {gamma}")
-        if not freq_budget > 0:
-            raise ValueError(f"freq_budget must be positive, got {freq_budget}")
-        if update_every is not None and int(update_every) < 0:
-            raise ValueError(f"update_every must be >= 0 or None, got {update_every}")
-        if not (isinstance(update_growth, (int, float)) and math.isfinite(update_growth) and update_growth >= 1.0):
-            raise ValueError(f"update_growth must be a finite number >= 1, got {update_growth!r}")
-        if not reclusters_per_epoch > 0:
-            raise ValueError(f"reclusters_per_epoch must be positive, got {reclusters_per_epoch}")
-        if reset_on_freeze not in ("none", "head", "head_keep_state"):
-            raise ValueError(f"reset_on_freeze must be 'none', 'head' or 'head_keep_state', got {reset_on_freeze!r}")
         if n_clusters is not None and (isinstance(n_clusters, bool) or not isinstance(n_clusters, int)
                                        or not 1 <= n_clusters <= n_classes):
             raise ValueError(f"n_clusters must be an integer in [1, {n_classes}], got {n_clusters!r}")
@@ -215,6 +154,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         if isinstance(shortlist, bool) or int(shortlist) != shortlist or not 0 <= int(shortlist) < n_classes:
             raise ValueError(f"shortlist must be an integer in [0, {n_classes - 1}], got {shortlist!r}")
         shortlist = int(shortlist)
+        gamma = reclustering.gamma
         max_size = default_max_cluster_size(n_classes, gamma)
         if max_size * n_clusters < n_classes - shortlist:
             raise ValueError(
@@ -246,23 +186,23 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         if shortlist:
             #: ``[N - S]`` the words Algorithm 1 places (every word but the shortlist)
             self.register_buffer("tail_words", tail, persistent=False)
+        #: the re-clustering options, as given (the attributes below are read by the E-step and its schedule)
+        self.reclustering = reclustering
         self.gamma = float(gamma)
-        self.freq_budget = float(freq_budget)
+        self.freq_budget = float(reclustering.freq_budget)
         self.max_cluster_size = max_size
         #: K as given; ``None``: chosen from the epoch length at the first training batch
-        self.update_every_option = None if update_every is None else int(update_every)
+        self.update_every_option = reclustering.update_every
         self.update_every = self.update_every_option
-        self.reclusters_per_epoch = float(reclusters_per_epoch)
-        self.update_growth = float(update_growth)
-        self.freeze_after_tokens = None if freeze_after_tokens is None else int(freeze_after_tokens)
-        self.reset_on_freeze = reset_on_freeze
-        if moved_vectors not in MOVED_VECTORS:
-            raise ValueError(f"moved_vectors must be 'keep' or 'cluster_mean', got {moved_vectors!r}")
-        self.moved_vectors = moved_vectors
-        self.solver = solver
+        self.reclusters_per_epoch = float(reclustering.reclusters_per_epoch)
+        self.update_growth = float(reclustering.update_growth)
+        self.freeze_after_tokens = reclustering.freeze_after_tokens
+        self.reset_on_freeze = reclustering.reset_on_freeze
+        self.moved_vectors = reclustering.moved_vectors
+        self.solver = reclustering.solver
         self.tokens_seen = 0
         self.frozen = False
-        self.smoothing = smoothing
+        self.smoothing = reclustering.smoothing
         self.counts_given = counts is not None
         # integer counts: module.float()/.double() never round them
         self.register_buffer(
@@ -273,6 +213,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         # Only the learned clusters need statistics: a shortlist word never moves, and no word moves to a
         # shortlist word's cluster, so q has a column per learned cluster (N x (n_clusters - S) floats).
         learned = self.n_clusters - self.shortlist
+        q_clusters = reclustering.q_clusters
         if q_clusters is not None and (isinstance(q_clusters, bool) or not isinstance(q_clusters, int)
                                        or not 1 <= q_clusters <= learned):
             raise ValueError(f"q_clusters must be None or an integer in [1, {learned}] (the learned clusters), "
@@ -397,4 +338,7 @@ def _split_by_frequency(counts: Tensor, shortlist: int) -> tuple[Tensor, Tensor]
 
 @register_head("self_organized", builds=SelfOrganizedSoftmax)
 def _self_organized(in_features: int, n_classes: int, counts=None, **options) -> SelfOrganizedSoftmax:
-    return SelfOrganizedSoftmax(in_features, n_classes, counts=counts, **options)
+    """Flat options (``gamma=2``, ``update_every=100``): the :class:`Reclustering` ones make its group."""
+    options = dict(options)
+    reclustering = Reclustering.take(options)
+    return SelfOrganizedSoftmax(in_features, n_classes, counts=counts, reclustering=reclustering, **options)
