@@ -59,3 +59,15 @@ def test_the_heads_that_learn_their_clusters_are_the_self_organizing_ones():
     assert [name for name in head_names() if learns_clusters(name)] == ["self_organized"]
     with pytest.raises(ValueError, match=r"unknown head 'self_organised'; did you mean self_organized\?"):
         learns_clusters("self_organised")
+
+
+def test_only_heads_that_read_words_through_their_own_layout_lend_an_embedding_that_calls_embed():
+    from sohsm.heads.tying import HeadEmbedding
+
+    with pytest.raises(TypeError, match="FullSoftmax has no embed\\(ids\\)"):  # it lends its parameter instead
+        HeadEmbedding(build_head("full", D, N))
+    with pytest.raises(ValueError, match="TreeSoftmax cannot embed words: "):
+        build_head("tree", D, N).embed(torch.tensor([1, 2]))
+    head = build_head("two_level_frequency", D, N, counts=_counts())
+    ids = torch.tensor([[3, 0], [39, 7]])
+    torch.testing.assert_close(HeadEmbedding(head)(ids), head.embed(ids), rtol=0, atol=0)

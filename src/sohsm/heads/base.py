@@ -238,6 +238,15 @@ class Head(nn.Module):
         """
         return "it has no word vectors an input embedding can share"
 
+    def embed(self, ids: Tensor) -> Tensor:
+        """Words ``ids`` (``[*]``) as input vectors (``[*, d]``), read from this head's word vectors in its own layout:
+        what a :class:`~sohsm.heads.tying.HeadEmbedding` lends a tied model. A head without such vectors refuses.
+
+        Raises:
+            ValueError: the head has no word vectors to read (:meth:`tying_refusal` says why).
+        """
+        raise ValueError(f"{type(self).__name__} cannot embed words: {self.tying_refusal(self.in_features, {})}")
+
     def tied_embedding(self) -> nn.Module:
         """The input embedding (ids ``[*]`` -> ``[*, d]``) that reads this head's word vectors (weight tying).
 

@@ -24,7 +24,7 @@ class HeadEmbedding(nn.Module):
 
     def __init__(self, head: Head) -> None:
         super().__init__()
-        if not callable(getattr(head, "embed", None)):
+        if not isinstance(head, Head) or type(head).embed is Head.embed:  # the base refuses every word
             raise TypeError(f"{type(head).__name__} has no embed(ids) to read its word vectors through")
         self._head = (head,)  # a tuple: not registered as a submodule
 
