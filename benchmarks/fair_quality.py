@@ -62,7 +62,7 @@ NOTES: dict[str, str] = {
     "lstm256-ptb": "Trained at commit c5884e4: seed 1 of six runs, seed 2 of the two tied two-level heads; the tied "
                    "full softmax of seed 1 at 67bee0d (the same training code for this head; 56 minutes on one "
                    "thread beside another run); the tied full softmax and tied adaptive softmax of seed 2 at 0e3a607 "
-                   "(the same code for them). "
+                   "(the same code for them); seed 3 at 74ebcba (the training code of 0e3a607). "
                    "Not run yet: the untied full softmax, the rest of seeds 2 and 3 (`train lstm256-ptb --seeds "
                    "1,2,3` trains what is missing). The earlier six-epoch tables (docs/results/lm.md) compared the "
                    "tied self-organized head with untied heads only.",
@@ -70,6 +70,9 @@ NOTES: dict[str, str] = {
                      "Trained at commit 79768e8, seed 1, the tied two-level heads and untied adaptive softmax (its "
                      "better form on PTB is tied: that run and the full softmax, hours on one thread here, are not "
                      "run yet; nor seeds 2 and 3).",
+    "transformer-ptb-3-epochs": "Trained at commit 74ebcba (the training code of 0e3a607), the two two-level heads tied, "
+                                "seed 1: does frequency binning's lead at one epoch hold as training goes on? The "
+                                "schedule (100 warm-up steps, cosine to a tenth) spans the three epochs.",
     "transformer-ptb": "Trained at commit 0e3a607, every head tied, three seeds, and the untied full softmax of "
                        "seeds 1-3. The untied runs of earlier releases are in "
                        "docs/results/transformer.md (three seeds), which also measures why frequency binning leads "
