@@ -73,7 +73,7 @@ NOTES: dict[str, str] = {
                      "better form on PTB is tied: that run and the full softmax, hours on one thread here, are not "
                      "run yet; nor seeds 2 and 3).",
     "transformer-ptb-3-epochs": "Trained at commit 74ebcba (the training code of 0e3a607), the two two-level heads tied, "
-                                "seed 1: does frequency binning's lead at one epoch hold as training goes on? The "
+                                "seeds 1 and 2: does frequency binning's lead at one epoch hold as training goes on? The "
                                 "schedule (100 warm-up steps, cosine to a tenth) spans the three epochs.",
     "transformer-ptb": "Trained at commit 0e3a607, every head tied, three seeds, and the untied full softmax of "
                        "seeds 1-3. The untied runs of earlier releases are in "
