@@ -62,9 +62,9 @@ NOTES: dict[str, str] = {
     "lstm256-ptb": "Trained at commit c5884e4: seed 1 of six runs, seed 2 of the two tied two-level heads; the tied "
                    "full softmax of seed 1 at 67bee0d (the same training code for this head; 56 minutes on one "
                    "thread beside another run); the tied full softmax and tied adaptive softmax of seed 2 at 0e3a607 "
-                   "(the same code for them); seed 3 at 74ebcba (the training code of 0e3a607). "
-                   "Not run yet: the untied full softmax, the rest of seeds 2 and 3 (`train lstm256-ptb --seeds "
-                   "1,2,3` trains what is missing). The earlier six-epoch tables (docs/results/lm.md) compared the "
+                   "(the same code for them); seed 3 and the untied runs of seed 2 at 74ebcba (the training code of "
+                   "0e3a607). Not run yet: the untied full softmax (about an hour a run on one thread here) and seed 3 "
+                   "of the untied heads (`train lstm256-ptb --seeds 1,2,3` trains what is missing). The earlier six-epoch tables (docs/results/lm.md) compared the "
                    "tied self-organized head with untied heads only.",
     "lstm256-wikitext-2": "Trained at commit 74ebcba (the training code of 0e3a607), seed 1. Not run: the full "
                           "softmax (33k words: hours a run on one thread here), seeds 2 and 3.",
