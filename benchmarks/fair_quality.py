@@ -67,7 +67,8 @@ NOTES: dict[str, str] = {
                    "of the untied heads (`train lstm256-ptb --seeds 1,2,3` trains what is missing). The earlier six-epoch tables (docs/results/lm.md) compared the "
                    "tied self-organized head with untied heads only.",
     "lstm256-wikitext-2": "Trained at commit 74ebcba (the training code of 0e3a607), seed 1. Not run: the full "
-                          "softmax (33k words: hours a run on one thread here), seeds 2 and 3.",
+                          "softmax (33k words: about four hours a run on one thread here), the untied two-level "
+                          "heads, seeds 2 and 3.",
     "lstm256-text8": "The text8 prefix has a training and a dev split only: runs are compared on dev. "
                      "Trained at commit 79768e8, seed 1, the tied two-level heads and untied adaptive softmax (its "
                      "better form on PTB is tied: that run and the full softmax, hours on one thread here, are not "
