@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,11 +111,6 @@ class Reclustering:
     def option_names(cls) -> tuple[str, ...]:
         """The options this group holds, by their flat names (``gamma``, ``update_every``, ...)."""
         return tuple(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
-    def option_types(cls) -> dict[str, Any]:
-        """Each option's annotated type, resolved (the registry checks values against them)."""
-        return typing.get_type_hints(cls)
 
     @classmethod
     def take(cls, options: dict[str, Any]) -> Reclustering:
