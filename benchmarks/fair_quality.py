@@ -17,7 +17,11 @@ Usage::
 
     python benchmarks/fair_quality.py train promise --seeds 1,2        # runs in runs/fair/promise/...
     python benchmarks/fair_quality.py train lstm256-ptb --seeds 1 --runs self_organized-tied,full-tied
+    python benchmarks/fair_quality.py train lstm256-wikitext-2 --device cuda   # kept in fair/lstm256-wikitext-2-cuda/
     python benchmarks/fair_quality.py report                            # writes docs/results/fair.md
+
+Runs trained on a GPU (``--device cuda``) are kept and tabled apart from the CPU's, in ``PROTOCOL-cuda``: the same
+recipe in float32, but other kernels and another random stream, so a table never pairs runs of two devices.
 """
 from __future__ import annotations
 
@@ -103,29 +107,35 @@ def _sohsm(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sohsm", *args], capture_output=True, text=True)
 
 
-def train(protocol: str, seeds: list[int], runs: list[str], runs_dir: Path) -> int:
+def _folder(protocol: str, device: str) -> str:
+    """Where a protocol's runs on a device are kept: the CPU's under the protocol's name, a GPU's beside them."""
+    return protocol if device == "cpu" else f"{protocol}-{device.split(':')[0]}"
+
+
+def train(protocol: str, seeds: list[int], runs: list[str], runs_dir: Path, device: str = "cpu") -> int:
     corpus, settings, _ = PROTOCOLS[protocol]
+    folder = _folder(protocol, device)
     failed = 0
     for seed in seeds:
         for name in runs:
             head, tied = RUNS[name]
-            kept = RESULTS / protocol / f"seed-{seed}" / name
+            kept = RESULTS / folder / f"seed-{seed}" / name
             if (kept / "test.json").exists():
                 continue
-            run = runs_dir / protocol / f"seed-{seed}" / name
+            run = runs_dir / folder / f"seed-{seed}" / name
             if (run / "last.pt").exists():
                 args = ["lm", "train", "--run-dir", str(run), "--resume"]
             else:
                 args = ["lm", "train", "--corpus", corpus, *settings, "--head", head,
                         "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed),
-                        "--run-dir", str(run), "--checkpoint-every", "200", "--quiet"]
-            print(f"{protocol} seed {seed} {name}: {' '.join(args)}", flush=True)
+                        "--run-dir", str(run), "--checkpoint-every", "200", "--device", device, "--quiet"]
+            print(f"{folder} seed {seed} {name}: {' '.join(args)}", flush=True)
             done = _sohsm(*args)
             if done.returncode != 0:
                 print(f"  failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}", flush=True)
                 failed += 1
                 continue
-            test = _sohsm("lm", "eval", str(run), "--split", "test", "--json")
+            test = _sohsm("lm", "eval", str(run), "--split", "test", "--device", device, "--json")
             if test.returncode != 0 and "has no test split" in test.stderr:  # the text8 prefix: train and valid only
                 result = {"split": "test", "ppl": None, "step": None, "missing": f"corpus {corpus!r} has no test split"}
             elif test.returncode != 0:
@@ -189,7 +199,10 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
              "*tokens/s* is each run's own, trained beside other jobs on a two-core machine: a guide, not a speed",
              "comparison (`benchmarks/heads.py` measures the heads side by side).",
              ""]
-    for protocol, (corpus, settings, title) in PROTOCOLS.items():
+    tables = [(protocol, *PROTOCOLS[protocol]) for protocol in PROTOCOLS]
+    tables += [(_folder(protocol, "cuda"), corpus, settings + ["--device", "cuda"], title + ", trained on a GPU")
+               for protocol, (corpus, settings, title) in PROTOCOLS.items()]
+    for protocol, corpus, settings, title in tables:
         folder = results / protocol
         if not folder.is_dir():
             continue
@@ -240,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--seeds", default="1", help="comma-separated (default: 1)")
     t.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
     t.add_argument("--runs-dir", type=Path, default=Path("runs/fair"), help="where the run directories go")
+    t.add_argument("--device", default="cpu", help="cpu (default) or cuda; a GPU's runs are kept as PROTOCOL-cuda")
     r = sub.add_parser("report", help="write docs/results/fair.md from the kept runs")
     r.add_argument("--output", type=Path, default=REPORT)
     r.add_argument("--results", type=Path, default=RESULTS, help="the kept runs (default: docs/results/fair)")
@@ -252,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown runs {unknown}; known: {', '.join(RUNS)}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    return train(args.protocol, [int(s) for s in args.seeds.split(",")], runs, args.runs_dir)
+    return train(args.protocol, [int(s) for s in args.seeds.split(",")], runs, args.runs_dir, args.device)
 
 
 if __name__ == "__main__":

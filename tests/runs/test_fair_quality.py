@@ -55,3 +55,33 @@ def test_a_corpus_without_a_test_split_is_reported_on_dev_alone(tmp_path):
     assert "114.00 / –" in row and "| – |" in row
     line = next(line for line in text.splitlines() if line.startswith("- self_organized-tied"))
     assert line == f"- self_organized-tied: no test split [{(114 / 120 - 1) * 100:+.2f}% (one seed)]"
+
+
+def test_a_gpu_run_is_kept_and_tabled_apart_from_the_cpu_runs(tmp_path, monkeypatch):
+    """--device cuda trains with that device, keeps its runs in PROTOCOL-cuda, and the report tables them apart."""
+    calls = []
+
+    def sohsm(*args):
+        calls.append(args)
+        if args[:2] == ("lm", "eval"):
+            return type("Done", (), {"returncode": 0, "stdout": json.dumps({"ppl": 90.0, "step": 4,
+                                                                            "checkpoint": "/x/best.pt"}), "stderr": ""})
+        run = Path(args[args.index("--run-dir") + 1])
+        run.mkdir(parents=True)
+        (run / "config.json").write_text("{}")
+        (run / "metrics.jsonl").write_text(json.dumps({"kind": "eval", "split": "valid", "step": 4, "epoch": 1.0,
+                                                       "ppl": 95.0}) + "\n")
+        return type("Done", (), {"returncode": 0, "stdout": "", "stderr": ""})
+
+    monkeypatch.setattr(fair, "_sohsm", sohsm)
+    monkeypatch.setattr(fair, "RESULTS", tmp_path / "fair")
+    assert fair.train("lstm256-ptb", [1], ["full-tied"], tmp_path / "runs", "cuda") == 0
+    train, evaluate = calls
+    assert train[train.index("--device") + 1] == "cuda" and evaluate[evaluate.index("--device") + 1] == "cuda"
+    kept = tmp_path / "fair" / "lstm256-ptb-cuda" / "seed-1" / "full-tied"
+    assert json.loads((kept / "test.json").read_text())["checkpoint"] == "best.pt"
+    _keep(tmp_path / "fair" / "lstm256-ptb" / "seed-1" / "full-tied", [120.0], 110.0)
+    text = fair.report(tmp_path / "fair.md", tmp_path / "fair")
+    cpu, gpu = text.split("## ")[1:]
+    assert gpu.startswith("Penn Treebank, LSTM 256, six epochs, trained on a GPU") and "--device cuda" in gpu
+    assert "95.00 / 90.00" in gpu and "95.00" not in cpu and "--device" not in cpu
