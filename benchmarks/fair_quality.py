@@ -86,17 +86,21 @@ NOTES: dict[str, str] = {
                        "here.",
 }
 
-#: run name -> (head, tied); the table's order
-RUNS: dict[str, tuple[str, bool]] = {
-    "full-tied": ("full", True),
-    "full-untied": ("full", False),
-    "adaptive-tied": ("adaptive", True),
-    "adaptive-untied": ("adaptive", False),
-    "two_level_frequency-tied": ("two_level_frequency", True),
-    "two_level_frequency-untied": ("two_level_frequency", False),
-    "self_organized-tied": ("self_organized", True),
-    "self_organized-untied": ("self_organized", False),
+#: run name -> (head, tied, head options); the table's order
+RUNS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
+    "full-tied": ("full", True, ()),
+    "full-untied": ("full", False, ()),
+    "adaptive-tied": ("adaptive", True, ()),
+    "adaptive-untied": ("adaptive", False, ()),
+    "two_level_frequency-tied": ("two_level_frequency", True, ()),
+    "two_level_frequency-untied": ("two_level_frequency", False, ()),
+    "self_organized-tied": ("self_organized", True, ()),
+    "self_organized-untied": ("self_organized", False, ()),
+    # rare words in fewer dimensions, as adaptive softmax scores them, tied through their bands' projections
+    "self_organized_div4-tied": ("self_organized", True, ("div_value=4",)),
 }
+#: what ``train`` trains unless ``--runs`` says: each head tied and untied (the variants above are asked for by name)
+MAIN_RUNS = tuple(name for name, (_, _, options) in RUNS.items() if not options)
 
 #: the runs every other is compared with, seed by seed
 REFERENCES = ("full-tied", "full-untied", "adaptive-untied", "adaptive-tied", "two_level_frequency-tied")
@@ -118,7 +122,7 @@ def train(protocol: str, seeds: list[int], runs: list[str], runs_dir: Path, devi
     failed = 0
     for seed in seeds:
         for name in runs:
-            head, tied = RUNS[name]
+            head, tied, options = RUNS[name]
             kept = RESULTS / folder / f"seed-{seed}" / name
             if (kept / "test.json").exists():
                 continue
@@ -127,6 +131,7 @@ def train(protocol: str, seeds: list[int], runs: list[str], runs_dir: Path, devi
                 args = ["lm", "train", "--run-dir", str(run), "--resume"]
             else:
                 args = ["lm", "train", "--corpus", corpus, *settings, "--head", head,
+                        *(arg for option in options for arg in ("--head-option", option)),
                         "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed),
                         "--run-dir", str(run), "--checkpoint-every", "200", "--device", device, "--quiet"]
             print(f"{folder} seed {seed} {name}: {' '.join(args)}", flush=True)
@@ -251,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("train", help="train, test and keep the runs of a protocol (resumable)")
     t.add_argument("protocol", choices=sorted(PROTOCOLS))
     t.add_argument("--seeds", default="1", help="comma-separated (default: 1)")
-    t.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
+    t.add_argument("--runs", default=",".join(MAIN_RUNS), help=f"comma-separated, of {', '.join(RUNS)} "
+                   f"(default: {', '.join(MAIN_RUNS)})")
     t.add_argument("--runs-dir", type=Path, default=Path("runs/fair"), help="where the run directories go")
     t.add_argument("--device", default="cpu", help="cpu (default) or cuda; a GPU's runs are kept as PROTOCOL-cuda")
     r = sub.add_parser("report", help="write docs/results/fair.md from the kept runs")

@@ -68,7 +68,7 @@ def train(vocabularies: list[str], seeds: list[int], runs: list[str], runs_dir: 
     for vocabulary in vocabularies:
         for seed in seeds:
             for name in runs:
-                head, tied = RUNS[name]
+                head, tied, options = RUNS[name]
                 kept = results / _folder_name(vocabulary) / f"seed-{seed}" / name
                 if all((kept / f"{split}.json").exists() for split in SPLITS):
                     continue
@@ -77,6 +77,7 @@ def train(vocabularies: list[str], seeds: list[int], runs: list[str], runs_dir: 
                     args = ["lm", "train", "--run-dir", str(run), "--resume"]
                 else:
                     args = ["lm", "train", "--corpus", corpus, *settings, "--tokenizer", vocabulary, "--head", head,
+                            *(arg for option in options for arg in ("--head-option", option)),
                             "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed),
                             "--run-dir", str(run), "--checkpoint-every", "200", "--quiet", *(extra or [])]
                 print(f"{vocabulary} seed {seed} {name}: {' '.join(args)}", flush=True)

@@ -91,7 +91,7 @@ def test_a_new_run_ties_every_head_that_can_be_tied_where_the_sizes_allow(head, 
 
 @pytest.mark.parametrize("head, options", [
     ("tree_huffman", {}), ("tree", {}), ("importance_sampling", {}), ("nce", {}), ("dsoftmax", {}),
-    ("self_organized", {"word_dim": 64}), ("two_level_frequency", {"div_value": 4.0}),
+    ("self_organized", {"word_dim": 64}), ("two_level_frequency", {"word_dim": 128}),
 ])
 def test_a_head_that_cannot_be_tied_is_untied_by_default_and_refused_when_asked(head, options):
     config = TrainConfig.from_overrides({"data.corpus": "ptb", "head.name": head, "head.options": options})
@@ -101,7 +101,9 @@ def test_a_head_that_cannot_be_tied_is_untied_by_default_and_refused_when_asked(
                                     "model.tie_weights": True})
 
 
-def test_adaptive_ties_whatever_its_cutoffs_and_div_value():
-    config = TrainConfig.from_overrides({"data.corpus": "ptb", "head.name": "adaptive",
+@pytest.mark.parametrize("head", ["adaptive", "two_level_frequency", "self_organized"])
+def test_heads_with_differentiated_dimensions_tie_whatever_their_cutoffs_and_div_value(head):
+    """Rare words' shorter vectors are read back up to d through their band's projection (adaptive input)."""
+    config = TrainConfig.from_overrides({"data.corpus": "ptb", "head.name": head,
                                          "head.options": {"div_value": 2.0, "cutoffs": [100, 1000]}})
     assert config.model.tie_weights is True

@@ -1,6 +1,7 @@
 """The interface every output layer implements, and the input checks they share."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -286,6 +287,12 @@ class Head(nn.Module):
         better than this head's ``U(+-d^-1/2)``: docs/results/first-steps.md).
         """
         return []
+
+    def draw_tied_vectors(self, init: Callable[[Tensor], object]) -> None:
+        """Re-draw :meth:`tied_vectors` with the model's embedding initialisation ``init`` (in place, no gradient);
+        a head whose vectors have structure (zeros outside a band's block) restores it after the draw."""
+        for vectors in self.tied_vectors():
+            init(vectors)
 
     def score_parts(self, hidden: Tensor, target: Tensor) -> ClusterScores | None:
         """Cluster and in-cluster log-probabilities of the targets; ``None`` for heads without clusters."""

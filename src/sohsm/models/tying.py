@@ -40,6 +40,5 @@ def tie_embedding(embedding: nn.Module, head: Head, init: Callable[[Tensor], obj
     tied = head.tied_embedding()
     if init is not None:
         with torch.no_grad():
-            for vectors in head.tied_vectors():
-                init(vectors)
+            head.draw_tied_vectors(init)
     return tied

@@ -249,7 +249,19 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         self._grad.shared = True  # autograd adds the embedding's share into weight.grad: the head's record lapses
         sparse = (torch.is_grad_enabled() and self.weight.requires_grad and not torch.compiler.is_compiling()
                   and self.backend_for(ids.device).writes_gradient)
-        return F.embedding(self._layout.slot_of_word[ids], self.weight, sparse=sparse)
+        rows = F.embedding(self._layout.slot_of_word[ids], self.weight, sparse=sparse)
+        if self.band_projections is None:
+            return rows
+        # adaptive input (Baevski & Auli 2019): a band-i word's d_i entries are read back up to d through the band's
+        # own projection, P_i^T u_w, the very vector its score h . P_i^T u_w is taken with; each row is zero
+        # outside its band's block, so every block can be read for every word and the gradient is masked to it
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            rows = word_bands.MaskRows.apply(rows, self.band_of_word[ids][..., None] == self._band_columns)
+        out, start = rows[..., : self.in_features], self.in_features
+        for dim, projection in zip(self.band_dims[1:], self.band_projections):
+            out = out + rows[..., start : start + dim] @ projection.weight
+            start += dim
+        return out
 
     @classmethod
     def memory_estimate(cls, in_features: int, n_classes: int, options: dict, rows: int) -> HeadMemory:
@@ -262,25 +274,35 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
 
     @classmethod
     def tying_refusal(cls, in_features: int, options: dict) -> str | None:
-        """Tied where every word vector has the ``d`` entries of a hidden state: not with ``word_dim < d`` or
-        ``div_value`` (Eq. 1's ``projection`` keeps ``d``)."""
+        """Tied unless ``word_dim < d`` gives every word vector fewer entries than the embedding's. With ``div_value``
+        a rarer word's short vector is read back up to ``d`` through its band's projection, as adaptive input does
+        (:meth:`embed`); Eq. 1's ``projection`` keeps ``d``."""
         word_dim = options.get("word_dim")
         if word_dim is not None and word_dim != in_features:
             return f"word_dim={word_dim} gives its word vectors {word_dim} entries, not the embedding's {in_features}"
-        if options.get("div_value") is not None:
-            return "div_value gives its rarer words' vectors fewer entries than the embedding's"
         return None
 
     def tied_embedding(self) -> HeadEmbedding:
         """A :class:`~sohsm.heads.tying.HeadEmbedding` reading :meth:`embed`: it follows every re-clustering."""
-        if self.word_dim != self.in_features or self.band_projections is not None:
+        if self.word_projection is not None:
             raise ValueError(f"{type(self).__name__} cannot be tied: its word vectors have {self.word_dim} entries "
-                             f"{'in bands ' if self.band_projections is not None else ''}where the embedding needs "
-                             f"{self.in_features} (word_dim, div_value and cutoffs change their width)")
+                             f"where the embedding needs {self.in_features} (word_dim)")
         return HeadEmbedding(self)
 
     def tied_vectors(self) -> list[Tensor]:
-        return [self.weight]  # i.i.d. rows: the layout's order does not matter to a fresh draw
+        """The weight (i.i.d. rows: the layout's order does not matter to a fresh draw); with bands, each band's block
+        of columns, which :meth:`draw_tied_vectors` draws and then clears outside each word's own block."""
+        if self.band_projections is None:
+            return [self.weight]
+        edges = [0, *torch.tensor(self.band_dims).cumsum(0).tolist()]
+        return [self.weight[:, start:stop] for start, stop in zip(edges, edges[1:])]
+
+    def draw_tied_vectors(self, init) -> None:
+        """The model's draw; with bands, each row then cleared outside its word's block."""
+        super().draw_tied_vectors(init)
+        if self.band_projections is not None:
+            with torch.no_grad():
+                self.weight.mul_(self._band_mask())
 
     def set_word_vectors(self, weight: Tensor, bias: Tensor | None = None) -> None:
         """Word ``w``'s in-cluster vector becomes ``weight[w]``, in the row of its slot in the cluster layout (the
