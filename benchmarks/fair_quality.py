@@ -261,27 +261,51 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def command_line(doc: str, train_help: str, report_help: str, report_output: Path,
+                 results: Path) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The two commands every table script takes, ``train`` (with ``--seeds``) and ``report`` (with ``--output`` and
+    ``--results``): ``(parser, train, report)``, each script adding its own options to the last two."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="train, test and keep the runs of a protocol (resumable)")
-    t.add_argument("protocol", choices=sorted(PROTOCOLS))
+    t = sub.add_parser("train", help=train_help)
     t.add_argument("--seeds", default="1", help="comma-separated (default: 1)")
+    r = sub.add_parser("report", help=report_help)
+    r.add_argument("--output", type=Path, default=report_output)
+    r.add_argument("--results", type=Path, default=results,
+                   help=f"the kept runs (default: {results.relative_to(ROOT) if results.is_relative_to(ROOT) else results})")
+    return parser, t, r
+
+
+def chosen(parser: argparse.ArgumentParser, text: str, known, what: str) -> list[str]:
+    """The comma-separated names of ``text``, refused (exit 2, naming them) where one is not ``known``."""
+    names = [name for name in text.split(",") if name]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        parser.error(f"unknown {what} {unknown}; known: {', '.join(known)}")
+    return names
+
+
+def vocabularies(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """``--vocabularies``' bpe:SIZE values, refused where one is not."""
+    values = [v for v in text.split(",") if v]
+    if not all(v.startswith("bpe:") and v[4:].isdigit() for v in values):
+        parser.error(f"--vocabularies takes bpe:SIZE values, got {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, t, _ = command_line(__doc__, "train, test and keep the runs of a protocol (resumable)",
+                                "write docs/results/fair.md from the kept runs", REPORT, RESULTS)
+    t.add_argument("protocol", choices=sorted(PROTOCOLS))
     t.add_argument("--runs", default=",".join(MAIN_RUNS), help=f"comma-separated, of {', '.join(RUNS)} "
                    f"(default: {', '.join(MAIN_RUNS)})")
     t.add_argument("--runs-dir", type=Path, default=Path("runs/fair"), help="where the run directories go")
     t.add_argument("--device", default="cpu", help="cpu (default) or cuda; a GPU's runs are kept as PROTOCOL-cuda")
-    r = sub.add_parser("report", help="write docs/results/fair.md from the kept runs")
-    r.add_argument("--output", type=Path, default=REPORT)
-    r.add_argument("--results", type=Path, default=RESULTS, help="the kept runs (default: docs/results/fair)")
     args = parser.parse_args(argv)
     if args.command == "report":
         print(report(args.output, args.results))
         return 0
-    runs = [r for r in args.runs.split(",") if r]
-    unknown = [r for r in runs if r not in RUNS]
-    if unknown:
-        parser.error(f"unknown runs {unknown}; known: {', '.join(RUNS)}")
+    runs = chosen(parser, args.runs, RUNS, "runs")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     return train(args.protocol, [int(s) for s in args.seeds.split(",")], runs, args.runs_dir, args.device)
 

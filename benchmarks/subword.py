@@ -177,32 +177,22 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="train, evaluate and keep the runs (resumable)")
+    parser, t, _ = fair_quality.command_line(__doc__, "train, evaluate and keep the runs (resumable)",
+                                             "write docs/results/subword.md from the kept runs", REPORT, RESULTS)
     t.add_argument("--vocabularies", default=",".join(VOCABULARIES), help="comma-separated bpe:SIZE values "
                    f"(default: {','.join(VOCABULARIES)})")
-    t.add_argument("--seeds", default="1", help="comma-separated (default: 1)")
     t.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
     t.add_argument("--runs-dir", type=Path, default=Path("runs/subword"), help="where the run directories go")
     t.add_argument("--results", type=Path, default=RESULTS, help="where the kept runs go (default: docs/results/subword)")
     # a smoke test on a small text: another corpus, and flags that override the protocol's (tiny model, budget)
     t.add_argument("--corpus", help=argparse.SUPPRESS)
     t.add_argument("--extra", default="", help=argparse.SUPPRESS)
-    r = sub.add_parser("report", help="write docs/results/subword.md from the kept runs")
-    r.add_argument("--output", type=Path, default=REPORT)
-    r.add_argument("--results", type=Path, default=RESULTS, help="the kept runs (default: docs/results/subword)")
     args = parser.parse_args(argv)
     if args.command == "report":
         print(report(args.output, args.results))
         return 0
-    runs = [r for r in args.runs.split(",") if r]
-    unknown = [r for r in runs if r not in RUNS]
-    if unknown:
-        parser.error(f"unknown runs {unknown}; known: {', '.join(RUNS)}")
-    vocabularies = [v for v in args.vocabularies.split(",") if v]
-    if not all(v.startswith("bpe:") and v[4:].isdigit() for v in vocabularies):
-        parser.error(f"--vocabularies takes bpe:SIZE values, got {args.vocabularies!r}")
+    runs = fair_quality.chosen(parser, args.runs, RUNS, "runs")
+    vocabularies = fair_quality.vocabularies(parser, args.vocabularies)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     return train(vocabularies, [int(s) for s in args.seeds.split(",")], runs, args.runs_dir, args.results,
                  args.corpus, args.extra.split())

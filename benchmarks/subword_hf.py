@@ -63,6 +63,7 @@ import sys
 import time
 from pathlib import Path
 
+import fair_quality
 import subword
 from fair_quality import PROTOCOLS, _paired
 
@@ -477,12 +478,10 @@ def report(output: Path = REPORT, results: Path = RESULTS, sohsm_results: Path =
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="train, evaluate and keep the HF runs (resumable)")
+    parser, t, r = fair_quality.command_line(__doc__, "train, evaluate and keep the HF runs (resumable)",
+                                             "write docs/results/subword-hf.md from the kept runs", REPORT, RESULTS)
     t.add_argument("--vocabularies", default=",".join(subword.VOCABULARIES), help="comma-separated bpe:SIZE values "
                    f"(default: {','.join(subword.VOCABULARIES)})")
-    t.add_argument("--seeds", default="1", help="comma-separated (default: 1)")
     t.add_argument("--heads", default=",".join(HEADS), help=f"comma-separated, of {', '.join(HEADS)}")
     t.add_argument("--runs-dir", type=Path, default=Path("runs/subword-hf"),
                    help="where the Trainer's run directories (checkpoints) go")
@@ -492,22 +491,14 @@ def main(argv: list[str] | None = None) -> int:
     # a smoke test on a small text: another corpus, and sohsm lm train flags that override the protocol's
     t.add_argument("--corpus", help=argparse.SUPPRESS)
     t.add_argument("--extra", default="", help=argparse.SUPPRESS)
-    r = sub.add_parser("report", help="write docs/results/subword-hf.md from the kept runs")
-    r.add_argument("--output", type=Path, default=REPORT)
-    r.add_argument("--results", type=Path, default=RESULTS, help="the kept HF runs (default: docs/results/subword-hf)")
     r.add_argument("--sohsm-results", type=Path, default=subword.RESULTS,
                    help="subword.py's kept runs (default: docs/results/subword)")
     args = parser.parse_args(argv)
     if args.command == "report":
         print(report(args.output, args.results, args.sohsm_results))
         return 0
-    heads = [h for h in args.heads.split(",") if h]
-    unknown = [h for h in heads if h not in HEADS]
-    if unknown:
-        parser.error(f"unknown heads {unknown}; known: {', '.join(HEADS)}")
-    vocabularies = [v for v in args.vocabularies.split(",") if v]
-    if not all(v.startswith("bpe:") and v[4:].isdigit() for v in vocabularies):
-        parser.error(f"--vocabularies takes bpe:SIZE values, got {args.vocabularies!r}")
+    heads = fair_quality.chosen(parser, args.heads, HEADS, "heads")
+    vocabularies = fair_quality.vocabularies(parser, args.vocabularies)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # as subword.py's runs train: one thread each
     import torch
 
