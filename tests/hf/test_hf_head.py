@@ -205,6 +205,20 @@ def test_adaptive_softmax_ties_through_adaptive_input_only_with_new_vectors():
     assert torch.isfinite(loss) and all(p.grad is not None for p in head.parameters())
 
 
+def test_a_two_level_head_with_bands_ties_through_their_projections_only_with_new_vectors():
+    """div_value: rarer words' short vectors cannot hold the model's [N, d] rows, so keep_weights=False is asked for;
+    with it, the model's input reads every word through its band (adaptive input) and every parameter learns."""
+    with pytest.raises(ValueError, match=r"head 'self_organized'.*keep_weights=False"):
+        sohsm.hf.use_head(gpt2(), "self_organized", counts=counts(), div_value=2, cutoffs=[10])
+    model = gpt2()
+    head = sohsm.hf.use_head(model, "self_organized", counts=counts(), div_value=2, cutoffs=[10], keep_weights=False)
+    assert isinstance(model.get_input_embeddings(), HeadEmbedding)
+    ids = token_ids()
+    loss = model(ids, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss) and all(p.grad is not None for p in head.parameters())
+
+
 def test_keep_weights_false_ties_the_full_head_in_the_models_own_embedding_with_new_vectors():
     model = gpt2()
     embedding = model.get_input_embeddings()
