@@ -89,7 +89,7 @@ NOTES: dict[str, str] = {
                           "above. Not run: seeds 2 and 3. The same head and seed on the CPU: self-organized, tied "
                           "253.67 dev (253.84 here); frequency binning, tied 270.70 (266.11 here).",
     "transformer-ptb-3-epochs": "Trained at commit 74ebcba (the training code of 0e3a607), the two two-level heads tied, "
-                                "seeds 1 and 2: does frequency binning's lead at one epoch hold as training goes on? The "
+                                "seeds 1 and 2; seed 3 at 4a2cbe9 (the same training code): does frequency binning's lead at one epoch hold as training goes on? The "
                                 "schedule (100 warm-up steps, cosine to a tenth) spans the three epochs.",
     "transformer-ptb": "Trained at commit 0e3a607, every head tied, three seeds, and the untied full softmax of "
                        "seeds 1-3. The untied runs of earlier releases are in "
