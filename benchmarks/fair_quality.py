@@ -67,13 +67,14 @@ NOTES: dict[str, str] = {
                    "full softmax of seed 1 at 67bee0d (the same training code for this head; 56 minutes on one "
                    "thread beside another run); the tied full softmax and tied adaptive softmax of seed 2 at 0e3a607 "
                    "(the same code for them); seed 3 and the untied runs of seed 2 at 74ebcba (the training code of "
-                   "0e3a607); seed 3 of the untied heads at 4a2cbe9 (the same training code). Not run yet: the untied full "
+                   "0e3a607); seed 3 of the untied heads at 4a2cbe9 (the same training code); the `div_value=4` variant at "
+                   "78dd720, where it can first be tied. Not run yet: the untied full "
                    "softmax (about an hour a run on one thread here; `train lstm256-ptb --seeds 1,2,3` trains what is "
                    "missing). The earlier six-epoch tables (docs/results/lm.md) compared the "
                    "tied self-organized head with untied heads only.",
     "lstm256-wikitext-2": "Trained at commit 74ebcba (the training code of 0e3a607), seed 1. The full softmax (33k "
                           "words: about four hours a run on one thread here) and the untied two-level heads were "
-                          "trained on a GPU: the next table. Not run: seeds 2 and 3.",
+                          "trained on a GPU: the next table. The `div_value=4` variant at 78dd720. Not run: seeds 2 and 3.",
     "lstm256-wikitext-2-cuda": "Trained on one NVIDIA H200 (torch 2.11, CUDA 13.0; float32, no `--amp`; the two-level "
                                "heads on their Triton path) at commit 4a2cbe9 (the training code of 0e3a607), seed 1, "
                                "ten runs sharing the card. Adaptive softmax did not finish in the device time lent (15 "
@@ -83,7 +84,9 @@ NOTES: dict[str, str] = {
     "lstm256-text8": "The text8 prefix has a training and a dev split only: runs are compared on dev. "
                      "Trained at commit 79768e8, seed 1, the tied two-level heads and untied adaptive softmax. Tied "
                      "adaptive softmax (its better form on PTB) and the full softmax (hours a run on one thread here) "
-                     "were trained on a GPU: the next table. Not run: seeds 2 and 3.",
+                     "were trained on a GPU: the next table; the `div_value=4` variant at 78dd720 reached 244.41, 0.76% below "
+                     "that table's tied adaptive softmax (246.28; runs of two devices, so a guide). Not run: seeds 2 "
+                     "and 3.",
     "lstm256-text8-cuda": "Trained on one NVIDIA H200 as the WikiText-2 GPU table (commit 4a2cbe9, seed 1, float32). "
                           "Untied adaptive softmax did not finish in the device time lent; its CPU run is in the table "
                           "above. Not run: seeds 2 and 3. The same head and seed on the CPU: self-organized, tied "
@@ -114,7 +117,8 @@ RUNS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
 MAIN_RUNS = tuple(name for name, (_, _, options) in RUNS.items() if not options)
 
 #: the runs every other is compared with, seed by seed
-REFERENCES = ("full-tied", "full-untied", "adaptive-untied", "adaptive-tied", "two_level_frequency-tied")
+REFERENCES = ("full-tied", "full-untied", "adaptive-untied", "adaptive-tied", "two_level_frequency-tied",
+              "self_organized-tied")
 KEPT = ("config.json", "metrics.jsonl", "test.json")
 
 
@@ -215,6 +219,11 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
              "*tokens/s* is each run's own, trained beside other jobs on a two-core machine: a guide, not a speed",
              "comparison (`benchmarks/heads.py` measures the heads side by side).",
              ""]
+    variants = [f"`{name}` is `--head {head} {' '.join('--head-option ' + o for o in options)} "
+                f"{'--tie-weights' if tied else '--no-tie-weights'}`" for name, (head, tied, options) in RUNS.items()
+                if options]
+    if variants:
+        lines += ["Variants: " + "; ".join(variants) + ".", ""]
     tables = [table for protocol, (corpus, settings, title) in PROTOCOLS.items()  # each protocol's GPU table after its own
               for table in ((protocol, corpus, settings, title),
                             (_folder(protocol, "cuda"), corpus, settings + ["--device", "cuda"], title + ", trained on a GPU"))]
