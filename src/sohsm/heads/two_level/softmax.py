@@ -18,8 +18,9 @@ statistics and re-assignment on top of it.
 """
 from __future__ import annotations
 
+import itertools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -256,7 +257,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         # own projection, P_i^T u_w, the very vector its score h . P_i^T u_w is taken with; each row is zero
         # outside its band's block, so every block can be read for every word and the gradient is masked to it
         if torch.is_grad_enabled() and self.weight.requires_grad:
-            rows = word_bands.MaskRows.apply(rows, self.band_of_word[ids][..., None] == self._band_columns)
+            rows = word_bands.MaskRows.apply(rows, self.band_of_word[ids], self._band_columns)
         out, start = rows[..., : self.in_features], self.in_features
         for dim, projection in zip(self.band_dims[1:], self.band_projections):
             out = out + rows[..., start : start + dim] @ projection.weight
@@ -294,10 +295,10 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         of columns, which :meth:`draw_tied_vectors` draws and then clears outside each word's own block."""
         if self.band_projections is None:
             return [self.weight]
-        edges = [0, *torch.tensor(self.band_dims).cumsum(0).tolist()]
+        edges = [0, *itertools.accumulate(self.band_dims)]
         return [self.weight[:, start:stop] for start, stop in zip(edges, edges[1:])]
 
-    def draw_tied_vectors(self, init) -> None:
+    def draw_tied_vectors(self, init: Callable[[Tensor], object]) -> None:
         """The model's draw; with bands, each row then cleared outside its word's block."""
         super().draw_tied_vectors(init)
         if self.band_projections is not None:

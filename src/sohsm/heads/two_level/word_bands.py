@@ -60,17 +60,22 @@ def column_bands(dims: Sequence[int]) -> Tensor:
 
 
 class MaskRows(torch.autograd.Function):
-    """Identity forward; the backward keeps a row's gradient only inside its band's block (``mask``)."""
+    """Identity forward; the backward keeps a row's gradient only inside its band's block.
+
+    ``band`` is ``[*]``, the band of each row of ``weight`` (``[*, word_dim]``), and ``columns`` ``[word_dim]`` the
+    band of each column: the mask ``band[..., None] == columns`` is built in the backward, so between the passes only
+    the rows' band ids are kept, not a ``[*, word_dim]`` mask.
+    """
 
     @staticmethod
-    def forward(ctx, weight: Tensor, mask: Tensor) -> Tensor:
-        ctx.save_for_backward(mask)
+    def forward(ctx, weight: Tensor, band: Tensor, columns: Tensor) -> Tensor:
+        ctx.save_for_backward(band, columns)
         return weight.view_as(weight)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        (mask,) = ctx.saved_tensors
-        return grad * mask, None
+        band, columns = ctx.saved_tensors
+        return grad * (band[..., None] == columns), None, None
 
 
 class BandedWords(nn.Module):
@@ -98,14 +103,17 @@ class BandedWords(nn.Module):
 
     def _band_mask(self, start: int = 0, stop: int | None = None) -> Tensor:
         """``[stop - start, word_dim]`` bool: which entries of the rows (slots) ``start .. stop - 1`` may be non-zero."""
-        words = self._layout.word_of_slot[start:stop]
-        return self.band_of_word[words][:, None] == self._band_columns
+        return self._band_of_slot(start, stop)[:, None] == self._band_columns
+
+    def _band_of_slot(self, start: int = 0, stop: int | None = None) -> Tensor:
+        """``[stop - start]`` the band of the word in each row (slot) ``start .. stop - 1``."""
+        return self.band_of_word[self._layout.word_of_slot[start:stop]]
 
     def _word_weight(self) -> Tensor:
         """:attr:`weight` as the products use it: with bands, its gradient is kept inside each word's block."""
         if self.band_projections is None or not (torch.is_grad_enabled() and self.weight.requires_grad):
             return self.weight
-        return MaskRows.apply(self.weight, self._band_mask())
+        return MaskRows.apply(self.weight, self._band_of_slot(), self._band_columns)
 
     def _reset_banded_weight(self) -> None:
         """Each block a word vector of its band's width, uniform in ``+-d_i**-0.5``; zero outside the word's band."""
