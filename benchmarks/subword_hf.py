@@ -466,6 +466,7 @@ def report(output: Path = REPORT, results: Path = RESULTS, sohsm_results: Path =
             else:
                 text += "; sohsm's seed spread: needs two seeds of its run"
             lines.append(text)
+        lines.append(_head_against_head(pairs))
         lines += ["", "Commands (from the repository root; each skips what is kept):", "", "```",
                   f"python benchmarks/subword.py train --vocabularies {vocabulary} --runs "
                   f"{','.join(sohsm_run(h) for h in HEADS)} --seeds {','.join(map(str, seeds))}"]
@@ -475,6 +476,22 @@ def report(output: Path = REPORT, results: Path = RESULTS, sohsm_results: Path =
     text = "\n".join(lines)
     output.write_text(text)
     return text
+
+
+def _head_against_head(pairs: dict[str, list[tuple[int, dict | None, dict | None]]]) -> str:
+    """The line that reads the two models against each other where their architectures differ: within each model,
+    the self-organized head against the full head (test ppl per word, seed by seed over the seeds both models
+    have both heads of)."""
+    first, second = HEADS
+    by_seed = {seed: (ours, hf) for seed, ours, hf in pairs.get(first, [])}
+    both = [(by_seed[seed], (ours, hf)) for seed, ours, hf in pairs.get(second, [])
+            if seed in by_seed and ours and hf and all(by_seed[seed])]
+    text = f"- {second} / {first} - 1 within each model, test ppl per word: "
+    if not both:
+        return text + "not run yet (both heads of both models in one seed are needed)"
+    ours = _paired([b[0]["test_word"] for _, b in both], [a[0]["test_word"] for a, _ in both])
+    hf = _paired([b[1]["test_word"] for _, b in both], [a[1]["test_word"] for a, _ in both])
+    return text + f"sohsm transformer {ours}, HF Llama {hf}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,6 +98,17 @@ def test_train_keeps_each_run_and_the_report_sets_them_beside_sohsm(corpus, tmp_
     assert "- self_organized: HF / sohsm - 1, test ppl per word not run yet" in text
     assert "python benchmarks/subword_hf.py train --vocabularies bpe:270 --heads self_organized --seeds 1" in text
     assert "| sohsm transformer | full-tied | 1 | not run yet |" in text.split("## bpe:8000")[1]  # the protocol's
+    assert "- self_organized / full - 1 within each model, test ppl per word: not run yet" in text
+
+    theirs = sohsm_results / "bpe-270" / "seed-1" / "self_organized-tied"  # both heads of both models: head vs head
+    theirs.mkdir()
+    for name in ("config.json", "metrics.jsonl", "valid.json"):
+        (theirs / name).write_bytes((ours / name).read_bytes())
+    (theirs / "test.json").write_text((ours / "test.json").read_text().replace("40.0", "36.0"))
+    text = subword_hf.report(tmp_path / "subword-hf.md", results, sohsm_results)
+    so_test = so["test"]["ppl_word"] / full["test"]["ppl_word"]
+    assert (f"- self_organized / full - 1 within each model, test ppl per word: sohsm transformer -10.00% (one seed), "
+            f"HF Llama {math.expm1(math.log(so_test)) * 100:+.2f}% (one seed)") in text
 
 
 def test_a_resumed_run_ends_as_the_uninterrupted_one(corpus, tmp_path, monkeypatch):
