@@ -520,3 +520,37 @@ def test_by_default_dev_is_evaluated_four_times_an_epoch(tmp_path, ptb_slice, sm
     quarter = steps_per_epoch // 4
     assert evals == [quarter, 2 * quarter, 3 * quarter, *([4 * quarter] if 4 * quarter < steps_per_epoch else []),
                      steps_per_epoch]
+
+
+def test_a_large_vocabulary_gives_a_tied_lstm_s_self_organized_head_bands(tmp_path, ptb_slice, small, cli,
+                                                                         monkeypatch):
+    """From ``BANDED_FROM_WORDS`` words (lowered here to below the slice's vocabulary) a new tied LSTM run of the
+    self-organized head takes ``div_value=4``: written in its config.json, said at the start, built into the head
+    and kept on resume. Given ``div_value`` (``null`` too), untied, or over a smaller vocabulary, it takes none."""
+    import sohsm.tasks.lm.config as lm_config
+
+    monkeypatch.setattr(lm_config, "BANDED_FROM_WORDS", 50)
+    common = ["--corpus", ptb_slice, *small, "--head", "self_organized", "--update-every", 4, "--checkpoint-every", 3,
+              "--log-every", 1]
+    banded = tmp_path / "banded"
+    loud = [arg for arg in common if arg != "--quiet"]  # the start's lines
+    code, out, err = cli("lm", "train", "--run-dir", banded, *loud, "--max-tokens", 6 * TOKENS_PER_STEP)
+    assert code == 0, err
+    config = json.loads((banded / "config.json").read_text())
+    assert config["head"]["options"] == {"div_value": 4} and config["model"]["tie_weights"] is True
+    assert "head option div_value=4: the default for a tied LSTM's self_organized head" in out + err
+    head = torch.load(banded / "last.pt", weights_only=True)["head"]
+    assert any(key.startswith("band_projections.") for key in head)
+    code, out, err = cli("lm", "train", "--run-dir", banded, "--resume", "--max-tokens",
+                         9 * TOKENS_PER_STEP)
+    assert code == 0, err
+    resumed = json.loads((banded / "config.json").read_text())
+    assert resumed["head"] == config["head"] and "head option div_value" not in out + err
+    assert [s for s, _ in _train_losses(banded)] == list(range(1, 10))
+
+    for name, extra in (("null", ["--head-option", "div_value=null"]), ("untied", ["--no-tie-weights"])):
+        assert cli("lm", "train", "--run-dir", tmp_path / name, *common, *extra, "--max-tokens", TOKENS_PER_STEP)[0] == 0
+        assert json.loads((tmp_path / name / "config.json").read_text())["head"]["options"].get("div_value") is None
+    monkeypatch.setattr(lm_config, "BANDED_FROM_WORDS", 10**6)
+    assert cli("lm", "train", "--run-dir", tmp_path / "small", *common, "--max-tokens", TOKENS_PER_STEP)[0] == 0
+    assert json.loads((tmp_path / "small" / "config.json").read_text())["head"]["options"] == {}

@@ -161,6 +161,12 @@ class Task(ABC):
         the data (fixed clusters from ``data.clusters_from``) is built in that shape.
         """
 
+    def complete_config(self) -> Any:
+        """The config a new run is written and built with: its own (``self.config``), with what the task settles
+        from its data where the flags left it open. Called once when a run starts, before :meth:`build`; a resumed
+        run keeps what its ``config.json`` says. The default settles nothing."""
+        return self.config
+
     def build_optimizer(self, model: nn.Module, head: Head) -> torch.optim.Optimizer:
         """The optimizer over ``model`` and ``head`` (called once per session, after :meth:`build`; a resumed
         session loads the checkpoint's optimizer state into it).

@@ -83,3 +83,25 @@ def test_sizes_a_transformer_cannot_take_are_refused_in_one_line(model, message)
     with pytest.raises(ValueError, match=message) as caught:
         LMConfig.from_dict({"model": {"architecture": "transformer", **model}})
     assert "\n" not in str(caught.value)
+
+
+def test_the_vocabulary_bands_only_a_tied_lstm_s_self_organized_head_over_words():
+    """``div_value=4`` from 20,000 words, for the tied self-organized head of an LSTM over words alone: every other
+    head, model, tokenizer, an untied head or an option of a word's width given leaves the options as they are."""
+    from sohsm.tasks.lm.config import BANDED_FROM_WORDS, vocabulary_head_options
+    from sohsm.train import apply_overrides
+
+    def options(n_words=BANDED_FROM_WORDS, **overrides):
+        base = {"data.corpus": "wikitext-2", "head.name": "self_organized", "model.tie_weights": True}
+        return vocabulary_head_options(apply_overrides(TrainConfig(), {**base, **overrides}), n_words)
+
+    assert BANDED_FROM_WORDS == 20_000
+    assert options() == {"div_value": 4}
+    assert options(BANDED_FROM_WORDS - 1) == {}
+    assert options(**{"model.tie_weights": False}) == {}
+    assert options(**{"head.name": "two_level_frequency"}) == {}
+    assert options(**{"model.architecture": "transformer"}) == {}
+    assert options(**{"data.tokenizer": "bpe:32000"}) == {}
+    for given in ({"div_value": None}, {"div_value": 2}, {"cutoffs": [100]}, {"word_dim": 512}, {"projection": True}):
+        assert options(**{"head.options": given}) == {}, given
+    assert options(**{"head.options": {"gamma": 2.0}}) == {"div_value": 4}

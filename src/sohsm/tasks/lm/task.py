@@ -18,6 +18,7 @@ is the state one process would hold.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -37,7 +38,7 @@ from sohsm.models.transformer_lm import TransformerLM
 from sohsm.tasks.heads import hierarchy_parts, saved_clusters, takes_tree
 from sohsm.tasks.hierarchies import load_hierarchy
 from sohsm.tasks.lm.scores import split_scores
-from sohsm.tasks.lm.config import LMConfig
+from sohsm.tasks.lm.config import BANDED_FROM_WORDS, LMConfig, vocabulary_head_options
 from sohsm.tasks.lm.evaluation import stream_hidden_states
 from sohsm.tasks.lm.model import build_model_and_head
 from sohsm.tasks.lm.preflight import check_run_fits
@@ -69,11 +70,22 @@ class LMTask(Task):
                              has("batch_size", config.batch_size))
         self.tokens_per_epoch = self.epoch_length * config.batch_size
         self.state: tuple[Tensor, Tensor] | None = None
+        #: the head options :meth:`complete_config` added from the vocabulary's size (none on a resumed run)
+        self.vocabulary_options: dict[str, Any] = {}
         self.ranks = Ranks(device=device)
         d = config.data
         #: the hierarchy the head takes (``data.clusters_from``), read before anything is written
         self.hierarchy = (load_hierarchy(d.clusters_from, self.vocab, d.clusters_format, d.clusters_cut,
                                          two_level=not takes_tree(config.head.name)) if d.clusters_from else None)
+
+    def complete_config(self) -> LMConfig:
+        """The run's config with the head options its vocabulary's size settles (:func:`vocabulary_head_options`:
+        ``div_value=4`` for a tied LSTM's self-organized head over 20,000 words or more), kept in its ``config.json``."""
+        self.vocabulary_options = vocabulary_head_options(self.config, len(self.vocab))
+        if self.vocabulary_options:
+            head = dataclasses.replace(self.config.head, options={**self.config.head.options, **self.vocabulary_options})
+            self.config = dataclasses.replace(self.config, head=head)
+        return self.config
 
     @classmethod
     def load(cls, config: LMConfig, device: torch.device) -> LMTask:
@@ -190,6 +202,11 @@ class LMTask(Task):
     def startup_lines(self, model, head, device, planned_tokens, done_tokens) -> list[str]:
         lines = startup_lines(self.config, self.corpus, model, head, device, planned_tokens, self.tokens_per_epoch,
                               done_tokens)
+        if self.vocabulary_options:
+            given = ", ".join(f"{key}={value}" for key, value in self.vocabulary_options.items())
+            lines.append(f"head option {given}: the default for a tied LSTM's {self.config.head.name} head over "
+                         f"{BANDED_FROM_WORDS:,} words or more (rarer words in fewer dimensions; "
+                         "--head-option div_value=null keeps every word at the hidden size)")
         return lines + ([self.hierarchy.summary()] if self.hierarchy is not None else [])
 
 
