@@ -45,6 +45,10 @@ VOCABULARIES = ("bpe:8000", "bpe:32000")
 DEFAULT_RUNS = ("full-tied", "adaptive-tied", "two_level_frequency-tied", "self_organized-tied")
 #: the run every other is compared with, seed by seed
 REFERENCE = "full-tied"
+#: ``--matched``: the transformer made as like ``subword_hf.py``'s Llama as its flags allow (Llama's rotary positions;
+#: no dropout, which Llama has not on embeddings or residual branches), kept apart from the protocol's runs
+MATCHED_FLAGS = ("--dropout", "0", "--positions", "rotary")
+MATCHED_RESULTS = ROOT / "docs" / "results" / "subword-matched"
 KEPT = ("config.json", "metrics.jsonl")
 SPLITS = ("valid", "test")
 
@@ -183,7 +187,10 @@ def main(argv: list[str] | None = None) -> int:
                    f"(default: {','.join(VOCABULARIES)})")
     t.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
     t.add_argument("--runs-dir", type=Path, default=Path("runs/subword"), help="where the run directories go")
-    t.add_argument("--results", type=Path, default=RESULTS, help="where the kept runs go (default: docs/results/subword)")
+    t.add_argument("--results", type=Path, help="where the kept runs go (default: docs/results/subword, with "
+                   "--matched docs/results/subword-matched)")
+    t.add_argument("--matched", action="store_true", help=f"add {' '.join(MATCHED_FLAGS)}: the model as like "
+                   "subword_hf.py's Llama as sohsm's flags make it")
     # a smoke test on a small text: another corpus, and flags that override the protocol's (tiny model, budget)
     t.add_argument("--corpus", help=argparse.SUPPRESS)
     t.add_argument("--extra", default="", help=argparse.SUPPRESS)
@@ -194,8 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = fair_quality.chosen(parser, args.runs, RUNS, "runs")
     vocabularies = fair_quality.vocabularies(parser, args.vocabularies)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    return train(vocabularies, [int(s) for s in args.seeds.split(",")], runs, args.runs_dir, args.results,
-                 args.corpus, args.extra.split())
+    results = args.results or (MATCHED_RESULTS if args.matched else RESULTS)
+    extra = [*(MATCHED_FLAGS if args.matched else ()), *args.extra.split()]
+    return train(vocabularies, [int(s) for s in args.seeds.split(",")], runs, args.runs_dir, results,
+                 args.corpus, extra)
 
 
 if __name__ == "__main__":

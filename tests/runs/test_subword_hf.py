@@ -177,3 +177,19 @@ def test_wikitext_2_a_few_steps(tmp_path, monkeypatch):
                         .read_text())
     assert result["steps"] == 2 and result["tokens"] == 8192 and result["corpus"].startswith("wikitext-2 ")
     assert all(math.isfinite(result["test"][key]) for key in SCORES)
+
+
+def test_the_matched_report_says_what_still_differs_and_its_commands(tmp_path):
+    """``report --matched``: sohsm's transformer with Llama's rotary positions and no dropout, said in its table, its
+    folders and its commands (no runs kept yet: every row "not run yet")."""
+    text = subword_hf.report(tmp_path / "m.md", tmp_path / "subword-hf-matched", tmp_path / "subword-matched",
+                             matched=True)
+    assert text.startswith("# Subword vocabularies: sohsm's transformer against the same model as a Hugging Face "
+                           "Llama, matched: rotary positions, no dropout")
+    assert "| positions | rotary (base 10000; `--positions rotary`) | rotary (base 10000) |" in text
+    assert "| dropout | none (`--dropout 0`) | none (attention dropout: sohsm's, 0) |" in text
+    assert "[subword-hf-matched/](subword-hf-matched/)" in text and "[subword-matched/](subword-matched/)" in text
+    assert "python benchmarks/subword.py train --matched --vocabularies bpe:8000" in text
+    assert "python benchmarks/subword_hf.py report --matched" in text
+    assert "| HF Llama | `use_head(model, \"full\")` | 1 | not run yet |" in text
+    assert subword_hf.subword.MATCHED_FLAGS == ("--dropout", "0", "--positions", "rotary")
