@@ -193,3 +193,32 @@ def test_bad_seeds_are_refused(tmp_path, ptb_slice, small, cli, options, message
     code, _, err = cli("lm", "compare", "--corpus", ptb_slice, "--out", tmp_path / "heads", *small, *options)
     assert message in _one_line_error(code, err)
     assert not (tmp_path / "heads").exists()
+
+
+def test_a_comparison_gives_its_runs_the_vocabulary_s_options_and_continues(tmp_path, ptb_slice, small, cli,
+                                                                            monkeypatch):
+    """Over ``BANDED_FROM_WORDS`` words (lowered here below the slice's vocabulary) the self-organized run of a
+    comparison takes ``div_value=4`` as ``lm train`` gives it, and the same command run again finds its runs as
+    they were written, skips them, and builds the banded head to check it first; a run from before (every word at
+    d) is named, not trained on as the other."""
+    import sohsm.tasks.lm.config as lm_config
+
+    monkeypatch.setattr(lm_config, "BANDED_FROM_WORDS", 50)
+    out = tmp_path / "heads"
+    argv = ["lm", "compare", "--corpus", ptb_slice, "--out", out, "--heads", "full,self_organized", *small, *BUDGET]
+    code, _, err = cli(*argv)
+    assert code == 0, err
+    assert json.loads((out / "self_organized" / "config.json").read_text())["head"]["options"] == {"div_value": 4}
+    assert json.loads((out / "full" / "config.json").read_text())["head"]["options"] == {}
+    code, stdout, err = cli(*argv)
+    assert code == 0, err
+    assert stdout.count("skipped") == 2
+
+    older = tmp_path / "older"  # as a release before the option wrote it: every word at d
+    monkeypatch.setattr(lm_config, "BANDED_FROM_WORDS", 10**6)
+    assert cli(*[older if a == out else a for a in argv])[0] == 0
+    monkeypatch.setattr(lm_config, "BANDED_FROM_WORDS", 50)
+    before = _mtimes(older)
+    line = _one_line_error(*cli(*[older if a == out else a for a in argv])[::2])
+    assert "holds a run with other settings than this comparison" in line and "div_value" in line
+    assert _mtimes(older) == before

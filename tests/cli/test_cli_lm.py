@@ -534,19 +534,23 @@ def test_a_large_vocabulary_gives_a_tied_lstm_s_self_organized_head_bands(tmp_pa
               "--log-every", 1]
     banded = tmp_path / "banded"
     loud = [arg for arg in common if arg != "--quiet"]  # the start's lines
-    code, out, err = cli("lm", "train", "--run-dir", banded, *loud, "--max-tokens", 6 * TOKENS_PER_STEP)
+    code, out, err = cli("lm", "train", "--run-dir", banded, *loud, "--head-option", "gamma=2", "--max-tokens",
+                         6 * TOKENS_PER_STEP)
     assert code == 0, err
     config = json.loads((banded / "config.json").read_text())
-    assert config["head"]["options"] == {"div_value": 4} and config["model"]["tie_weights"] is True
+    assert config["head"]["options"] == {"gamma": 2, "div_value": 4} and config["model"]["tie_weights"] is True
     assert "head option div_value=4: the default for a tied LSTM's self_organized head" in out + err
     head = torch.load(banded / "last.pt", weights_only=True)["head"]
     assert any(key.startswith("band_projections.") for key in head)
-    code, out, err = cli("lm", "train", "--run-dir", banded, "--resume", "--max-tokens",
-                         9 * TOKENS_PER_STEP)
+    code, out, err = cli("lm", "train", "--run-dir", banded, "--resume", "--head-option", "gamma=2", "--max-tokens",
+                         9 * TOKENS_PER_STEP)  # the options it was started with: the one it took is not asked again
     assert code == 0, err
     resumed = json.loads((banded / "config.json").read_text())
     assert resumed["head"] == config["head"] and "head option div_value" not in out + err
     assert [s for s, _ in _train_losses(banded)] == list(range(1, 10))
+    line = _one_line_error(*cli("lm", "train", "--run-dir", banded, "--resume", "--head-option", "div_value=null",
+                                "--max-tokens", 12 * TOKENS_PER_STEP)[::2])
+    assert "div_value" in line and "in the run" in line  # an option it took is kept: asked otherwise, refused
 
     for name, extra in (("null", ["--head-option", "div_value=null"]), ("untied", ["--no-tie-weights"])):
         assert cli("lm", "train", "--run-dir", tmp_path / name, *common, *extra, "--max-tokens", TOKENS_PER_STEP)[0] == 0

@@ -29,6 +29,7 @@ import torch
 
 from sohsm.fields import FieldError
 from sohsm.tasks.lm import LMConfig, build_model_and_head, load_lm_corpus, normalise_corpus, normalise_tokenizer
+from sohsm.tasks.lm.config import vocabulary_head_options
 from sohsm.train.builders import resolve_device
 from sohsm.train.checkpoint import CONFIG_FILE, LAST, write_json
 from sohsm.train.config import config_differences
@@ -115,8 +116,9 @@ def plan_comparison(out: str | os.PathLike[str], runs: Sequence[PlannedRun]) -> 
             raise ValueError(f"run name {run.name!r} appears twice in the comparison")
         seen.add(run.name)
     _check_same_settings(runs)
-    plans = [_plan(out / run.name, _normalised(run)) for run in runs]
-    _check_new_runs_build([p.run for p in plans if p.status == "new"])
+    corpora: dict[tuple, Any] = {}
+    plans = [_plan(out / run.name, _completed(_normalised(run), corpora)) for run in runs]
+    _check_new_runs_build([p.run for p in plans if p.status == "new"], corpora)
     return plans
 
 
@@ -143,8 +145,26 @@ def _normalised(run: PlannedRun) -> PlannedRun:
     return PlannedRun(run.name, config)
 
 
-def _plan(path: Path, run: PlannedRun) -> RunPlan:
+def _corpus(config: LMConfig, corpora: dict[tuple, Any]):
+    """The run's corpus, read once for every run of the comparison that reads the same."""
+    d = config.data
+    key = (d.corpus, d.data_dir, d.min_count, d.max_size, d.cache_dir, d.text_mode, d.tokenizer)
+    if key not in corpora:
+        corpora[key] = load_lm_corpus(config)
+    return corpora[key]
+
+
+def _completed(run: PlannedRun, corpora: dict[tuple, Any]) -> PlannedRun:
+    """The run (checked) with the head options its vocabulary settles (:func:`vocabulary_head_options`), as ``lm
+    train`` would write them: a folder is compared with, and trained from, that."""
     run.config.validate()
+    added = vocabulary_head_options(run.config, len(_corpus(run.config, corpora).vocab))
+    if added:
+        run.config.head.options = {**run.config.head.options, **added}  # the run's own copy (_normalised)
+    return run
+
+
+def _plan(path: Path, run: PlannedRun) -> RunPlan:
     if not holds_run(path):
         check_writable(path)
         return RunPlan(run, path, "new")
@@ -158,19 +178,14 @@ def _plan(path: Path, run: PlannedRun) -> RunPlan:
     return RunPlan(run, path, "done" if spent_budgets(run.config, progress) else "partial", progress["tokens"])
 
 
-def _check_new_runs_build(runs: Sequence[PlannedRun]) -> None:
+def _check_new_runs_build(runs: Sequence[PlannedRun], corpora: dict[tuple, Any]) -> None:
     """Build each new run's model and head on the CPU, so that refused options fail before training starts."""
-    corpora: dict[tuple, Any] = {}
     for run in runs:
         config = run.config
         resolve_device(config.device)
-        d = config.data
-        key = (d.corpus, d.data_dir, d.min_count, d.max_size, d.cache_dir, d.text_mode, d.tokenizer)
-        if key not in corpora:
-            corpora[key] = load_lm_corpus(config)
         try:
             with torch.random.fork_rng(devices=[]):
-                build_model_and_head(config, corpora[key].vocab, "cpu")
+                build_model_and_head(config, _corpus(config, corpora).vocab, "cpu")
         except ValueError as error:
             raise ValueError(f"run {run.name}: {error}") from None
 

@@ -325,6 +325,10 @@ def config_differences(saved: RunConfig, requested: Mapping[str, Any]) -> list[F
         if path in saved.resumable_fields:
             continue
         old = saved.get(path)
+        if path == "head.options" and isinstance(old, Mapping) and isinstance(value, Mapping):
+            # the options named must match; one not named keeps the run's (an option its vocabulary settled, too)
+            old = {key: old[key] for key in value if key in old}
+            old, value = ({key: _normalise(v) for key, v in d.items()} for d in (old, value))
         if path == "optim.lr":  # compare the rates in effect: unset means the optimizer's default
             old = saved.optim.learning_rate
             value = old if value is None else value

@@ -140,7 +140,8 @@ def _start(task_class: type[Task], config: RunConfig, run_dir: Path, progress: b
     records (if any) are dropped.
     """
     task, device = _load_task(task_class, config, ranks)
-    config = task.complete_config()  # what the data settles (a language model's head options), then written
+    if not restart:  # a restarted run keeps its config.json as written
+        config = task.complete_config()  # what the data settles (a language model's head options), then written
     task.check_fits(device)
     model, head, optimizer = _model_head_optimizer(task, config, ranks, device)
     lock = RunLock(run_dir)

@@ -105,3 +105,5 @@ def test_the_vocabulary_bands_only_a_tied_lstm_s_self_organized_head_over_words(
     for given in ({"div_value": None}, {"div_value": 2}, {"cutoffs": [100]}, {"word_dim": 512}, {"projection": True}):
         assert options(**{"head.options": given}) == {}, given
     assert options(**{"head.options": {"gamma": 2.0}}) == {"div_value": 4}
+    assert options(**{"model.hidden_size": 16, "model.emb_size": 16}) == {"div_value": 4}  # bands of 16, 4 and 1
+    assert options(**{"model.hidden_size": 15, "model.emb_size": 15}) == {}  # the rarest band would have none

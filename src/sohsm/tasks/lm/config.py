@@ -138,12 +138,14 @@ def vocabulary_head_options(config: LMConfig, n_words: int) -> dict[str, typing.
     band's projection, as adaptive input does. Measured (``docs/results/fair.md``, LSTM 256, six epochs): WikiText-2
     (33k words) 2.0% lower test perplexity, below on each of three seeds (p 0.010); the text8 prefix (50k) 3.7%
     lower dev perplexity (one seed); PTB (10k) 3.3% higher (three seeds), so a small vocabulary keeps every word at
-    ``d``. Over subword tokens, in a transformer or untied it was not measured to help, and is not taken. Any option
-    of a word's width given (``div_value=null`` included) is kept as given.
+    ``d``. Over subword tokens, in a transformer or untied it was not measured to help, and is not taken; nor below a
+    hidden size of 16, where the rarest band would have no dimension. Any option of a word's width given
+    (``div_value=null`` included) is kept as given.
     """
     head, model = config.head, config.model
     if (head.name != "self_organized" or model.architecture != "lstm" or not model.tie_weights
             or config.data.tokenizer is not None or n_words < BANDED_FROM_WORDS
+            or model.hidden_size < BANDED_DIV_VALUE ** 2  # its rarest band would have no dimension
             or any(key in head.options for key in _WIDTH_OPTIONS)):
         return {}
     return {"div_value": BANDED_DIV_VALUE}
