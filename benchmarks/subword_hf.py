@@ -431,6 +431,8 @@ def report(output: Path = REPORT, results: Path = RESULTS, sohsm_results: Path =
              "comparison. *HF / sohsm - 1* is the ratio of test perplexities per word, seed by seed (a paired t-test on",
              "log perplexity over the seeds where there are several); *sohsm's seed spread* is the standard deviation",
              "of log test perplexity per word over sohsm's own seeds, the noise the difference is to be read against.",
+             *([] if matched else ["The same comparison with sohsm's transformer given Llama's rotary positions and "
+                                   "no dropout (`--matched`): [subword-hf-matched.md](subword-hf-matched.md)."]),
              ""]
     vocabularies = set(subword.VOCABULARIES)
     for root in (results, sohsm_results):
