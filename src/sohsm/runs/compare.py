@@ -29,7 +29,7 @@ import torch
 
 from sohsm.fields import FieldError
 from sohsm.tasks.lm import LMConfig, build_model_and_head, load_lm_corpus, normalise_corpus, normalise_tokenizer
-from sohsm.tasks.lm.config import vocabulary_head_options
+from sohsm.tasks.lm.config import with_vocabulary_options
 from sohsm.train.builders import resolve_device
 from sohsm.train.checkpoint import CONFIG_FILE, LAST, write_json
 from sohsm.train.config import config_differences
@@ -155,13 +155,11 @@ def _corpus(config: LMConfig, corpora: dict[tuple, Any]):
 
 
 def _completed(run: PlannedRun, corpora: dict[tuple, Any]) -> PlannedRun:
-    """The run (checked) with the head options its vocabulary settles (:func:`vocabulary_head_options`), as ``lm
+    """The run (checked) with the head options its vocabulary settles (:func:`with_vocabulary_options`), as ``lm
     train`` would write them: a folder is compared with, and trained from, that."""
     run.config.validate()
-    added = vocabulary_head_options(run.config, len(_corpus(run.config, corpora).vocab))
-    if added:
-        run.config.head.options = {**run.config.head.options, **added}  # the run's own copy (_normalised)
-    return run
+    config, _ = with_vocabulary_options(run.config, len(_corpus(run.config, corpora).vocab))
+    return PlannedRun(run.name, config)
 
 
 def _plan(path: Path, run: PlannedRun) -> RunPlan:

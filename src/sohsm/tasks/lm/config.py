@@ -17,6 +17,7 @@ and values of the wrong type, and nothing is ever evaluated as code.
 """
 from __future__ import annotations
 
+import dataclasses
 import typing
 from dataclasses import dataclass, field
 
@@ -149,6 +150,16 @@ def vocabulary_head_options(config: LMConfig, n_words: int) -> dict[str, typing.
             or any(key in head.options for key in _WIDTH_OPTIONS)):
         return {}
     return {"div_value": BANDED_DIV_VALUE}
+
+
+def with_vocabulary_options(config: LMConfig, n_words: int) -> tuple[LMConfig, dict[str, typing.Any]]:
+    """``(config with the options of :func:`vocabulary_head_options` added, those options)``: what a new run over
+    ``n_words`` words is written and built with (a copy where any are added; ``config`` itself is not changed)."""
+    added = vocabulary_head_options(config, n_words)
+    if not added:
+        return config, added
+    head = dataclasses.replace(config.head, options={**config.head.options, **added})
+    return dataclasses.replace(config, head=head), added
 
 
 @dataclass

@@ -18,7 +18,6 @@ is the state one process would hold.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -38,7 +37,7 @@ from sohsm.models.transformer_lm import TransformerLM
 from sohsm.tasks.heads import hierarchy_parts, saved_clusters, takes_tree
 from sohsm.tasks.hierarchies import load_hierarchy
 from sohsm.tasks.lm.scores import split_scores
-from sohsm.tasks.lm.config import BANDED_FROM_WORDS, LMConfig, vocabulary_head_options
+from sohsm.tasks.lm.config import BANDED_FROM_WORDS, LMConfig, with_vocabulary_options
 from sohsm.tasks.lm.evaluation import stream_hidden_states
 from sohsm.tasks.lm.model import build_model_and_head
 from sohsm.tasks.lm.preflight import check_run_fits
@@ -79,12 +78,9 @@ class LMTask(Task):
                                          two_level=not takes_tree(config.head.name)) if d.clusters_from else None)
 
     def complete_config(self) -> LMConfig:
-        """The run's config with the head options its vocabulary's size settles (:func:`vocabulary_head_options`:
+        """The run's config with the head options its vocabulary's size settles (:func:`with_vocabulary_options`:
         ``div_value=4`` for a tied LSTM's self-organized head over 20,000 words or more), kept in its ``config.json``."""
-        self.vocabulary_options = vocabulary_head_options(self.config, len(self.vocab))
-        if self.vocabulary_options:
-            head = dataclasses.replace(self.config.head, options={**self.config.head.options, **self.vocabulary_options})
-            self.config = dataclasses.replace(self.config, head=head)
+        self.config, self.vocabulary_options = with_vocabulary_options(self.config, len(self.vocab))
         return self.config
 
     @classmethod
