@@ -55,6 +55,8 @@ PROTOCOLS: dict[str, tuple[str, list[str], str]] = {
                         "Penn Treebank, the small transformer (4 x 256), one epoch"),
     "transformer-ptb-3-epochs": ("ptb", _TRANSFORMER + ["--epochs", "3"],
                                  "Penn Treebank, the small transformer (4 x 256), three epochs"),
+    "transformer-ptb-6-epochs": ("ptb", _TRANSFORMER + ["--epochs", "6"],
+                                 "Penn Treebank, the small transformer (4 x 256), six epochs"),
     "transformer-wikitext-2": ("wikitext-2", _TRANSFORMER + ["--max-tokens", "1000000"],
                                "WikiText-2, the small transformer (4 x 256), 1M tokens"),
 }
