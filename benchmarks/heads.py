@@ -66,6 +66,8 @@ HEADS = (
     ("two_level_frequency", "two_level_frequency", {}),
     ("self_organized", "self_organized", {"update_every": 0}),
     ("self_organized-no-shortlist", "self_organized", {"update_every": 0, "shortlist": 0}),  # the paper's head
+    # rare words in fewer dimensions (div_value=4): the head a tied LSTM run over 20,000 words or more takes
+    ("self_organized-banded", "self_organized", {"update_every": 0, "div_value": 4}),
     ("tree_huffman", "tree_huffman", {}),
     ("tree_huffman+sparse", "tree_huffman", {"sparse": True}),
     ("tree_random", "tree_random", {}),
@@ -389,7 +391,9 @@ def main(argv: list[str] | None = None) -> int:
         "gradients (an optimizer that takes them is needed). `dsoftmax` (differentiated softmax): the "
         "adaptive head's cutoffs as frequency bands of d/2, d/4, d/4 dimensions. `self_organized` keeps "
         "its ceil(sqrt(N)) most frequent words in clusters of their own (its default `shortlist`); "
-        "`self_organized-no-shortlist` is the paper's head (`shortlist=0`). '+ Adagrad step': "
+        "`self_organized-no-shortlist` is the paper's head (`shortlist=0`); `self_organized-banded` scores "
+        "rare words in fewer dimensions (`div_value=4`: the head a tied LSTM run over 20,000 words or more "
+        "takes; timed here alone, untied). '+ Adagrad step': "
         "forward + backward plus the median time of an Adagrad step over the head's parameters (timed on "
         "its own, on the gradients of one forward + backward), as in a training step; the step is torch's "
         "fused one (`fused=True`, as `sohsm lm train` uses it), except for the `+sparse` rows, whose "
