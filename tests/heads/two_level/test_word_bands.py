@@ -17,10 +17,11 @@ D, N = 16, 80
 CUTOFFS = [8, 30]  # bands: ranks 0-7 (16 dims), 8-29 (4 dims), 30-79 (1 dim)
 
 
-def _counts() -> torch.Tensor:
+def _counts(ordered: bool = False) -> torch.Tensor:
+    """Zipf counts, in a random order of ids; ``ordered``: ids by frequency, as sohsm's vocabularies have them."""
     g = torch.Generator().manual_seed(5)
     zipf = (1000.0 / torch.arange(1, N + 1, dtype=torch.float64)).round()
-    return zipf[torch.randperm(N, generator=g)]
+    return zipf if ordered else zipf[torch.randperm(N, generator=g)]
 
 
 def _batch(seed: int, batch: int = 48):
@@ -30,11 +31,12 @@ def _batch(seed: int, batch: int = 48):
     return hidden, target
 
 
-def _head(kind: str = "two_level", **options):
+def _head(kind: str = "two_level", ordered: bool = False, **options):
     torch.manual_seed(3)
+    counts = _counts(ordered)
     if kind == "two_level":
-        return TwoLevelSoftmax(D, N, counts=_counts(), div_value=4, cutoffs=CUTOFFS, **options).double()
-    return build_head("self_organized", D, N, counts=_counts(), div_value=4, cutoffs=CUTOFFS, **options).double()
+        return TwoLevelSoftmax(D, N, counts=counts, div_value=4, cutoffs=CUTOFFS, **options).double()
+    return build_head("self_organized", D, N, counts=counts, div_value=4, cutoffs=CUTOFFS, **options).double()
 
 
 def _bands(counts: torch.Tensor) -> torch.Tensor:
@@ -47,10 +49,10 @@ def _bands(counts: torch.Tensor) -> torch.Tensor:
 class _Reference:
     """float64 leaves: cluster vectors, each word's short vector, the band maps."""
 
-    def __init__(self, head):
+    def __init__(self, head, ordered: bool = False):
         leaf = lambda t: t.detach().double().clone().requires_grad_(True)  # noqa: E731
         self.dims = [D, D // 4, D // 16]
-        self.band = _bands(_counts())
+        self.band = _bands(_counts(ordered))
         self.cluster_weight = leaf(head.cluster_weight)
         vectors = head.word_vectors()  # [N, D + 4 + 1], word order
         starts = [0, D, D + D // 4]
@@ -115,6 +117,42 @@ def test_output_and_gradients_match_the_dense_reference(kind, backend):
     # outside a word's band the gradient is exactly zero, on every backend
     mask = head._band_mask()
     assert not head.weight.grad[~mask].any()
+
+
+@pytest.mark.filterwarnings("ignore:.*without an attached optimizer")
+@pytest.mark.parametrize("ordered", [False, True])
+def test_per_cluster_kernel_scores_band_by_band_across_steps(ordered):
+    """The per-cluster kernel multiplies each cluster's words band by band (consecutive rows as slices where the ids
+    follow frequency, index tensors where they do not): gradients accumulated over two batches, then a step later in
+    the reused buffer, match the reference, and every entry outside a word's band stays exactly zero."""
+    head = _head("self_organized", ordered, update_every=0)
+    head.backend = "per_cluster"
+    optimizer = torch.optim.Adagrad(head.parameters(), lr=0.5)
+    head.attach(optimizer)
+    ref = _Reference(head, ordered)
+    for seed in (21, 22):  # two backward passes add into one gradient
+        hidden, target = _batch(seed)
+        head(hidden, target).loss.backward()
+        (-ref.log_prob(hidden).gather(1, target[:, None]).mean()).backward()
+    rows = [group.rows for groups in head._layout.bands.groups for group in groups]
+    assert all(isinstance(r, slice) for r in rows) if ordered else any(isinstance(r, torch.Tensor) for r in rows)
+    mask = head._band_mask()
+
+    def check():
+        grad = in_word_order(head, head.weight.grad)
+        for i, (s, d) in enumerate(zip([0, D, D + D // 4], ref.dims)):
+            torch.testing.assert_close(grad[ref.band == i, s : s + d], ref.short[i].grad, rtol=0, atol=1e-10)
+        assert not head.weight.grad[~mask].any()
+
+    check()
+    optimizer.step()
+    optimizer.zero_grad()  # the buffer is reused: its rows written before are zeroed, not its columns
+    ref = _Reference(head, ordered)
+    hidden, target = _batch(23)
+    head(hidden, target).loss.backward()
+    (-ref.log_prob(hidden).gather(1, target[:, None]).mean()).backward()
+    check()
+    assert not head.weight[~mask].any()
 
 
 @pytest.mark.parametrize("backend", ["per_cluster", "grouped_torch"])

@@ -446,10 +446,11 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
 
     def _gradient_sink(self, layout: ClusterLayout) -> GradientSink:
         """Where a backend that writes :attr:`weight`'s gradient itself puts it: ``weight.grad``, in the reused
-        buffer, each row kept inside its band's columns (``div_value``)."""
-        if self.band_projections is None:
-            return GradientSink(self.weight, self._grad)
-        return GradientSink(self.weight, self._grad, self.band_of_word[layout.word_of_slot], self._band_columns)
+        buffer; with bands (``div_value``) the layout says which columns of each row the backend writes."""
+        if self.band_projections is not None and layout.bands is None:
+            layout.bands = word_bands.band_groups(self.band_of_word[layout.word_of_slot], layout.cluster_of_slot,
+                                                  layout.offsets, self.band_dims)
+        return GradientSink(self.weight, self._grad)
 
     def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
         """Hook for subclasses: sees the cluster log-probabilities of every training batch."""

@@ -20,13 +20,18 @@ and in the per-cluster kernel block by block), so those entries stay zero under
 any optimizer whose step maps a zero gradient on a zero entry to zero (SGD, Adagrad,
 Adam, AdamW, with or without weight decay).
 
-The cost: the stored weight is ``N x (d + d/div + ...)`` (1.31 d at ``div = 4``
-with two tail bands) and a product scores that width; the parameters that learn
-are ``sum_i |band_i| d_i``.
+The stored weight is ``N x (d + d/div + ...)`` (1.31 d at ``div = 4`` with two
+tail bands); the parameters that learn are ``sum_i |band_i| d_i``. The backends
+that read the whole width (sync-free, Triton) pay for it; the per-cluster kernel,
+the CPU's default, reads a cluster's rows band by band (:func:`band_groups`):
+only each word's own block is multiplied, so the rare words' short vectors cost
+what they hold, as in adaptive softmax.
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -57,6 +62,60 @@ def band_of_words(word_of_rank: Tensor, cutoffs: Sequence[int]) -> Tensor:
 def column_bands(dims: Sequence[int]) -> Tensor:
     """``[sum(dims)]`` the band each column of the widened word vectors belongs to."""
     return torch.repeat_interleave(torch.arange(len(dims)), torch.tensor(list(dims)))
+
+
+class BandGroup(NamedTuple):
+    """The rows of one cluster's block that hold words of one band."""
+
+    #: positions inside the cluster's block: a ``slice`` where they are consecutive, else a ``[n]`` index tensor
+    rows: slice | Tensor
+    #: the band (an index into :attr:`BandGroups.columns`)
+    band: int
+
+
+class BandGroups(NamedTuple):
+    """Each cluster's rows grouped by band (:func:`band_groups`), and each band's block of columns."""
+
+    #: ``groups[c]``: one :class:`BandGroup` per band present in cluster ``c``
+    groups: list[list[BandGroup]]
+    #: each band's block of columns of the weight (and of the widened hidden state)
+    columns: list[slice]
+
+
+def band_groups(band_of_slot: Tensor, cluster_of_slot: Tensor, offsets: Sequence[int],
+                dims: Sequence[int]) -> BandGroups:
+    """Each cluster's rows grouped by band: one :class:`BandGroup` per band present in the cluster.
+
+    A row is non-zero only in its band's columns, so a cluster's products can be taken band by band, each
+    ``d_i`` wide (:mod:`sohsm.heads.two_level.ops.per_cluster`). Derived once per layout: one read back.
+    Where the vocabulary's ids follow frequency (sohsm's own), a band's words are consecutive in their
+    cluster's block (a layout keeps word-id order inside a cluster) and the group is a slice.
+    """
+    n_clusters, n_bands = len(offsets) - 1, len(dims)
+    edges = [0, *itertools.accumulate(dims)]
+    key = cluster_of_slot * n_bands + band_of_slot  # slots sorted by key: grouped by (cluster, band), slot order kept
+    order = torch.sort(key, stable=True).indices
+    counts = torch.bincount(key, minlength=n_clusters * n_bands)
+    ends = counts.cumsum(0)
+    starts = ends - counts
+    last = max(order.numel() - 1, 0)
+    first_slot = order[starts.clamp(max=last)]
+    last_slot = order[(ends - 1).clamp(min=0, max=last)]
+    counts, starts, first_slot, last_slot = torch.stack([counts, starts, first_slot, last_slot]).tolist()
+    groups: list[list[BandGroup]] = []
+    for c in range(n_clusters):
+        groups.append([])
+        for b in range(n_bands):
+            k = c * n_bands + b
+            n = counts[k]
+            if not n:
+                continue
+            if last_slot[k] - first_slot[k] + 1 == n:  # ascending slots spanning n: consecutive
+                rows = slice(first_slot[k] - offsets[c], first_slot[k] - offsets[c] + n)
+            else:
+                rows = order[starts[k] : starts[k] + n] - offsets[c]
+            groups[c].append(BandGroup(rows, b))
+    return BandGroups(groups, [slice(start, stop) for start, stop in zip(edges, edges[1:])])
 
 
 class MaskRows(torch.autograd.Function):

@@ -13,6 +13,21 @@ from torch import Tensor
 
 from sohsm.heads.reused_gradient import ReusedGradient
 
+#: ``(rows, columns, a, b)``: ``block[rows, columns] += a.t() @ b``; ``rows`` a slice or an index tensor
+Piece = tuple
+
+
+def write_pieces(block: Tensor, pieces: list[Piece], overwrite: bool) -> None:
+    """``block[rows, columns] (+)= a.t() @ b`` for each piece; ``overwrite`` replaces the entries instead."""
+    beta = 0.0 if overwrite else 1.0
+    for rows, columns, a, b in pieces:
+        if isinstance(rows, slice):
+            block[rows, columns].addmm_(a.t(), b, beta=beta)
+        else:
+            target = block[:, columns]
+            product = a.t() @ b
+            (target.index_copy_ if overwrite else target.index_add_)(0, rows, product)
+
 
 class GradientSink:
     """The destination of a weight gradient written in row blocks: ``weight.grad``, through a reused buffer.
@@ -20,37 +35,33 @@ class GradientSink:
     Args:
         weight: the leaf tensor (the head's parameter) whose ``.grad`` receives the gradient.
         buffer: the buffer handed over as ``weight.grad`` when it is ``None``, with its record of written rows.
-        band_of_slot: differentiated dimensions (``div_value``): ``[N]`` band of each row of ``weight``;
-            a row's gradient is kept only in the columns of its band. ``None``: no bands.
-        band_columns: ``[d]`` band of each column (with ``band_of_slot``).
+
+    With differentiated dimensions (``div_value``) a block's pieces cover each row in its band's columns only.
+    The other entries of the buffer stay zero: it starts zero, the head writes only inside bands, and every
+    other writer of ``weight.grad`` keeps to them too (the tied embedding's gradient is masked to each row's
+    band, clipping and ``zero_grad`` only scale); so a fresh buffer's written rows are whole after the write.
     """
 
-    def __init__(self, weight: Tensor, buffer: ReusedGradient, band_of_slot: Tensor | None = None,
-                 band_columns: Tensor | None = None) -> None:
+    def __init__(self, weight: Tensor, buffer: ReusedGradient) -> None:
         self.weight = weight
         self.buffer = buffer
-        self.band_of_slot = band_of_slot
-        self.band_columns = band_columns
 
-    def add_blocks(self, blocks: list[tuple[int, int, Tensor, Tensor]]) -> None:
-        """``weight.grad[start:stop] += a.t() @ b`` for each ``(start, stop, a, b)`` (``a``: ``[m, stop - start]``,
-        ``b``: ``[m, d]``); other rows keep their value, zero where ``weight.grad`` was ``None``."""
+    def add_blocks(self, blocks: list[tuple[int, int, list[Piece]]]) -> None:
+        """``weight.grad[start:stop][rows, columns] += a.t() @ b`` for each block ``(start, stop, pieces)`` and
+        each of its pieces ``(rows, columns, a, b)`` (``a``: ``[m, n_rows]``, ``b``: ``[m, n_columns]``); other
+        rows keep their value, zero where ``weight.grad`` was ``None``."""
         weight, buffer = self.weight, self.buffer
         grad = weight.grad
         fresh = grad is None
-        regions = [(start, stop) for start, stop, _, _ in blocks]
+        regions = [(start, stop) for start, stop, _ in blocks]
         if fresh:
             grad = buffer.fresh(weight, keep=frozenset(regions))
         elif grad.is_sparse or grad.shape != weight.shape:
             raise RuntimeError(f"weight.grad must be a dense tensor shaped like the weight {tuple(weight.shape)}, "
                                f"got {'a sparse tensor' if grad.is_sparse else tuple(grad.shape)}")
-        beta = 0.0 if fresh else 1.0  # a fresh buffer's blocks are overwritten, not added to
         known = grad is buffer.tensor and buffer.known()
-        for start, stop, a, b in blocks:
-            rows = grad[start:stop]
-            rows.addmm_(a.t(), b, beta=beta)
-            if self.band_of_slot is not None:  # keep each row inside its band
-                rows.mul_(self.band_of_slot[start:stop, None] == self.band_columns)
+        for start, stop, pieces in blocks:  # a fresh buffer's blocks are overwritten, not added to
+            write_pieces(grad[start:stop], pieces, overwrite=fresh)
         if fresh:
             weight.grad = grad
         if grad is buffer.tensor:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sohsm.heads.two_level.ops.gradient_sink import GradientSink
+from sohsm.heads.two_level.ops.gradient_sink import GradientSink, write_pieces
 from sohsm.heads.two_level.ops.layout import ClusterLayout
 
 
@@ -41,18 +41,45 @@ def group_rows(row_cluster: Tensor, n_clusters: int) -> RowGroups:
     return RowGroups(order, row_cluster_sorted, clusters, [counts[c] for c in clusters])
 
 
+def _rows(block: Tensor, rows: slice | Tensor, dim: int = 0) -> Tensor:
+    """``block``'s rows (``dim=0``) or columns (``dim=1``) of a band group: a view for a slice, a copy else."""
+    if isinstance(rows, slice):
+        return block[rows] if dim == 0 else block[:, rows]
+    return block.index_select(dim, rows)
+
+
+def _band_blocks(tensor: Tensor, columns: list[slice], sizes: list[int]) -> list[list[Tensor]]:
+    """``[band][block]``: each band's columns of ``tensor``, split in row blocks of ``sizes`` (one call a band)."""
+    return [tensor[:, band].split(sizes) for band in columns]
+
+
 def in_cluster_logits(hidden_sorted: Tensor, weight: Tensor, layout: ClusterLayout, groups: RowGroups) -> Tensor:
-    """``[B, S]`` logits of each sorted row against its cluster's words, ``-inf`` past the cluster's size."""
+    """``[B, S]`` logits of each sorted row against its cluster's words, ``-inf`` past the cluster's size.
+
+    With differentiated dimensions (``layout.bands``) a cluster's words are scored band by band, each in its
+    band's columns only: the entries outside them are zero, so the sum is the same product, narrower."""
     sizes = layout.sizes
     width = max([1] + [sizes[c] for c in groups.clusters])
     logits = hidden_sorted.new_empty(hidden_sorted.size(0), width)
     row_counts = groups.row_counts
-    weight_blocks = weight.split(sizes)  # one call makes every cluster's view
-    for c, h, out in zip(groups.clusters, hidden_sorted.split(row_counts), logits.split(row_counts)):
+    bands = layout.bands
+    if bands is None:
+        weight_blocks = weight.split(sizes)  # one call makes every cluster's view
+    else:
+        weight_bands = _band_blocks(weight, bands.columns, sizes)
+        hidden_bands = _band_blocks(hidden_sorted, bands.columns, row_counts)
+    for i, (c, h, out) in enumerate(zip(groups.clusters, hidden_sorted.split(row_counts), logits.split(row_counts))):
         if sizes[c] == 1:  # a word alone in its cluster has in-cluster log-probability 0 whatever it scores
             out[:, 0] = 0.0
-        else:
+        elif bands is None:
             torch.mm(h, weight_blocks[c].t(), out=out[:, : sizes[c]])
+        else:
+            for rows, band in bands.groups[c]:
+                vectors = _rows(weight_bands[band][c], rows)
+                if isinstance(rows, slice):
+                    torch.mm(hidden_bands[band][i], vectors.t(), out=out[:, rows])
+                else:
+                    out.index_copy_(1, rows, hidden_bands[band][i] @ vectors.t())
     row_size = layout.sizes_t[groups.row_cluster]
     logits.masked_fill_(torch.arange(width, device=logits.device) >= row_size[:, None], float("-inf"))
     return logits
@@ -93,27 +120,48 @@ class InClusterLogProb(torch.autograd.Function):
         grad_logits.scatter_add_(1, position_sorted[:, None], g[:, None])  # + g at the target
         sizes, offsets, row_counts = layout.sizes, layout.offsets, groups.row_counts
         grad_hidden = grad_weight = None
+        bands = layout.bands
+        if bands is not None:
+            weight_bands = _band_blocks(weight, bands.columns, sizes)
+            hidden_bands = _band_blocks(hidden_sorted, bands.columns, row_counts)
         if ctx.needs_input_grad[0]:
             grad_sorted = torch.empty_like(hidden_sorted)
             weight_blocks = weight.split(sizes)
-            for c, g_c, out in zip(groups.clusters, grad_logits.split(row_counts), grad_sorted.split(row_counts)):
+            if bands is not None:
+                grad_bands = _band_blocks(grad_sorted, bands.columns, row_counts)
+            for i, (c, g_c, out) in enumerate(zip(groups.clusters, grad_logits.split(row_counts),
+                                                  grad_sorted.split(row_counts))):
                 if sizes[c] == 1:  # the softmax over one word has gradient 0
                     out.zero_()
-                else:
+                elif bands is None:
                     torch.mm(g_c[:, : sizes[c]], weight_blocks[c], out=out)
+                else:  # each band's columns from its own words; a band the cluster lacks gets 0
+                    if len(bands.groups[c]) < len(bands.columns):
+                        out.zero_()
+                    for rows, band in bands.groups[c]:
+                        torch.mm(_rows(g_c, rows, dim=1), _rows(weight_bands[band][c], rows),
+                                 out=grad_bands[band][i])
             grad_hidden = torch.empty_like(grad_sorted)
             grad_hidden[groups.order] = grad_sorted
         if ctx.needs_input_grad[1]:
             # a word alone in its cluster gets no gradient (its in-cluster softmax is constant): skip its block
-            blocks = [(offsets[c], offsets[c + 1], g_c[:, : sizes[c]], h_c)
-                      for c, g_c, h_c in zip(groups.clusters, grad_logits.split(row_counts),
-                                             hidden_sorted.split(row_counts)) if sizes[c] > 1]
+            blocks = []
+            for i, (c, g_c, h_c) in enumerate(zip(groups.clusters, grad_logits.split(row_counts),
+                                                  hidden_sorted.split(row_counts))):
+                if sizes[c] == 1:
+                    continue
+                if bands is None:
+                    pieces = [(slice(None), slice(None), g_c[:, : sizes[c]], h_c)]
+                else:  # a band's rows get a gradient in its own columns only
+                    pieces = [(rows, bands.columns[band], _rows(g_c, rows, dim=1), hidden_bands[band][i])
+                              for rows, band in bands.groups[c]]
+                blocks.append((offsets[c], offsets[c + 1], pieces))
             if sink is not None:
                 sink.add_blocks(blocks)
             else:
                 grad_weight = torch.zeros_like(weight)
-                for start, stop, a, b in blocks:
-                    grad_weight[start:stop].addmm_(a.t(), b)
+                for start, stop, pieces in blocks:
+                    write_pieces(grad_weight[start:stop], pieces, overwrite=False)
         return grad_hidden, grad_weight, None, None, None, None
 
 
