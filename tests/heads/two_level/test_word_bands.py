@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax, build_head
+from sohsm.heads.two_level.ops import per_cluster
 from tests.heads.reference import in_word_order
 
 D, N = 16, 80
@@ -120,11 +121,14 @@ def test_output_and_gradients_match_the_dense_reference(kind, backend):
 
 
 @pytest.mark.filterwarnings("ignore:.*without an attached optimizer")
+@pytest.mark.parametrize("by_band", [False, True])
 @pytest.mark.parametrize("ordered", [False, True])
-def test_per_cluster_kernel_scores_band_by_band_across_steps(ordered):
-    """The per-cluster kernel multiplies each cluster's words band by band (consecutive rows as slices where the ids
-    follow frequency, index tensors where they do not): gradients accumulated over two batches, then a step later in
-    the reused buffer, match the reference, and every entry outside a word's band stays exactly zero."""
+def test_per_cluster_kernel_scores_band_by_band_across_steps(ordered, by_band, monkeypatch):
+    """The per-cluster kernel writes each cluster's weight gradient band by band (consecutive rows as slices where the
+    ids follow frequency, index tensors where they do not), and from a hidden size on takes the scores and the hidden
+    state's gradient band by band too: values and gradients accumulated over two batches, then a step later in the
+    reused buffer, match the reference, and every entry outside a word's band stays exactly zero."""
+    monkeypatch.setattr(per_cluster, "BAND_PRODUCTS_FROM", 1 if by_band else 10**9)
     head = _head("self_organized", ordered, update_every=0)
     head.backend = "per_cluster"
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.5)
@@ -132,8 +136,14 @@ def test_per_cluster_kernel_scores_band_by_band_across_steps(ordered):
     ref = _Reference(head, ordered)
     for seed in (21, 22):  # two backward passes add into one gradient
         hidden, target = _batch(seed)
-        head(hidden, target).loss.backward()
-        (-ref.log_prob(hidden).gather(1, target[:, None]).mean()).backward()
+        hidden.requires_grad_(True)
+        out = head(hidden, target)
+        out.loss.backward()
+        h = hidden.detach().clone().requires_grad_(True)
+        expected = ref.log_prob(h).gather(1, target[:, None]).squeeze(1)
+        (-expected.mean()).backward()
+        torch.testing.assert_close(out.output.detach(), expected.detach(), rtol=0, atol=1e-10)
+        torch.testing.assert_close(hidden.grad, h.grad, rtol=0, atol=1e-10)
     rows = [group.rows for groups in head._layout.bands.groups for group in groups]
     assert all(isinstance(r, slice) for r in rows) if ordered else any(isinstance(r, torch.Tensor) for r in rows)
     mask = head._band_mask()

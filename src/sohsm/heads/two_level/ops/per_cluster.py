@@ -41,6 +41,18 @@ def group_rows(row_cluster: Tensor, n_clusters: int) -> RowGroups:
     return RowGroups(order, row_cluster_sorted, clusters, [counts[c] for c in clusters])
 
 
+#: the hidden size from which a banded cluster's scores and hidden-state gradient are taken band by band: below it
+#: one product over the block's whole width (exact too, its entries outside a word's band being zero) took less
+#: time, the products' calls costing more than the zeros they skip (the head alone on one CPU thread, 33-44k words:
+#: band by band 0.9x the time at d 512, 1.05-1.3x at d 256). The weight's gradient is written band by band always.
+BAND_PRODUCTS_FROM = 512
+
+
+def _products_by_band(layout: ClusterLayout) -> bool:
+    """Whether the scores and the hidden state's gradient are taken band by band (see :data:`BAND_PRODUCTS_FROM`)."""
+    return layout.bands is not None and layout.bands.columns[0].stop >= BAND_PRODUCTS_FROM
+
+
 def _rows(block: Tensor, rows: slice | Tensor, dim: int = 0) -> Tensor:
     """``block``'s rows (``dim=0``) or columns (``dim=1``) of a band group: a view for a slice, a copy else."""
     if isinstance(rows, slice):
@@ -56,13 +68,14 @@ def _band_blocks(tensor: Tensor, columns: list[slice], sizes: list[int]) -> list
 def in_cluster_logits(hidden_sorted: Tensor, weight: Tensor, layout: ClusterLayout, groups: RowGroups) -> Tensor:
     """``[B, S]`` logits of each sorted row against its cluster's words, ``-inf`` past the cluster's size.
 
-    With differentiated dimensions (``layout.bands``) a cluster's words are scored band by band, each in its
-    band's columns only: the entries outside them are zero, so the sum is the same product, narrower."""
+    With differentiated dimensions (``layout.bands``) at a large hidden size a cluster's words are scored band by
+    band, each in its band's columns only: the entries outside them are zero, so the sum is the same product,
+    narrower."""
     sizes = layout.sizes
     width = max([1] + [sizes[c] for c in groups.clusters])
     logits = hidden_sorted.new_empty(hidden_sorted.size(0), width)
     row_counts = groups.row_counts
-    bands = layout.bands
+    bands = layout.bands if _products_by_band(layout) else None
     if bands is None:
         weight_blocks = weight.split(sizes)  # one call makes every cluster's view
     else:
@@ -124,16 +137,17 @@ class InClusterLogProb(torch.autograd.Function):
         if bands is not None:
             weight_bands = _band_blocks(weight, bands.columns, sizes)
             hidden_bands = _band_blocks(hidden_sorted, bands.columns, row_counts)
+        by_band = _products_by_band(layout)
         if ctx.needs_input_grad[0]:
             grad_sorted = torch.empty_like(hidden_sorted)
             weight_blocks = weight.split(sizes)
-            if bands is not None:
+            if by_band:
                 grad_bands = _band_blocks(grad_sorted, bands.columns, row_counts)
             for i, (c, g_c, out) in enumerate(zip(groups.clusters, grad_logits.split(row_counts),
                                                   grad_sorted.split(row_counts))):
                 if sizes[c] == 1:  # the softmax over one word has gradient 0
                     out.zero_()
-                elif bands is None:
+                elif not by_band:
                     torch.mm(g_c[:, : sizes[c]], weight_blocks[c], out=out)
                 else:  # each band's columns from its own words; a band the cluster lacks gets 0
                     if len(bands.groups[c]) < len(bands.columns):
