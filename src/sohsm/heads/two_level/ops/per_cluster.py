@@ -135,14 +135,15 @@ class InClusterLogProb(torch.autograd.Function):
         grad_hidden = grad_weight = None
         bands = layout.bands
         if bands is not None:
-            weight_bands = _band_blocks(weight, bands.columns, sizes)
             hidden_bands = _band_blocks(hidden_sorted, bands.columns, row_counts)
         by_band = _products_by_band(layout)
         if ctx.needs_input_grad[0]:
             grad_sorted = torch.empty_like(hidden_sorted)
-            weight_blocks = weight.split(sizes)
             if by_band:
+                weight_bands = _band_blocks(weight, bands.columns, sizes)
                 grad_bands = _band_blocks(grad_sorted, bands.columns, row_counts)
+            else:
+                weight_blocks = weight.split(sizes)
             for i, (c, g_c, out) in enumerate(zip(groups.clusters, grad_logits.split(row_counts),
                                                   grad_sorted.split(row_counts))):
                 if sizes[c] == 1:  # the softmax over one word has gradient 0
