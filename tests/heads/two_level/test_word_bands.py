@@ -165,6 +165,56 @@ def test_per_cluster_kernel_scores_band_by_band_across_steps(ordered, by_band, m
     assert not head.weight[~mask].any()
 
 
+def test_band_by_band_products_read_only_each_words_block(monkeypatch):
+    """Where the scores are taken band by band, the entries outside a word's block are not read at all: set to NaN,
+    they leave the output, the hidden state's gradient and the weight's gradient finite."""
+    monkeypatch.setattr(per_cluster, "BAND_PRODUCTS_FROM", 1)
+    head = _head("self_organized", update_every=0)
+    head.backend = "per_cluster"
+    with torch.no_grad():
+        head.weight.masked_fill_(~head._band_mask(), float("nan"))
+    hidden, target = _batch(31)
+    hidden.requires_grad_(True)
+    out = head(hidden, target)
+    out.loss.backward()
+    assert torch.isfinite(out.output).all() and torch.isfinite(hidden.grad).all()
+    assert torch.isfinite(head.weight.grad).all() and not head.weight.grad[~head._band_mask()].any()
+
+
+@pytest.mark.filterwarnings("ignore:.*without an attached optimizer")
+def test_band_groups_follow_a_write_into_band_of_word():
+    """A write into ``band_of_word`` (a buffer broadcast) is seen by the next step, as a write into the assignment is."""
+    head = _head("self_organized", update_every=0)
+    head.backend = "per_cluster"
+    hidden, target = _batch(33)
+    head(hidden, target).loss.backward()
+    with torch.no_grad():
+        head.band_of_word.copy_(head.band_of_word.roll(1))
+        head.weight.mul_(head._band_mask())
+    head.zero_grad()
+    head(hidden, target).loss.backward()
+    assert head.weight.grad.any() and not head.weight.grad[~head._band_mask()].any()
+
+
+@pytest.mark.filterwarnings("ignore:.*without an attached optimizer")
+@pytest.mark.parametrize("by_band", [False, True])
+def test_banded_kernel_runs_under_autocast(by_band, monkeypatch):
+    """Under autocast the kernel's products stay in the weight's dtype: an index-tensor band group (ids not in
+    frequency order) copies them into float buffers, which a lowered product would not fit."""
+    monkeypatch.setattr(per_cluster, "BAND_PRODUCTS_FROM", 1 if by_band else 10**9)
+    head = _head("self_organized", update_every=0).float()
+    head.backend = "per_cluster"
+    hidden, target = _batch(32)
+    hidden = hidden.float().requires_grad_(True)
+    expected = head(hidden, target).output.detach()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = head(hidden, target)
+        out.loss.backward()
+    assert any(isinstance(g.rows, torch.Tensor) for groups in head._layout.bands.groups for g in groups)
+    assert head.weight.grad.dtype == torch.float32 and torch.isfinite(head.weight.grad).all()
+    torch.testing.assert_close(out.output.float(), expected, rtol=0, atol=0.1)  # the cluster part is in bf16
+
+
 @pytest.mark.parametrize("backend", ["per_cluster", "grouped_torch"])
 def test_log_prob_and_topk_are_exact(backend):
     head = _head()

@@ -447,9 +447,12 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     def _gradient_sink(self, layout: ClusterLayout) -> GradientSink:
         """Where a backend that writes :attr:`weight`'s gradient itself puts it: ``weight.grad``, in the reused
         buffer; with bands (``div_value``) the layout says which columns of each row the backend writes."""
-        if self.band_projections is not None and layout.bands is None:
+        if self.band_projections is not None and layout.bands_version != self.band_of_word._version:
+            # derived once per layout, and again if someone wrote into band_of_word (a buffer broadcast)
             layout.bands = word_bands.band_groups(self.band_of_word[layout.word_of_slot], layout.cluster_of_slot,
                                                   layout.offsets, self.band_dims)
+            layout.bands_version = self.band_of_word._version
+            self._grad.invalidate()  # the buffer's rows kept from before may hold entries outside the new bands
         return GradientSink(self.weight, self._grad)
 
     def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:

@@ -15,17 +15,18 @@ and a word of band ``i`` keeps non-zero entries only in band ``i``'s block of it
 row of ``U^V``. Then ``h_w . U^V_w = (P_i h) . u_w``: the word is scored in ``d_i``
 dimensions, and every backend (per-cluster kernel, sync-free path, exact
 ``log_prob``, top-k) computes it unchanged, as one product with a wider hidden
-state. The gradient outside a word's block is masked to zero (:class:`MaskRows`,
-and in the per-cluster kernel block by block), so those entries stay zero under
-any optimizer whose step maps a zero gradient on a zero entry to zero (SGD, Adagrad,
-Adam, AdamW, with or without weight decay).
+state. The gradient outside a word's block is kept at zero (masked by
+:class:`MaskRows` where autograd computes it; the per-cluster kernel writes each
+cluster's rows band by band, :func:`band_groups`, inside their blocks only), so
+those entries stay zero under any optimizer whose step maps a zero gradient on a
+zero entry to zero (SGD, Adagrad, Adam, AdamW, with or without weight decay).
 
 The stored weight is ``N x (d + d/div + ...)`` (1.31 d at ``div = 4`` with two
 tail bands); the parameters that learn are ``sum_i |band_i| d_i``. The backends
 that read the whole width (sync-free, Triton) pay for it; the per-cluster kernel,
-the CPU's default, reads a cluster's rows band by band (:func:`band_groups`):
-only each word's own block is multiplied, so the rare words' short vectors cost
-what they hold, as in adaptive softmax.
+the CPU's default, writes only each word's own block of the gradient, and from
+d 512 multiplies only those blocks forward too, so that the rare words' short
+vectors cost about what they hold, as in adaptive softmax.
 """
 from __future__ import annotations
 

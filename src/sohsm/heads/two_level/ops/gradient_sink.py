@@ -14,7 +14,7 @@ from torch import Tensor
 from sohsm.heads.reused_gradient import ReusedGradient
 
 #: ``(rows, columns, a, b)``: ``block[rows, columns] += a.t() @ b``; ``rows`` a slice or an index tensor
-Piece = tuple
+Piece = tuple[slice | Tensor, slice, Tensor, Tensor]
 
 
 def write_pieces(block: Tensor, pieces: list[Piece], overwrite: bool) -> None:

@@ -29,9 +29,10 @@ class ClusterLayout:
         empty_clusters: ``[C]`` bool, clusters without words (kept on the device, never read back).
         retired: set by the owner once another layout replaces this one (the rows moved): a backward
             that saved this layout then refuses to write a gradient for rows that are no longer there.
-        bands: set by the owner of a weight with differentiated dimensions (``div_value``): each cluster's rows
-            grouped by band (:func:`~sohsm.heads.two_level.word_bands.band_groups`), which the per-cluster
-            kernel multiplies band by band; ``None``: every row is scored in the weight's whole width.
+        bands: set by the owner of a weight with differentiated dimensions (``div_value``), with the version of
+            the bands it was derived from (``bands_version``): each cluster's rows grouped by band
+            (:class:`~sohsm.heads.two_level.word_bands.BandGroups`), whose weight gradient the per-cluster kernel
+            writes band by band; ``None``: every row's gradient is written in the weight's whole width.
     """
 
     def __init__(self, assignment: Tensor, n_clusters: int) -> None:
@@ -56,7 +57,8 @@ class ClusterLayout:
         #: position of each word inside its cluster's block
         self.position_of_word = self.slot_of_word - offsets[assignment]
         self.retired = False
-        self.bands: list | None = None
+        self.bands = None
+        self.bands_version = -1
 
     @property
     def sizes(self) -> list[int]:

@@ -5,7 +5,9 @@
 The word vectors are stored grouped by cluster (:class:`~sohsm.heads.two_level.ops.layout.ClusterLayout`),
 so each cluster a batch holds costs one matrix product on a contiguous block forward and two
 backward, and its gradient is one contiguous block, written into ``weight.grad`` through a
-:class:`~sohsm.heads.two_level.ops.gradient_sink.GradientSink` (or returned, without one).
+:class:`~sohsm.heads.two_level.ops.gradient_sink.GradientSink` (or returned, without one). With
+differentiated dimensions (``layout.bands``) a block's gradient is written band by band, each band's
+rows in its own columns, and from d :data:`BAND_PRODUCTS_FROM` on its scores are taken the same way.
 
 The op reads the cluster counts of a batch back to the host (``.tolist()``) and runs one product
 per present cluster; :mod:`sohsm.heads.two_level.ops.grouped` computes the same scores with static
@@ -14,6 +16,7 @@ scores (row, cluster) pairs with :func:`in_cluster_logits`.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import torch
@@ -53,29 +56,40 @@ def _products_by_band(layout: ClusterLayout) -> bool:
     return layout.bands is not None and layout.bands.columns[0].stop >= BAND_PRODUCTS_FROM
 
 
-def _rows(block: Tensor, rows: slice | Tensor, dim: int = 0) -> Tensor:
-    """``block``'s rows (``dim=0``) or columns (``dim=1``) of a band group: a view for a slice, a copy else."""
-    if isinstance(rows, slice):
-        return block[rows] if dim == 0 else block[:, rows]
-    return block.index_select(dim, rows)
+def _rows(block: Tensor, rows: slice | Tensor) -> Tensor:
+    """``block``'s rows of a band group: a view for a slice, a copy for an index tensor."""
+    return block[rows] if isinstance(rows, slice) else block.index_select(0, rows)
+
+
+def _columns(block: Tensor, positions: slice | Tensor) -> Tensor:
+    """``block``'s columns at a band group's positions (its cluster's words): a view for a slice, a copy else."""
+    return block[:, positions] if isinstance(positions, slice) else block.index_select(1, positions)
 
 
 def _band_blocks(tensor: Tensor, columns: list[slice], sizes: list[int]) -> list[list[Tensor]]:
     """``[band][block]``: each band's columns of ``tensor``, split in row blocks of ``sizes`` (one call a band)."""
-    return [tensor[:, band].split(sizes) for band in columns]
+    return [tensor[:, band_columns].split(sizes) for band_columns in columns]
 
 
-def in_cluster_logits(hidden_sorted: Tensor, weight: Tensor, layout: ClusterLayout, groups: RowGroups) -> Tensor:
+def _in_weight_dtype(tensor: Tensor):
+    """No autocast inside the kernel: its products run in the weight's dtype (see :func:`in_cluster_log_prob`), and a
+    product autocast would lower could not be copied into the float buffers (``index_copy_``, the gradient)."""
+    if tensor.device.type in ("cpu", "cuda"):
+        return torch.autocast(tensor.device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def in_cluster_logits(hidden_sorted: Tensor, weight: Tensor, layout: ClusterLayout, groups: RowGroups,
+                      by_band: bool = False) -> Tensor:
     """``[B, S]`` logits of each sorted row against its cluster's words, ``-inf`` past the cluster's size.
 
-    With differentiated dimensions (``layout.bands``) at a large hidden size a cluster's words are scored band by
-    band, each in its band's columns only: the entries outside them are zero, so the sum is the same product,
-    narrower."""
+    ``by_band`` (differentiated dimensions: ``layout.bands``): a cluster's words are scored band by band, each in
+    its band's columns only; the entries outside them are zero, so the sum is the same product, narrower."""
     sizes = layout.sizes
     width = max([1] + [sizes[c] for c in groups.clusters])
     logits = hidden_sorted.new_empty(hidden_sorted.size(0), width)
     row_counts = groups.row_counts
-    bands = layout.bands if _products_by_band(layout) else None
+    bands = layout.bands if by_band else None
     if bands is None:
         weight_blocks = weight.split(sizes)  # one call makes every cluster's view
     else:
@@ -114,7 +128,9 @@ class InClusterLogProb(torch.autograd.Function):
                 layout: ClusterLayout, sink: GradientSink | None) -> Tensor:
         groups = group_rows(row_cluster, len(layout.sizes))
         hidden_sorted = hidden[groups.order]  # [B, d]
-        log_probs = F.log_softmax(in_cluster_logits(hidden_sorted, weight, layout, groups), dim=1)
+        with _in_weight_dtype(hidden):
+            logits = in_cluster_logits(hidden_sorted, weight, layout, groups, by_band=_products_by_band(layout))
+        log_probs = F.log_softmax(logits, dim=1)
         position_sorted = row_position[groups.order]
         out = torch.empty_like(log_probs[:, 0])
         out[groups.order] = log_probs.gather(1, position_sorted[:, None]).squeeze(1)
@@ -124,6 +140,11 @@ class InClusterLogProb(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        with _in_weight_dtype(grad_out):
+            return InClusterLogProb._backward(ctx, grad_out)
+
+    @staticmethod
+    def _backward(ctx, grad_out):
         hidden_sorted, weight, log_probs, position_sorted = ctx.saved_tensors
         groups, layout, sink = ctx.groups, ctx.layout, ctx.sink
         if layout.retired:
@@ -154,8 +175,7 @@ class InClusterLogProb(torch.autograd.Function):
                     if len(bands.groups[c]) < len(bands.columns):
                         out.zero_()
                     for rows, band in bands.groups[c]:
-                        torch.mm(_rows(g_c, rows, dim=1), _rows(weight_bands[band][c], rows),
-                                 out=grad_bands[band][i])
+                        torch.mm(_columns(g_c, rows), _rows(weight_bands[band][c], rows), out=grad_bands[band][i])
             grad_hidden = torch.empty_like(grad_sorted)
             grad_hidden[groups.order] = grad_sorted
         if ctx.needs_input_grad[1]:
@@ -168,7 +188,7 @@ class InClusterLogProb(torch.autograd.Function):
                 if bands is None:
                     pieces = [(slice(None), slice(None), g_c[:, : sizes[c]], h_c)]
                 else:  # a band's rows get a gradient in its own columns only
-                    pieces = [(rows, bands.columns[band], _rows(g_c, rows, dim=1), hidden_bands[band][i])
+                    pieces = [(rows, bands.columns[band], _columns(g_c, rows), hidden_bands[band][i])
                               for rows, band in bands.groups[c]]
                 blocks.append((offsets[c], offsets[c + 1], pieces))
             if sink is not None:
