@@ -18,7 +18,6 @@ statistics and re-assignment on top of it.
 """
 from __future__ import annotations
 
-import itertools
 import weakref
 from collections.abc import Callable, Sequence
 
@@ -295,8 +294,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         of columns, which :meth:`draw_tied_vectors` draws and then clears outside each word's own block."""
         if self.band_projections is None:
             return [self.weight]
-        edges = [0, *itertools.accumulate(self.band_dims)]
-        return [self.weight[:, start:stop] for start, stop in zip(edges, edges[1:])]
+        return [self.weight[:, columns] for columns in word_bands.band_slices(self.band_dims)]
 
     def draw_tied_vectors(self, init: Callable[[Tensor], object]) -> None:
         """The model's draw; with bands, each row then cleared outside its word's block."""

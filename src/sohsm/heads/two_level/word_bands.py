@@ -65,6 +65,12 @@ def column_bands(dims: Sequence[int]) -> Tensor:
     return torch.repeat_interleave(torch.arange(len(dims)), torch.tensor(list(dims)))
 
 
+def band_slices(dims: Sequence[int]) -> list[slice]:
+    """Each band's block of columns of the widened word vectors: ``[0, d)``, ``[d, d + d/div)``, ..."""
+    edges = [0, *itertools.accumulate(dims)]
+    return [slice(start, stop) for start, stop in zip(edges, edges[1:])]
+
+
 class BandGroup(NamedTuple):
     """The rows of one cluster's block that hold words of one band."""
 
@@ -93,7 +99,6 @@ def band_groups(band_of_slot: Tensor, cluster_of_slot: Tensor, offsets: Sequence
     cluster's block (a layout keeps word-id order inside a cluster) and the group is a slice.
     """
     n_clusters, n_bands = len(offsets) - 1, len(dims)
-    edges = [0, *itertools.accumulate(dims)]
     key = cluster_of_slot * n_bands + band_of_slot  # slots sorted by key: grouped by (cluster, band), slot order kept
     order = torch.sort(key, stable=True).indices
     counts = torch.bincount(key, minlength=n_clusters * n_bands)
@@ -116,7 +121,7 @@ def band_groups(band_of_slot: Tensor, cluster_of_slot: Tensor, offsets: Sequence
             else:
                 rows = order[starts[k] : starts[k] + n] - offsets[c]
             groups[c].append(BandGroup(rows, b))
-    return BandGroups(groups, [slice(start, stop) for start, stop in zip(edges, edges[1:])])
+    return BandGroups(groups, band_slices(dims))
 
 
 class MaskRows(torch.autograd.Function):
