@@ -102,7 +102,7 @@ NOTES: dict[str, str] = {
                                 "seeds 1 and 2; seed 3 at 4a2cbe9 (the same training code): does frequency binning's lead at one epoch hold as training goes on? The "
                                 "schedule (100 warm-up steps, cosine to a tenth) spans the three epochs.",
     "transformer-ptb-6-epochs": "Trained at commit 3c2db7b (the training code of 0e3a607), the two two-level heads "
-                                "tied, seed 1 (seed 2 where it is in the table): does the self-organized head pass "
+                                "tied, seeds 1 and 2: does the self-organized head pass "
                                 "frequency binning trained as long as the LSTM tables are? The schedule (100 warm-up "
                                 "steps, cosine to a tenth) spans the six epochs.",
     "transformer-ptb": "Trained at commit 0e3a607, every head tied, three seeds, and the untied full softmax of "
