@@ -80,9 +80,9 @@ NOTES: dict[str, str] = {
                           "of it and of the self-organized head every word at d (seed 3 at f9dcd5f, the same training "
                           "code), to see whether the variant's lead holds: it held on every seed, and the variant is "
                           "the default over 20,000 words from 61719df. Seed 2 of tied frequency binning and tied "
-                          "adaptive softmax at f9dcd5f. Seed 3 of tied adaptive softmax and seed 2 of untied adaptive "
-                          "softmax (begun earlier, resumed) at d8dd7ab (the training code of 0e3a607 for it). Not run: "
-                          "seed 3 of untied adaptive softmax and of tied frequency binning.",
+                          "adaptive softmax at f9dcd5f. Seed 3 of tied adaptive softmax and of tied frequency binning, "
+                          "and seed 2 of untied adaptive softmax (begun earlier, resumed), at d8dd7ab (the training "
+                          "code of 0e3a607 for them). Not run: seed 3 of untied adaptive softmax.",
     "lstm256-wikitext-2-cuda": "Trained on one NVIDIA H200 (torch 2.11, CUDA 13.0; float32, no `--amp`; the two-level "
                                "heads on their Triton path) at commit 4a2cbe9 (the training code of 0e3a607), seed 1, "
                                "ten runs sharing the card. Adaptive softmax did not finish in the device time lent (15 "
@@ -90,11 +90,10 @@ NOTES: dict[str, str] = {
                                "moves a run by about 1%: the same head and seed on the CPU reached 118.97 test "
                                "(self-organized, tied; 118.20 here) and 127.36 (frequency binning, tied; 128.52 here).",
     "lstm256-text8": "The text8 prefix has a training and a dev split only: runs are compared on dev. "
-                     "Trained at commit 79768e8, seed 1, the tied two-level heads and untied adaptive softmax. Tied "
-                     "adaptive softmax (its better form on PTB) and the full softmax (hours a run on one thread here) "
-                     "were trained on a GPU: the next table; the `div_value=4` variant at 78dd720 reached 244.41, 0.76% below "
-                     "that table's tied adaptive softmax (246.28; runs of two devices, so a guide). Not run: seeds 2 "
-                     "and 3.",
+                     "Trained at commit 79768e8, seed 1, the tied two-level heads and untied adaptive softmax; the "
+                     "`div_value=4` variant at 78dd720; tied adaptive softmax (its better form on PTB and here) at "
+                     "d8dd7ab (the training code of 0e3a607 for it). The full softmax (hours a run on one thread "
+                     "here) was trained on a GPU: the next table. Not run: seeds 2 and 3.",
     "lstm256-text8-cuda": "Trained on one NVIDIA H200 as the WikiText-2 GPU table (commit 4a2cbe9, seed 1, float32). "
                           "Untied adaptive softmax did not finish in the device time lent; its CPU run is in the table "
                           "above. Not run: seeds 2 and 3. The same head and seed on the CPU: self-organized, tied "
