@@ -93,7 +93,7 @@ NOTES: dict[str, str] = {
                      "Trained at commit 79768e8, seed 1, the tied two-level heads and untied adaptive softmax; the "
                      "`div_value=4` variant at 78dd720; tied adaptive softmax (its better form on PTB and here) at "
                      "d8dd7ab (the training code of 0e3a607 for it). The full softmax (hours a run on one thread "
-                     "here) was trained on a GPU: the next table. Seed 2 of the `div_value=4` variant (the default "
+                     "here) was trained on a GPU: the next table. Seeds 2 and 3 of the `div_value=4` variant (the default "
                      "here) and of tied adaptive softmax at d8dd7ab. Not run: seeds 2 and 3 of the other heads.",
     "lstm256-text8-cuda": "Trained on one NVIDIA H200 as the WikiText-2 GPU table (commit 4a2cbe9, seed 1, float32). "
                           "Untied adaptive softmax did not finish in the device time lent; its CPU run is in the table "
