@@ -90,11 +90,12 @@ NOTES: dict[str, str] = {
                                "moves a run by about 1%: the same head and seed on the CPU reached 118.97 test "
                                "(self-organized, tied; 118.20 here) and 127.36 (frequency binning, tied; 128.52 here).",
     "lstm256-text8": "The text8 prefix has a training and a dev split only: runs are compared on dev. "
-                     "Trained at commit 79768e8, seed 1, the tied two-level heads and untied adaptive softmax; the "
-                     "`div_value=4` variant at 78dd720; tied adaptive softmax (its better form on PTB and here) at "
-                     "d8dd7ab (the training code of 0e3a607 for it). The full softmax (hours a run on one thread "
-                     "here) was trained on a GPU: the next table. Seeds 2 and 3 of the `div_value=4` variant (the default "
-                     "here) and of tied adaptive softmax at d8dd7ab. Not run: seeds 2 and 3 of the other heads.",
+                     "Trained at commit 79768e8, seed 1, the tied two-level heads and untied adaptive softmax; seed 1 "
+                     "of the `div_value=4` variant (the default here) at 78dd720. Tied adaptive softmax (its better "
+                     "form on PTB and here), seeds 1-3, and seeds 2 and 3 of the variant at d8dd7ab: the training "
+                     "code of 0e3a607 for adaptive softmax; for the variant, the banded kernel (the same function "
+                     "as 78dd720's, computed band by band). The full softmax (hours a run on one thread here) was "
+                     "trained on a GPU: the next table. Not run: seeds 2 and 3 of the other heads.",
     "lstm256-text8-cuda": "Trained on one NVIDIA H200 as the WikiText-2 GPU table (commit 4a2cbe9, seed 1, float32). "
                           "Untied adaptive softmax did not finish in the device time lent; its CPU run is in the table "
                           "above. Not run: seeds 2 and 3. The same head and seed on the CPU: self-organized, tied "
