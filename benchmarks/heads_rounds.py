@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _machine import machine, write_page
+from _machine import command_line, machine, write_page
 from heads_against import COLUMNS, ROOT, run_heads
 
 
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
                 cells.append(f"{statistics.median(column):.2f}x ({min(column):.2f} - {max(column):.2f})")
             summary.append(f"| {n:,} | {name} | " + " | ".join(cells) + " |")
 
-    command = "python benchmarks/heads_rounds.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/heads_rounds.py " + command_line(argv if argv is not None else sys.argv[1:])
     lines = [
         "# The heads benchmark, run after run", "",
         f"Produced by `OMP_NUM_THREADS=1 {command.strip()}` ({machine()}).", "",
