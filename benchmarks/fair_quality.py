@@ -109,11 +109,14 @@ NOTES: dict[str, str] = {
     "transformer-ptb-6-epochs": "Trained at commit 3c2db7b (the training code of 0e3a607), the two two-level heads "
                                 "tied, seeds 1 and 2: does the self-organized head pass "
                                 "frequency binning trained as long as the LSTM tables are? The schedule (100 warm-up "
-                                "steps, cosine to a tenth) spans the six epochs.",
+                                "steps, cosine to a tenth) spans the six epochs. The `self_organized_late-tied` variant "
+                                "(from frequency bins, re-clustered once an epoch) at b5f9e93, the same training code "
+                                "for the transformer (docs/results/transformer.md, \"A late first re-clustering\").",
     "transformer-ptb": "Trained at commit 0e3a607, every head tied, three seeds, and the untied full softmax of "
                        "seeds 1-3. The untied runs of earlier releases are in "
                        "docs/results/transformer.md (three seeds), which also measures why frequency binning leads "
-                       "here.",
+                       "here. The `self_organized_late-tied` variant (from frequency bins, re-clustered once an "
+                       "epoch) at b5f9e93, the training code of 0e3a607 for the transformer.",
 }
 
 #: run name -> (head, tied, head options); the table's order
