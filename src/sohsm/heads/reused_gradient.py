@@ -102,7 +102,10 @@ class WritesWeightGradient(nn.Module):
 
     def _check_weight_is_whole(self) -> None:
         """Refuse a sharded or flattened :attr:`weight` (FSDP, tensor parallel): the kernel needs all its rows."""
-        weight = self.weight
+        for weight in (self._word_params() if hasattr(self, "_word_params") else [self.weight]):
+            self._check_whole(weight)
+
+    def _check_whole(self, weight: Tensor) -> None:
         # DTensor's public home (torch.distributed.tensor) appeared in torch 2.5 and this package supports 2.4:
         # its class name is the test that works across the supported versions
         sharded = any(cls.__name__ == "DTensor" for cls in type(weight).__mro__)

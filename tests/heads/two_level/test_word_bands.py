@@ -3,7 +3,9 @@
 The reference is written from the definition: a word of band ``i`` has a vector
 ``u_w`` of ``d_i`` entries and is scored as ``(P_i h) . u_w`` (``P_0`` the
 identity), the cluster softmax scores ``h`` against the cluster vectors, and the
-in-cluster softmax normalises over the target's cluster.
+in-cluster softmax normalises over the target's cluster. The head keeps band
+``i``'s vectors in its own ``[n_i, d_i]`` weight, rows in the order of the cluster
+layout's slots; :func:`band_words` says which word each row holds.
 """
 from __future__ import annotations
 
@@ -11,8 +13,7 @@ import pytest
 import torch
 
 from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax, build_head
-from sohsm.heads.two_level.ops import per_cluster
-from tests.heads.reference import in_word_order
+from sohsm.heads.two_level.self_organizing.moved_words import give_cluster_means
 
 D, N = 16, 80
 CUTOFFS = [8, 30]  # bands: ranks 0-7 (16 dims), 8-29 (4 dims), 30-79 (1 dim)
@@ -33,6 +34,7 @@ def _batch(seed: int, batch: int = 48):
 
 
 def _head(kind: str = "two_level", ordered: bool = False, **options):
+    """A banded head of ``kind`` in float64 over :func:`_counts`."""
     torch.manual_seed(3)
     counts = _counts(ordered)
     if kind == "two_level":
@@ -47,19 +49,29 @@ def _bands(counts: torch.Tensor) -> torch.Tensor:
     return band
 
 
+def band_words(head, band: int) -> torch.Tensor:
+    """``[n_band]`` the word held by each row of ``head.band_weights[band]``."""
+    return head._layout.word_of_slot[head._band_rows().slots[band]]
+
+
+def by_word(head, band: int, rows: torch.Tensor) -> torch.Tensor:
+    """A band-weight-shaped tensor (weight, gradient, optimizer state) with its rows in ascending word id."""
+    return rows.detach()[torch.argsort(band_words(head, band).to(rows.device))]
+
+
 class _Reference:
     """float64 leaves: cluster vectors, each word's short vector, the band maps."""
 
-    def __init__(self, head, ordered: bool = False):
-        leaf = lambda t: t.detach().double().clone().requires_grad_(True)  # noqa: E731
+    def __init__(self, head):
+        leaf = lambda t: t.detach().cpu().double().clone().requires_grad_(True)  # noqa: E731
         self.dims = [D, D // 4, D // 16]
-        self.band = _bands(_counts(ordered))
+        self.band = head.band_of_word.cpu().clone()
         self.cluster_weight = leaf(head.cluster_weight)
-        vectors = head.word_vectors()  # [N, D + 4 + 1], word order
+        vectors = head.word_vectors().cpu()  # [N, D + 4 + 1], word order
         starts = [0, D, D + D // 4]
         self.short = [leaf(vectors[self.band == i, s : s + d]) for i, (s, d) in enumerate(zip(starts, self.dims))]
         self.maps = [None] + [leaf(p.weight) for p in head.band_projections]
-        self.assignment = head.assignment.clone()
+        self.assignment = head.assignment.cpu().clone()
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """``[B, N]`` in-cluster logits ``(P_band(w) h) . u_w``."""
@@ -75,6 +87,11 @@ class _Reference:
         same = self.assignment[None, :] == self.assignment[:, None]  # [N, N]: w' in C(w)
         normaliser = torch.stack([logits[:, same[w]].logsumexp(1) for w in range(N)], dim=1)
         return cluster + logits - normaliser
+
+    def check_gradients(self, head, **tol) -> None:
+        """Each band weight's gradient, row by row, is the reference's gradient of that row's word."""
+        for i, weight in enumerate(head.band_weights):
+            torch.testing.assert_close(by_word(head, i, weight.grad).cpu().double(), self.short[i].grad, **tol)
 
 
 @pytest.mark.filterwarnings("ignore:.*without an attached optimizer")
@@ -98,7 +115,7 @@ def test_output_and_gradients_match_the_dense_reference(kind, backend):
     head.backend = backend
     head.train()
     hidden, target = _batch(1)
-    hidden = hidden.to(device, head.weight.dtype).requires_grad_(True)
+    hidden = hidden.to(device, head.band_weights[0].dtype).requires_grad_(True)
     out = head(hidden, target.to(device))
     out.loss.backward()
     h = hidden.detach().cpu().double().requires_grad_(True)
@@ -111,29 +128,20 @@ def test_output_and_gradients_match_the_dense_reference(kind, backend):
     torch.testing.assert_close(cpu(head.cluster_weight.grad), ref.cluster_weight.grad, **tol)
     for projection, leaf in zip(head.band_projections, ref.maps[1:]):
         torch.testing.assert_close(cpu(projection.weight.grad), leaf.grad, **tol)
-    grad = cpu(in_word_order(head, head.weight.grad))
-    starts = [0, D, D + D // 4]
-    for i, (s, d) in enumerate(zip(starts, ref.dims)):
-        torch.testing.assert_close(grad[ref.band == i, s : s + d], ref.short[i].grad, **tol)
-    # outside a word's band the gradient is exactly zero, on every backend
-    mask = head._band_mask()
-    assert not head.weight.grad[~mask].any()
+    ref.check_gradients(head, **tol)
 
 
 @pytest.mark.filterwarnings("ignore:.*without an attached optimizer")
-@pytest.mark.parametrize("by_band", [False, True])
 @pytest.mark.parametrize("ordered", [False, True])
-def test_per_cluster_kernel_scores_band_by_band_across_steps(ordered, by_band, monkeypatch):
-    """The per-cluster kernel writes each cluster's weight gradient band by band (consecutive rows as slices where the
-    ids follow frequency, index tensors where they do not), and from a hidden size on takes the scores and the hidden
-    state's gradient band by band too: values and gradients accumulated over two batches, then a step later in the
-    reused buffer, match the reference, and every entry outside a word's band stays exactly zero."""
-    monkeypatch.setattr(per_cluster, "BAND_PRODUCTS_FROM", 1 if by_band else 10**9)
+def test_per_cluster_kernel_scores_band_by_band_across_steps(ordered):
+    """The per-cluster kernel scores each cluster band by band (a band's words as consecutive positions where the ids
+    follow frequency, as index tensors where they do not) and writes each band's gradient into its own weight: values
+    and gradients accumulated over two batches, then a step later in the reused buffers, match the reference."""
     head = _head("self_organized", ordered, update_every=0)
     head.backend = "per_cluster"
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.5)
     head.attach(optimizer)
-    ref = _Reference(head, ordered)
+    ref = _Reference(head)
     for seed in (21, 22):  # two backward passes add into one gradient
         hidden, target = _batch(seed)
         hidden.requires_grad_(True)
@@ -144,64 +152,66 @@ def test_per_cluster_kernel_scores_band_by_band_across_steps(ordered, by_band, m
         (-expected.mean()).backward()
         torch.testing.assert_close(out.output.detach(), expected.detach(), rtol=0, atol=1e-10)
         torch.testing.assert_close(hidden.grad, h.grad, rtol=0, atol=1e-10)
-    rows = [group.rows for groups in head._layout.bands.groups for group in groups]
-    assert all(isinstance(r, slice) for r in rows) if ordered else any(isinstance(r, torch.Tensor) for r in rows)
-    mask = head._band_mask()
-
-    def check():
-        grad = in_word_order(head, head.weight.grad)
-        for i, (s, d) in enumerate(zip([0, D, D + D // 4], ref.dims)):
-            torch.testing.assert_close(grad[ref.band == i, s : s + d], ref.short[i].grad, rtol=0, atol=1e-10)
-        assert not head.weight.grad[~mask].any()
-
-    check()
+    positions = [group.positions for groups in head._layout.bands.groups for group in groups]
+    assert (all(isinstance(p, slice) for p in positions) if ordered
+            else any(isinstance(p, torch.Tensor) for p in positions))
+    ref.check_gradients(head, rtol=0, atol=1e-10)
     optimizer.step()
-    optimizer.zero_grad()  # the buffer is reused: its rows written before are zeroed, not its columns
-    ref = _Reference(head, ordered)
+    optimizer.zero_grad()  # the buffers are reused: their rows written before are zeroed
+    ref = _Reference(head)
     hidden, target = _batch(23)
     head(hidden, target).loss.backward()
     (-ref.log_prob(hidden).gather(1, target[:, None]).mean()).backward()
-    check()
-    assert not head.weight[~mask].any()
+    ref.check_gradients(head, rtol=0, atol=1e-10)
 
 
-def test_band_by_band_products_read_only_each_words_block(monkeypatch):
-    """Where the scores are taken band by band, the entries outside a word's block are not read at all: set to NaN,
-    they leave the output, the hidden state's gradient and the weight's gradient finite."""
-    monkeypatch.setattr(per_cluster, "BAND_PRODUCTS_FROM", 1)
+def test_the_parameters_are_each_words_own_entries():
+    """Each band's weight holds its words' d_i entries and nothing else: the head's parameters, its optimizer state
+    and the exact parameter count its memory estimate gives before it is built."""
     head = _head("self_organized", update_every=0)
-    head.backend = "per_cluster"
-    with torch.no_grad():
-        head.weight.masked_fill_(~head._band_mask(), float("nan"))
-    hidden, target = _batch(31)
-    hidden.requires_grad_(True)
-    out = head(hidden, target)
-    out.loss.backward()
-    assert torch.isfinite(out.output).all() and torch.isfinite(hidden.grad).all()
-    assert torch.isfinite(head.weight.grad).all() and not head.weight.grad[~head._band_mask()].any()
+    band = _bands(_counts())
+    assert [tuple(w.shape) for w in head.band_weights] == [(8, 16), (22, 4), (50, 1)]
+    assert [torch.equal(torch.sort(band_words(head, i)).values, (band == i).nonzero().squeeze(1))
+            for i in range(3)] == [True] * 3
+    estimate = type(head).memory_estimate(D, N, {"div_value": 4, "cutoffs": CUTOFFS, "n_clusters": head.n_clusters},
+                                          rows=1)
+    assert estimate.parameters == sum(p.numel() for p in head.parameters())
+    assert estimate.word_vectors == 8 * 16 + 22 * 4 + 50 * 1
+    optimizer = torch.optim.Adagrad(head.parameters(), lr=0.5)
+    hidden, target = _batch(3)
+    head(hidden, target).loss.backward()
+    optimizer.step()
+    assert [tuple(optimizer.state[w]["sum"].shape) for w in head.band_weights] == [(8, 16), (22, 4), (50, 1)]
 
 
 @pytest.mark.filterwarnings("ignore:.*without an attached optimizer")
-def test_band_groups_follow_a_write_into_band_of_word():
-    """A write into ``band_of_word`` (a buffer broadcast) is seen by the next step, as a write into the assignment is."""
+def test_a_write_into_band_of_word_is_followed_or_refused():
+    """A write into ``band_of_word`` (a buffer broadcast) is seen by the next step, as a write into the assignment is:
+    bands of the same sizes are read anew (each band's rows then hold other words); other sizes are refused."""
     head = _head("self_organized", update_every=0)
     head.backend = "per_cluster"
     hidden, target = _batch(33)
     head(hidden, target).loss.backward()
     with torch.no_grad():
-        head.band_of_word.copy_(head.band_of_word.roll(1))
-        head.weight.mul_(head._band_mask())
+        head.band_of_word.copy_(head.band_of_word.roll(1))  # the same number of words in each band
     head.zero_grad()
-    head(hidden, target).loss.backward()
-    assert head.weight.grad.any() and not head.weight.grad[~head._band_mask()].any()
+    ref = _Reference(head)
+    out = head(hidden, target)
+    out.loss.backward()
+    expected = ref.log_prob(hidden).gather(1, target[:, None]).squeeze(1)
+    (-expected.mean()).backward()
+    torch.testing.assert_close(out.output.detach(), expected.detach(), rtol=0, atol=1e-10)
+    ref.check_gradients(head, rtol=0, atol=1e-10)
+    with torch.no_grad():
+        head.band_of_word.fill_(0)
+    with pytest.raises(RuntimeError, match="bands are fixed when it is built"):
+        head(hidden, target)
 
 
 @pytest.mark.filterwarnings("ignore:.*without an attached optimizer")
-@pytest.mark.parametrize("by_band", [False, True])
-def test_banded_kernel_runs_under_autocast(by_band, monkeypatch):
+def test_banded_kernel_runs_under_autocast():
     """Under autocast the kernel's products stay in the weight's dtype: an index-tensor band group (ids not in
     frequency order) copies them into float buffers, which a lowered product would not fit."""
-    monkeypatch.setattr(per_cluster, "BAND_PRODUCTS_FROM", 1 if by_band else 10**9)
     head = _head("self_organized", update_every=0).float()
     head.backend = "per_cluster"
     hidden, target = _batch(32)
@@ -210,8 +220,9 @@ def test_banded_kernel_runs_under_autocast(by_band, monkeypatch):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = head(hidden, target)
         out.loss.backward()
-    assert any(isinstance(g.rows, torch.Tensor) for groups in head._layout.bands.groups for g in groups)
-    assert head.weight.grad.dtype == torch.float32 and torch.isfinite(head.weight.grad).all()
+    assert any(isinstance(g.positions, torch.Tensor) for groups in head._layout.bands.groups for g in groups)
+    for weight in head.band_weights:
+        assert weight.grad.dtype == torch.float32 and torch.isfinite(weight.grad).all()
     torch.testing.assert_close(out.output.float(), expected, rtol=0, atol=0.1)  # the cluster part is in bf16
 
 
@@ -233,8 +244,46 @@ def test_log_prob_and_topk_are_exact(backend):
     assert torch.equal(head.predict(hidden), expected.argmax(1))
 
 
-def test_training_and_reclustering_keep_every_word_in_its_band():
-    """Adagrad steps, re-clusterings (rows, gradients and optimizer state move) and moved-word means keep the zeros."""
+@pytest.mark.parametrize("moved_vectors", ["keep", "cluster_mean"])
+def test_a_reassignment_moves_each_words_vector_gradient_and_optimizer_state(moved_vectors):
+    """set_assignment re-lays out every band's rows: a word keeps its vector, gradient and Adagrad sum (``keep``);
+    then with ``cluster_mean`` a moved word takes the mean of its new cluster's stayers of its band."""
+    head = _head("self_organized", update_every=0)
+    optimizer = torch.optim.Adagrad(head.parameters(), lr=0.5)
+    head.attach(optimizer)
+    for seed in (40, 41):
+        hidden, target = _batch(seed)
+        head(hidden, target).loss.backward()
+        optimizer.step()
+    hidden, target = _batch(42)
+    head(hidden, target).loss.backward()  # a gradient to move too
+    before = [(by_word(head, i, w), by_word(head, i, w.grad), by_word(head, i, optimizer.state[w]["sum"]))
+              for i, w in enumerate(head.band_weights)]
+    new = torch.randint(0, head.n_clusters, (N,), generator=torch.Generator().manual_seed(8))
+    moved = head.set_assignment(new, optimizer)
+    assert moved.any() and torch.equal(head.assignment, new)
+    if moved_vectors == "cluster_mean":
+        give_cluster_means(head, moved, optimizer)
+    band = _bands(_counts())
+    for i, (weight, (vectors, grad, sums)) in enumerate(zip(head.band_weights, before)):
+        after = (by_word(head, i, weight), by_word(head, i, weight.grad),
+                 by_word(head, i, optimizer.state[weight]["sum"]))
+        torch.testing.assert_close(after[1], grad, rtol=0, atol=0)
+        if moved_vectors == "keep":
+            torch.testing.assert_close(after[0], vectors, rtol=0, atol=0)
+            torch.testing.assert_close(after[2], sums, rtol=0, atol=0)
+            continue
+        words = (band == i).nonzero().squeeze(1)  # ascending: the rows of by_word
+        for j, word in enumerate(words.tolist()):
+            mates = [k for k, w in enumerate(words.tolist()) if new[w] == new[word] and not moved[w]]
+            expected = (vectors[j], sums[j]) if not moved[word] or not mates else (
+                vectors[mates].mean(0), sums[mates].mean(0))
+            torch.testing.assert_close((after[0][j], after[2][j]), expected, rtol=0, atol=1e-12)
+
+
+def test_training_and_reclustering_match_the_reference():
+    """Adagrad steps and re-clusterings (rows, gradients and optimizer state move, moved words take their band's
+    means) leave a head whose exact log-probabilities are the reference's from its own vectors."""
     head = _head("self_organized", update_every=3, moved_vectors="cluster_mean")
     optimizer = torch.optim.Adagrad(head.parameters(), lr=0.5)
     head.attach(optimizer)
@@ -245,10 +294,7 @@ def test_training_and_reclustering_keep_every_word_in_its_band():
         optimizer.step()
         optimizer.zero_grad()
     assert not torch.equal(head.assignment, before), "the test should have moved words"
-    mask = head._band_mask()
-    assert not head.weight[~mask].any()
-    assert not optimizer.state[head.weight]["sum"][~mask].any()
-    assert head.weight[mask].abs().min() > 0  # the bands themselves learned
+    assert all(w.abs().min() > 0 for w in head.band_weights)  # the bands themselves learned
     ref = _Reference(head)
     hidden, _ = _batch(99, batch=6)
     with torch.no_grad():
@@ -262,11 +308,28 @@ def test_state_dict_round_trip_and_parameters():
     hidden, _ = _batch(4, batch=5)
     with torch.no_grad():
         assert torch.equal(clone.log_prob(hidden), head.log_prob(hidden))
-    assert head.weight.shape == (N, D + D // 4 + D // 16)
     assert [p.weight.shape for p in head.band_projections] == [(4, D), (1, D)]
+    assert "weight" not in head.state_dict()
     band = _bands(_counts())
-    # non-zero entries: every word its band's width, nothing else
+    # the widened vectors: every word its band's width, nothing else
     assert int((head.word_vectors() != 0).sum()) == sum(int((band == i).sum()) * d for i, d in enumerate([16, 4, 1]))
+
+
+def test_a_state_dict_with_one_widened_weight_still_loads():
+    """A banded head saved with one ``[N, d + d/div + ...]`` weight (its rows in the saved assignment's layout, zero
+    outside each word's block) loads into the band weights."""
+    head = _head("self_organized")
+    state = head.state_dict()
+    for i in range(3):
+        del state[f"band_weights.{i}"]
+    state["weight"] = head._word_weight().detach().clone()
+    state["assignment"] = head.assignment.clone()
+    clone = SelfOrganizedSoftmax(D, N, counts=_counts(), div_value=4, cutoffs=CUTOFFS, seed=9).double()
+    assert not torch.equal(clone.assignment, head.assignment)
+    clone.load_state_dict(state)
+    hidden, _ = _batch(4, batch=5)
+    with torch.no_grad():
+        torch.testing.assert_close(clone.log_prob(hidden), head.log_prob(hidden), rtol=0, atol=0)
 
 
 def test_build_head_takes_the_options_and_defaults_to_adaptives_cutoffs():

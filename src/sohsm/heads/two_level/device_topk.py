@@ -75,7 +75,8 @@ def device_topk(head, hidden: Tensor, k: int, clusters: int = DEFAULT_CLUSTERS, 
     layout = head._layout_cache if torch.compiler.is_compiling() else head._layout
     hidden_c, hidden_w = head._split_hidden(hidden)
     cluster_log_probs = cluster_log_softmax(F.linear(hidden_c, head.cluster_weight), layout.empty_clusters)  # [B, C]
-    return topk_in_clusters(cluster_log_probs, hidden_w.to(head.weight.dtype), head.weight, layout,
+    weight = head._word_weight()  # with bands, widened to one matrix
+    return topk_in_clusters(cluster_log_probs, hidden_w.to(weight.dtype), weight, layout,
                             head._sync_free_width(), k, clusters, block_m)
 
 

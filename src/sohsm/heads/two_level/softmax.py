@@ -19,7 +19,7 @@ statistics and re-assignment on top of it.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,7 @@ from sohsm.heads.two_level.ops import (BackendInfo, ClusterLayout, GradientSink,
                                       cluster_log_softmax, exact_log_prob, move_rows, select_backend,
                                       two_level_log_prob)
 from sohsm.heads.two_level.ops.grouped import compute_dtype
+from sohsm.heads.adaptive import check_cutoffs
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 from sohsm.heads.tying import HeadEmbedding
@@ -75,8 +76,10 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         div_value: differentiated dimensions (:mod:`sohsm.heads.two_level.word_bands`): words of
             frequency band ``i`` (ranks between ``cutoffs``) are scored in
             ``d // div_value**i`` dimensions, as adaptive softmax scores its tail
-            clusters, while clusters stay free to mix bands. Default: ``None``
-            (every word in ``d`` dimensions, the paper). Not with ``projection`` or ``word_dim``.
+            clusters, while clusters stay free to mix bands. Each band's vectors are their own
+            parameter, ``band_weights[i]`` (``[n_i, d_i]``, rows in slot order), in place of
+            :attr:`weight`. Default: ``None`` (every word in ``d`` dimensions, the paper). Not with
+            ``projection`` or ``word_dim``.
         cutoffs: frequency ranks where the bands of ``div_value`` start. Default:
             adaptive softmax's (:func:`~sohsm.heads.adaptive.default_cutoffs`, 2k and 10k
             of 44k words scaled to ``N``). Words are ranked by ``counts`` (else by id).
@@ -168,16 +171,23 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
             self.band_projections = nn.ModuleList(nn.Linear(in_features, dim, bias=False)
                                                   for dim in self.band_dims[1:])
             self.register_buffer("band_of_word", band_of_word)
-            self.register_buffer("_band_columns", word_bands.column_bands(self.band_dims), persistent=False)
             self.word_dim = sum(self.band_dims)
         self.cluster_weight = nn.Parameter(torch.empty(self.n_clusters, in_features))
-        #: word vectors U^V, rows grouped by cluster (see the module docstring)
-        self.weight = nn.Parameter(torch.empty(n_classes, self.word_dim))
+        if bands is None:
+            #: word vectors U^V, rows grouped by cluster (see the module docstring)
+            self.weight = nn.Parameter(torch.empty(n_classes, self.word_dim))
+        else:
+            #: with bands, band ``i``'s word vectors ``[n_i, d_i]`` in slot order (:mod:`.word_bands`); no ``weight``
+            self.band_weights = nn.ParameterList(
+                nn.Parameter(torch.empty(int(n), dim))
+                for n, dim in zip(torch.bincount(band_of_word, minlength=len(self.band_dims)).tolist(), self.band_dims))
         self.register_buffer("assignment", assignment.clone())
         self._layout_cache = ClusterLayout(self.assignment, self.n_clusters)
-        self._grad = ReusedGradient()
+        #: one reused gradient buffer per word-vector parameter (:meth:`_word_params`)
+        self._grads = [ReusedGradient() for _ in self._word_params()]
         #: optimizers given to :meth:`attach`, held weakly, each with its hook handle (or ``None``)
         self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.register_load_state_dict_pre_hook(_split_a_widened_weight)
         self.register_load_state_dict_post_hook(_rebuild_layout_after_load)
         self.reset_parameters()
 
@@ -209,7 +219,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
                 layout.version = assignment._version
             else:
                 self._layout = ClusterLayout(assignment, self.n_clusters)
-                self._grad.invalidate()
+                self._invalidate_gradients()
         return self._layout_cache
 
     @_layout.setter
@@ -222,8 +232,13 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the layout on the same device
         result = super()._apply(fn, recurse)
         self._layout = ClusterLayout(self.assignment, self.n_clusters)
-        self._grad = ReusedGradient()
+        self._grads = [ReusedGradient() for _ in self._word_params()]
         return result
+
+    def _invalidate_gradients(self) -> None:
+        """Forget which rows the reused gradient buffers hold (the rows moved, or someone else wrote them)."""
+        for buffer in self._grads:
+            buffer.invalidate()
 
     def clusters(self) -> list[Tensor]:
         """Word ids of each cluster (ascending), one tensor per cluster; empty clusters give empty tensors."""
@@ -235,8 +250,10 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         return self._layout.sizes_t.clone()
 
     def word_vectors(self) -> Tensor:
-        """``[N, d]`` output vectors ``U^V`` in word-id order (a copy)."""
-        return self.weight.detach()[self._layout.slot_of_word]
+        """``[N, d]`` output vectors ``U^V`` in word-id order (a copy; with bands ``[N, d + d/div + ...]``, each row
+        zero outside its band's block)."""
+        with torch.no_grad():
+            return self._word_weight().detach()[self._layout.slot_of_word]
 
     def embed(self, ids: Tensor) -> Tensor:
         """``[*] -> [*, d]``: the vectors of ``ids``, a tied input embedding that follows the clusters.
@@ -246,21 +263,27 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         building a second ``N x d`` gradient and adding the two. Elsewhere (autograd's backends, under
         ``torch.compile``) it is dense.
         """
-        self._grad.shared = True  # autograd adds the embedding's share into weight.grad: the head's record lapses
-        sparse = (torch.is_grad_enabled() and self.weight.requires_grad and not torch.compiler.is_compiling()
+        for buffer in self._grads:  # autograd adds the embedding's share into the grads: the head's record lapses
+            buffer.shared = True
+        params = self._word_params()
+        sparse = (torch.is_grad_enabled() and params[0].requires_grad and not torch.compiler.is_compiling()
                   and self.backend_for(ids.device).writes_gradient)
-        rows = F.embedding(self._layout.slot_of_word[ids], self.weight, sparse=sparse)
+        slots = self._layout.slot_of_word[ids]
         if self.band_projections is None:
-            return rows
+            return F.embedding(slots, self.weight, sparse=sparse)
         # adaptive input (Baevski & Auli 2019): a band-i word's d_i entries are read back up to d through the band's
-        # own projection, P_i^T u_w, the very vector its score h . P_i^T u_w is taken with; each row is zero
-        # outside its band's block, so every block can be read for every word and the gradient is masked to it
-        if torch.is_grad_enabled() and self.weight.requires_grad:
-            rows = word_bands.MaskRows.apply(rows, self.band_of_word[ids], self._band_columns)
-        out, start = rows[..., : self.in_features], self.in_features
-        for dim, projection in zip(self.band_dims[1:], self.band_projections):
-            out = out + rows[..., start : start + dim] @ projection.weight
-            start += dim
+        # own projection, P_i^T u_w, the very vector its score h . P_i^T u_w is taken with. Every id reads a row of
+        # every band (its own row in its band, row 0 elsewhere) and the other bands' reads are multiplied by 0, so
+        # each band's weight gets a gradient in its own words' rows only
+        bands = self._band_rows()
+        band, row = bands.band_of_slot[slots], bands.row_of_slot[slots]
+        out = None
+        for b, weight in enumerate(params):
+            member = band == b
+            rows = F.embedding(torch.where(member, row, 0), weight, sparse=sparse) * member[..., None].to(weight.dtype)
+            if b:
+                rows = rows @ self.band_projections[b - 1].weight
+            out = rows if out is None else out + rows
         return out
 
     @classmethod
@@ -270,6 +293,12 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         clusters = options.get("n_clusters") or default_n_clusters(n_classes)
         projection = 2 * in_features * in_features if options.get("projection") else 0
         words = n_classes * in_features
+        if options.get("div_value") is not None:  # each band's words in its width, and its projection
+            cutoffs = check_cutoffs(options.get("cutoffs"), n_classes)
+            dims = word_bands.band_dims(in_features, len(cutoffs) + 1, options["div_value"])
+            edges = [0, *cutoffs, n_classes]
+            words = sum((stop - start) * dim for start, stop, dim in zip(edges, edges[1:], dims))
+            projection = in_features * sum(dims[1:])
         return HeadMemory(words + clusters * in_features + projection, words)
 
     @classmethod
@@ -290,18 +319,8 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         return HeadEmbedding(self)
 
     def tied_vectors(self) -> list[Tensor]:
-        """The weight (i.i.d. rows: the layout's order does not matter to a fresh draw); with bands, each band's block
-        of columns, which :meth:`draw_tied_vectors` draws and then clears outside each word's own block."""
-        if self.band_projections is None:
-            return [self.weight]
-        return [self.weight[:, columns] for columns in word_bands.band_slices(self.band_dims)]
-
-    def draw_tied_vectors(self, init: Callable[[Tensor], object]) -> None:
-        """The model's draw; with bands, each row then cleared outside its word's block."""
-        super().draw_tied_vectors(init)
-        if self.band_projections is not None:
-            with torch.no_grad():
-                self.weight.mul_(self._band_mask())
+        """The weight, or each band's weight (i.i.d. rows: the layout's order does not matter to a fresh draw)."""
+        return self._word_params()
 
     def set_word_vectors(self, weight: Tensor, bias: Tensor | None = None) -> None:
         """Word ``w``'s in-cluster vector becomes ``weight[w]``, in the row of its slot in the cluster layout (the
@@ -339,12 +358,18 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         new_layout = ClusterLayout(new, self.n_clusters)
         # new slot s holds word new.word_of_slot[s], which sat at old.slot_of_word[...]
         permutation = old_layout.slot_of_word[new_layout.word_of_slot]
-        move_rows([self.weight, self.weight.grad, *self._optimizer_state(self.weight, optimizer, rows=True)],
-                  permutation)
+        if self.band_projections is None:
+            move_rows([self.weight, self.weight.grad, *self._optimizer_state(self.weight, optimizer, rows=True)],
+                      permutation)
+        else:  # band b's new row r holds the word of new slot new.slots[b][r], which sat at old row ...
+            old_bands, new_bands = self._band_rows(old_layout), self._band_rows(new_layout)
+            for weight, slots in zip(self.band_weights, new_bands.slots):
+                move_rows([weight, weight.grad, *self._optimizer_state(weight, optimizer, rows=True)],
+                          old_bands.row_of_slot[permutation[slots]])
         self.assignment.copy_(new)
         new_layout.version = self.assignment._version
         self._layout = new_layout
-        self._grad.invalidate()
+        self._invalidate_gradients()
         return moved
 
     def _optimizer_state(self, param: Tensor, optimizer: torch.optim.Optimizer | None = None,
@@ -376,7 +401,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     def _parts(self, hidden: Tensor, target: Tensor) -> TwoLevelLogProb:
         """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
         hidden_c, hidden_w = self._split_hidden(hidden)
-        backend = self.backend_for(hidden_w.device, compute_dtype(hidden_w, self.weight))
+        backend = self.backend_for(hidden_w.device, compute_dtype(hidden_w, self._word_params()[0]))
         cluster_logits = F.linear(hidden_c, self.cluster_weight)
         score = self._score if backend.sync_free else self._score_eagerly
         return score(cluster_logits, hidden_w, target, backend)
@@ -399,7 +424,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         """The in-cluster backend that runs on ``device`` with products in ``compute`` (default: the weight's dtype):
         :attr:`backend`, or what ``"auto"`` picks there from the registry (:mod:`sohsm.heads.two_level.ops.backends`),
         fallbacks included. Compact statistics (``q_clusters``) are folded in by the per-cluster backend only."""
-        compute = self.weight.dtype if compute is None else compute
+        compute = self._word_params()[0].dtype if compute is None else compute
         sync_free = getattr(self, "q_clusters", None) is None
         return select_backend(self.backend, torch.device(device), compute, sync_free=sync_free)
 
@@ -420,12 +445,11 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         """
         layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
         if backend.writes_gradient:
-            if torch.is_grad_enabled() and self.weight.requires_grad:
+            if torch.is_grad_enabled() and self._word_params()[0].requires_grad:
                 self._check_weight_is_whole()
-            weight, sink = self.weight, self._gradient_sink(layout)
+            weight, sink = self._gradient_sink(layout)
         else:
-            if self._grad.dirty is not None:  # autograd, not the head, writes weight.grad here: forget what it wrote
-                self._grad.invalidate()
+            self._invalidate_gradients()  # autograd, not the head, writes the grads here: forget what it wrote
             weight, sink = self._word_weight(), None
         parts = two_level_log_prob(cluster_logits, hidden_w, weight, target, self.assignment, layout, backend,
                                    self._sync_free_width(), sink)
@@ -442,16 +466,15 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         would break the graph several times and recompile for every new set of clusters."""
         return self._score(cluster_logits, hidden_w, target, backend)
 
-    def _gradient_sink(self, layout: ClusterLayout) -> GradientSink:
-        """Where a backend that writes :attr:`weight`'s gradient itself puts it: ``weight.grad``, in the reused
-        buffer; with bands (``div_value``) the layout says which columns of each row the backend writes."""
-        if self.band_projections is not None and layout.bands_version != self.band_of_word._version:
-            # derived once per layout, and again if someone wrote into band_of_word (a buffer broadcast)
-            layout.bands = word_bands.band_groups(self.band_of_word[layout.word_of_slot], layout.cluster_of_slot,
-                                                  layout.offsets, self.band_dims)
-            layout.bands_version = self.band_of_word._version
-            self._grad.invalidate()  # the buffer's rows kept from before may hold entries outside the new bands
-        return GradientSink(self.weight, self._grad)
+    def _gradient_sink(self, layout: ClusterLayout):
+        """``(weight, sink)`` for a backend that writes the word vectors' gradient itself: :attr:`weight` and its
+        ``.grad`` (a reused buffer); with bands (``div_value``) a tuple of each band's weight and one of sinks, the
+        layout's :class:`~sohsm.heads.two_level.word_bands.BandRows` saying where each band's rows are."""
+        if self.band_projections is None:
+            return self.weight, GradientSink(self.weight, self._grads[0])
+        self._band_rows(layout)
+        weights = tuple(self.band_weights)
+        return weights, tuple(GradientSink(w, buffer) for w, buffer in zip(weights, self._grads))
 
     def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
         """Hook for subclasses: sees the cluster log-probabilities of every training batch."""
@@ -501,9 +524,10 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
             return TopKResult(hidden.new_empty(0, k), torch.empty(0, k, dtype=torch.long, device=device),
                               torch.empty(0, dtype=torch.long, device=device))
         hidden_c, hidden_w = self._split_hidden(hidden)
-        hidden_w = hidden_w.to(self.weight.dtype)  # the kernel scores in the weight's dtype
+        weight = self._word_weight()
+        hidden_w = hidden_w.to(weight.dtype)  # the kernel scores in the weight's dtype
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        return best_first_topk(cluster_log_probs, hidden_w, self.weight, self._layout, k, chunk_pairs)
+        return best_first_topk(cluster_log_probs, hidden_w, weight, self._layout, k, chunk_pairs)
 
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """Same as ``log_prob(hidden).topk(k)``: by best-first search over clusters (:meth:`search_topk`) with the
@@ -527,7 +551,23 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
 def _rebuild_layout_after_load(module: TwoLevelSoftmax, incompatible_keys) -> None:
     """A loaded ``assignment`` brings its own row layout of ``weight``: derive the layout again."""
     module._layout = ClusterLayout(module.assignment, module.n_clusters)
-    module._grad.invalidate()
+    module._invalidate_gradients()
+
+
+def _split_a_widened_weight(module: TwoLevelSoftmax, state_dict: dict, prefix: str, *args) -> None:
+    """A banded head saved before each band had its own weight kept one ``[N, d + d/div + ...]`` ``weight``, its rows
+    in the layout of the saved ``assignment``: each band's rows and block become that band's weight."""
+    key = prefix + "weight"
+    if module.band_projections is None or key not in state_dict:
+        return
+    assignment, band_of_word = state_dict.get(prefix + "assignment"), state_dict.get(prefix + "band_of_word")
+    if assignment is None or band_of_word is None:
+        return  # load_state_dict reports the missing keys
+    wide = state_dict.pop(key)
+    layout = ClusterLayout(assignment.to(wide.device), module.n_clusters)
+    bands = word_bands.BandRows(band_of_word.to(wide.device), layout, module.band_dims)
+    for b, (slots, columns) in enumerate(zip(bands.slots, bands.columns)):
+        state_dict[f"{prefix}band_weights.{b}"] = wide[slots, columns]
 
 
 @register_head("two_level_random", builds=TwoLevelSoftmax, fixed=("assignment",))

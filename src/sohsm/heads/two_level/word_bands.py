@@ -7,26 +7,25 @@ on. On a small corpus a rare word's ``d``-dimensional vector overfits; a short o
 does not, and costs fewer parameters to train.
 
 A two-level head's cluster may mix bands (its clusters are learned, not frequency
-bins), so a row computes every band's view of the hidden state once::
+bins). Each band ``i`` has its own weight ``band_weights[i]``, ``[n_i, d_i]``: the
+vectors of its words, in the order of their slots in the cluster layout, so that a
+cluster's words of one band are consecutive rows of their band's weight
+(:class:`BandRows`). A word of band ``i`` is scored as ``(P_i h) . u_w`` (``P_0`` the
+identity, ``P_i: d -> d_i`` without bias, ``band_projections``). The parameters are
+then exactly ``sum_i n_i d_i``: an optimizer's step, its state and the gradient
+buffers cost what the words hold, as adaptive softmax's tails do (a single
+``N x (d + d/div + ...)`` weight with zeros outside each word's block cost the
+fused Adagrad step 22.6 ms at 44k words and d 512 here, three band weights 1.0 ms).
 
-    h_w = [h ; P_1 h ; P_2 h]            # [d + d/div + d/div^2], P_i: d -> d/div^i, no bias
+The per-cluster kernel reads and writes each band's weight directly
+(:mod:`sohsm.heads.two_level.ops.per_cluster`). The other backends (sync-free,
+Triton), exact ``log_prob`` and top-k take the bands widened to one
+``[N, d + d/div + ...]`` matrix in slot order (:func:`widen`, differentiable), with
+every band's view of the hidden state side by side::
 
-and a word of band ``i`` keeps non-zero entries only in band ``i``'s block of its
-row of ``U^V``. Then ``h_w . U^V_w = (P_i h) . u_w``: the word is scored in ``d_i``
-dimensions, and every backend (per-cluster kernel, sync-free path, exact
-``log_prob``, top-k) computes it unchanged, as one product with a wider hidden
-state. The gradient outside a word's block is kept at zero (masked by
-:class:`MaskRows` where autograd computes it; the per-cluster kernel writes each
-cluster's rows band by band, :func:`band_groups`, inside their blocks only), so
-those entries stay zero under any optimizer whose step maps a zero gradient on a
-zero entry to zero (SGD, Adagrad, Adam, AdamW, with or without weight decay).
+    h_w = [h ; P_1 h ; P_2 h]            # [d + d/div + d/div^2]
 
-The stored weight is ``N x (d + d/div + ...)`` (1.31 d at ``div = 4`` with two
-tail bands); the parameters that learn are ``sum_i |band_i| d_i``. The backends
-that read the whole width (sync-free, Triton) pay for it; the per-cluster kernel,
-the CPU's default, writes only each word's own block of the gradient, and from
-d 512 multiplies only those blocks forward too, so that the rare words' short
-vectors cost about what they hold, as in adaptive softmax.
+so that ``h_w . row_w = (P_i h) . u_w`` and those backends compute it unchanged.
 """
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from sohsm.heads.adaptive import check_cutoffs, frequency_ranks
-from sohsm.heads.base import check_counts
+from sohsm.heads.base import check_counts, init_word_vectors
 
 
 def band_dims(in_features: int, n_bands: int, div_value: float) -> list[int]:
@@ -60,94 +59,90 @@ def band_of_words(word_of_rank: Tensor, cutoffs: Sequence[int]) -> Tensor:
     return bands
 
 
-def column_bands(dims: Sequence[int]) -> Tensor:
-    """``[sum(dims)]`` the band each column of the widened word vectors belongs to."""
-    return torch.repeat_interleave(torch.arange(len(dims)), torch.tensor(list(dims)))
-
-
 def band_slices(dims: Sequence[int]) -> list[slice]:
-    """Each band's block of columns of the widened word vectors: ``[0, d)``, ``[d, d + d/div)``, ..."""
+    """Each band's block of columns of the widened hidden state: ``[0, d)``, ``[d, d + d/div)``, ..."""
     edges = [0, *itertools.accumulate(dims)]
     return [slice(start, stop) for start, stop in zip(edges, edges[1:])]
 
 
 class BandGroup(NamedTuple):
-    """The rows of one cluster's block that hold words of one band."""
+    """The words of one band in one cluster: where they sit in the cluster's block, and their rows in the band's
+    weight (consecutive: a band's rows follow the slots)."""
 
     #: positions inside the cluster's block: a ``slice`` where they are consecutive, else a ``[n]`` index tensor
-    rows: slice | Tensor
-    #: the band (an index into :attr:`BandGroups.columns`)
+    positions: slice | Tensor
+    #: the band (an index into :attr:`BandRows.slots`)
     band: int
+    #: rows ``start .. stop - 1`` of the band's weight
+    start: int
+    stop: int
 
 
-class BandGroups(NamedTuple):
-    """Each cluster's rows grouped by band (:func:`band_groups`), and each band's block of columns."""
+class BandRows:
+    """Where each word's vector sits when each band has its own weight: a derived view of a layout and the bands.
 
-    #: ``groups[c]``: one :class:`BandGroup` per band present in cluster ``c``
-    groups: list[list[BandGroup]]
-    #: each band's block of columns of the weight (and of the widened hidden state)
-    columns: list[slice]
+    Band ``b``'s weight holds its words in slot order (cluster by cluster, word-id order inside a cluster, as
+    :class:`~sohsm.heads.two_level.ops.layout.ClusterLayout` orders them). Derived once per layout: one read back.
 
-
-def band_groups(band_of_slot: Tensor, cluster_of_slot: Tensor, offsets: Sequence[int],
-                dims: Sequence[int]) -> BandGroups:
-    """Each cluster's rows grouped by band: one :class:`BandGroup` per band present in the cluster.
-
-    A row is non-zero only in its band's columns, so a cluster's products can be taken band by band, each
-    ``d_i`` wide (:mod:`sohsm.heads.two_level.ops.per_cluster`). Derived once per layout: one read back.
-    Where the vocabulary's ids follow frequency (sohsm's own), a band's words are consecutive in their
-    cluster's block (a layout keeps word-id order inside a cluster) and the group is a slice.
-    """
-    n_clusters, n_bands = len(offsets) - 1, len(dims)
-    key = cluster_of_slot * n_bands + band_of_slot  # slots sorted by key: grouped by (cluster, band), slot order kept
-    order = torch.sort(key, stable=True).indices
-    counts = torch.bincount(key, minlength=n_clusters * n_bands)
-    ends = counts.cumsum(0)
-    starts = ends - counts
-    last = max(order.numel() - 1, 0)
-    first_slot = order[starts.clamp(max=last)]
-    last_slot = order[(ends - 1).clamp(min=0, max=last)]
-    counts, starts, first_slot, last_slot = torch.stack([counts, starts, first_slot, last_slot]).tolist()
-    groups: list[list[BandGroup]] = []
-    for c in range(n_clusters):
-        groups.append([])
-        for b in range(n_bands):
-            k = c * n_bands + b
-            n = counts[k]
-            if not n:
-                continue
-            if last_slot[k] - first_slot[k] + 1 == n:  # ascending slots spanning n: consecutive
-                rows = slice(first_slot[k] - offsets[c], first_slot[k] - offsets[c] + n)
-            else:
-                rows = order[starts[k] : starts[k] + n] - offsets[c]
-            groups[c].append(BandGroup(rows, b))
-    return BandGroups(groups, band_slices(dims))
-
-
-class MaskRows(torch.autograd.Function):
-    """Identity forward; the backward keeps a row's gradient only inside its band's block.
-
-    ``band`` is ``[*]``, the band of each row of ``weight`` (``[*, word_dim]``), and ``columns`` ``[word_dim]`` the
-    band of each column: the mask ``band[..., None] == columns`` is built in the backward, so between the passes only
-    the rows' band ids are kept, not a ``[*, word_dim]`` mask.
+    Attributes:
+        slots: ``slots[b]``, ``[n_b]`` the slot of each row of band ``b``'s weight (ascending).
+        row_of_slot: ``[N]`` the row of each slot's word in its band's weight.
+        band_of_slot: ``[N]`` the band of each slot's word.
+        groups: ``groups[c]``, one :class:`BandGroup` per band present in cluster ``c``.
+        columns: each band's block of columns of the widened hidden state (:func:`band_slices`).
+        sizes: ``[n_b]`` for each band, the rows its weight must have.
     """
 
-    @staticmethod
-    def forward(ctx, weight: Tensor, band: Tensor, columns: Tensor) -> Tensor:
-        ctx.save_for_backward(band, columns)
-        return weight.view_as(weight)
+    def __init__(self, band_of_word: Tensor, layout, dims: Sequence[int]) -> None:
+        n_bands = len(dims)
+        offsets = layout.offsets
+        n_clusters = len(offsets) - 1
+        band_of_slot = band_of_word[layout.word_of_slot]
+        self.band_of_slot = band_of_slot
+        self.slots = [torch.nonzero(band_of_slot == b).squeeze(1) for b in range(n_bands)]
+        self.sizes = [s.numel() for s in self.slots]
+        self.row_of_slot = torch.empty_like(band_of_slot)
+        for slots in self.slots:
+            self.row_of_slot[slots] = torch.arange(slots.numel(), device=slots.device)
+        self.columns = band_slices(dims)
+        # slots sorted by (cluster, band), slot order kept: a group's slots are consecutive in this order
+        key = layout.cluster_of_slot * n_bands + band_of_slot
+        order = torch.sort(key, stable=True).indices
+        counts = torch.bincount(key, minlength=n_clusters * n_bands)
+        ends = counts.cumsum(0)
+        starts = ends - counts
+        last = max(order.numel() - 1, 0)
+        first_slot = order[starts.clamp(max=last)]
+        last_slot = order[(ends - 1).clamp(min=0, max=last)]
+        first_row = self.row_of_slot[first_slot]
+        counts, starts, first_slot, last_slot, first_row = torch.stack(
+            [counts, starts, first_slot, last_slot, first_row]).tolist()
+        self.groups: list[list[BandGroup]] = []
+        for c in range(n_clusters):
+            self.groups.append([])
+            for b in range(n_bands):
+                k = c * n_bands + b
+                n = counts[k]
+                if not n:
+                    continue
+                if last_slot[k] - first_slot[k] + 1 == n:  # ascending slots spanning n: consecutive
+                    positions = slice(first_slot[k] - offsets[c], first_slot[k] - offsets[c] + n)
+                else:
+                    positions = order[starts[k] : starts[k] + n] - offsets[c]
+                self.groups[c].append(BandGroup(positions, b, first_row[k], first_row[k] + n))
 
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        band, columns = ctx.saved_tensors
-        return grad * (band[..., None] == columns), None, None
+
+def widen(weights: Sequence[Tensor], slots: Sequence[Tensor], n_words: int) -> Tensor:
+    """``[N, d + d/div + ...]``: the band weights as one matrix in slot order, each row zero outside its band's block
+    (differentiable: the gradient reaches each band's weight from its own block only)."""
+    return torch.cat([w.new_zeros(n_words, w.size(1)).index_copy(0, s, w) for w, s in zip(weights, slots)], dim=1)
 
 
 class BandedWords(nn.Module):
-    """Mixin of :class:`~sohsm.heads.TwoLevelSoftmax`: its bands' state, mask and initialisation.
+    """Mixin of :class:`~sohsm.heads.TwoLevelSoftmax`: its bands' weights, their rows and initialisation.
 
-    The head sets ``band_projections`` (``None`` without bands), ``band_dims``, the buffers
-    ``band_of_word`` and ``_band_columns``, and its ``_layout``; these methods read them.
+    The head sets ``band_projections`` (``None`` without bands), ``band_dims``, the buffer ``band_of_word``,
+    ``band_weights`` (with bands) or ``weight`` (without), and its ``_layout``; these methods read them.
     """
 
     def _word_bands(self, div_value, cutoffs, counts, excluded: bool) -> tuple[Tensor, list[int]] | None:
@@ -166,24 +161,37 @@ class BandedWords(nn.Module):
         dims = band_dims(self.in_features, len(cutoffs) + 1, div_value)
         return band_of_words(ranks, cutoffs), dims
 
-    def _band_mask(self, start: int = 0, stop: int | None = None) -> Tensor:
-        """``[stop - start, word_dim]`` bool: which entries of the rows (slots) ``start .. stop - 1`` may be non-zero."""
-        return self._band_of_slot(start, stop)[:, None] == self._band_columns
+    def _word_params(self) -> list[nn.Parameter]:
+        """The parameters that hold the word vectors: ``[weight]``, or each band's weight."""
+        return [self.weight] if self.band_projections is None else list(self.band_weights)
 
-    def _band_of_slot(self, start: int = 0, stop: int | None = None) -> Tensor:
-        """``[stop - start]`` the band of the word in each row (slot) ``start .. stop - 1``."""
-        return self.band_of_word[self._layout.word_of_slot[start:stop]]
+    def _band_rows(self, layout=None) -> BandRows:
+        """The :class:`BandRows` of ``layout`` (default: the head's), derived once per layout and again after a
+        write into ``band_of_word`` (a buffer broadcast), which must keep each band's number of words."""
+        layout = self._layout if layout is None else layout
+        if layout.bands is None or layout.bands_version != self.band_of_word._version:
+            rows = BandRows(self.band_of_word, layout, self.band_dims)
+            expected = [w.size(0) for w in self.band_weights]
+            if rows.sizes != expected:
+                raise RuntimeError(f"band_of_word now puts {rows.sizes} words in the bands, whose weights have "
+                                   f"{expected} rows: a head's bands are fixed when it is built")
+            if layout.bands is not None and layout is self._layout_cache:
+                for buffer in self._grads:  # rows may now hold other words: their record no longer holds
+                    buffer.invalidate()
+            layout.bands = rows
+            layout.bands_version = self.band_of_word._version
+        return layout.bands
 
     def _word_weight(self) -> Tensor:
-        """:attr:`weight` as the products use it: with bands, its gradient is kept inside each word's block."""
-        if self.band_projections is None or not (torch.is_grad_enabled() and self.weight.requires_grad):
+        """The word vectors as one ``[N, word_dim]`` matrix in slot order: :attr:`weight`, or the bands widened
+        (:func:`widen`, differentiable)."""
+        if self.band_projections is None:
             return self.weight
-        return MaskRows.apply(self.weight, self._band_of_slot(), self._band_columns)
+        return widen(list(self.band_weights), self._band_rows().slots, self.n_classes)
 
     def _reset_banded_weight(self) -> None:
-        """Each block a word vector of its band's width, uniform in ``+-d_i**-0.5``; zero outside the word's band."""
+        """Each band's vectors uniform in ``+-d_i**-0.5`` (``nn.Linear``'s scale for its width)."""
         for projection in self.band_projections:
             projection.reset_parameters()
-        with torch.no_grad():
-            bounds = torch.tensor(self.band_dims, dtype=self.weight.dtype, device=self.weight.device) ** -0.5
-            self.weight.uniform_(-1.0, 1.0).mul_(bounds[self._band_columns]).mul_(self._band_mask())
+        for weight in self.band_weights:
+            init_word_vectors(weight)

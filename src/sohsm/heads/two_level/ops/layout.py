@@ -29,10 +29,9 @@ class ClusterLayout:
         empty_clusters: ``[C]`` bool, clusters without words (kept on the device, never read back).
         retired: set by the owner once another layout replaces this one (the rows moved): a backward
             that saved this layout then refuses to write a gradient for rows that are no longer there.
-        bands: set by the owner of a weight with differentiated dimensions (``div_value``), with the version of
-            the bands it was derived from (``bands_version``): each cluster's rows grouped by band
-            (:class:`~sohsm.heads.two_level.word_bands.BandGroups`), whose weight gradient the per-cluster kernel
-            writes band by band; ``None``: every row's gradient is written in the weight's whole width.
+        bands: set by the owner of word vectors with differentiated dimensions (``div_value``), with the version
+            of the bands it was derived from (``bands_version``): where each word's row sits in its band's weight
+            (:class:`~sohsm.heads.two_level.word_bands.BandRows`); ``None``: one weight, rows in slot order.
     """
 
     def __init__(self, assignment: Tensor, n_clusters: int) -> None:

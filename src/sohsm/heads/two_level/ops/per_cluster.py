@@ -6,8 +6,9 @@ The word vectors are stored grouped by cluster (:class:`~sohsm.heads.two_level.o
 so each cluster a batch holds costs one matrix product on a contiguous block forward and two
 backward, and its gradient is one contiguous block, written into ``weight.grad`` through a
 :class:`~sohsm.heads.two_level.ops.gradient_sink.GradientSink` (or returned, without one). With
-differentiated dimensions (``layout.bands``) a block's gradient is written band by band, each band's
-rows in its own columns, and from d :data:`BAND_PRODUCTS_FROM` on its scores are taken the same way.
+differentiated dimensions each band has its own weight (:mod:`sohsm.heads.two_level.word_bands`), and
+:class:`BandedInClusterLogProb` scores a cluster band by band: its words of band ``b`` are consecutive
+rows of band ``b``'s weight, scored against band ``b``'s view of the hidden state.
 
 The op reads the cluster counts of a batch back to the host (``.tolist()``) and runs one product
 per present cluster; :mod:`sohsm.heads.two_level.ops.grouped` computes the same scores with static
@@ -44,23 +45,6 @@ def group_rows(row_cluster: Tensor, n_clusters: int) -> RowGroups:
     return RowGroups(order, row_cluster_sorted, clusters, [counts[c] for c in clusters])
 
 
-#: the hidden size from which a banded cluster's scores and hidden-state gradient are taken band by band: below it
-#: one product over the block's whole width (exact too, its entries outside a word's band being zero) took less
-#: time, the products' calls costing more than the zeros they skip (the head alone on one CPU thread, 33-44k words:
-#: band by band 0.9x the time at d 512, 1.05-1.3x at d 256). The weight's gradient is written band by band always.
-BAND_PRODUCTS_FROM = 512
-
-
-def _products_by_band(layout: ClusterLayout) -> bool:
-    """Whether the scores and the hidden state's gradient are taken band by band (see :data:`BAND_PRODUCTS_FROM`)."""
-    return layout.bands is not None and layout.bands.columns[0].stop >= BAND_PRODUCTS_FROM
-
-
-def _rows(block: Tensor, rows: slice | Tensor) -> Tensor:
-    """``block``'s rows of a band group: a view for a slice, a copy for an index tensor."""
-    return block[rows] if isinstance(rows, slice) else block.index_select(0, rows)
-
-
 def _columns(block: Tensor, positions: slice | Tensor) -> Tensor:
     """``block``'s columns at a band group's positions (its cluster's words): a view for a slice, a copy else."""
     return block[:, positions] if isinstance(positions, slice) else block.index_select(1, positions)
@@ -79,37 +63,67 @@ def _in_weight_dtype(tensor: Tensor):
     return contextlib.nullcontext()
 
 
-def in_cluster_logits(hidden_sorted: Tensor, weight: Tensor, layout: ClusterLayout, groups: RowGroups,
-                      by_band: bool = False) -> Tensor:
-    """``[B, S]`` logits of each sorted row against its cluster's words, ``-inf`` past the cluster's size.
+def _padded_logits(hidden_sorted: Tensor, layout: ClusterLayout, groups: RowGroups) -> Tensor:
+    """An empty ``[B, S]`` buffer for the logits, ``S`` the largest cluster the batch holds."""
+    width = max([1] + [layout.sizes[c] for c in groups.clusters])
+    return hidden_sorted.new_empty(hidden_sorted.size(0), width)
 
-    ``by_band`` (differentiated dimensions: ``layout.bands``): a cluster's words are scored band by band, each in
-    its band's columns only; the entries outside them are zero, so the sum is the same product, narrower."""
+
+def _mask_past_sizes(logits: Tensor, layout: ClusterLayout, groups: RowGroups) -> Tensor:
+    """``-inf`` past each row's cluster size."""
+    row_size = layout.sizes_t[groups.row_cluster]
+    return logits.masked_fill_(torch.arange(logits.size(1), device=logits.device) >= row_size[:, None],
+                               float("-inf"))
+
+
+def in_cluster_logits(hidden_sorted: Tensor, weight: Tensor, layout: ClusterLayout, groups: RowGroups) -> Tensor:
+    """``[B, S]`` logits of each sorted row against its cluster's words, ``-inf`` past the cluster's size."""
     sizes = layout.sizes
-    width = max([1] + [sizes[c] for c in groups.clusters])
-    logits = hidden_sorted.new_empty(hidden_sorted.size(0), width)
-    row_counts = groups.row_counts
-    bands = layout.bands if by_band else None
-    if bands is None:
-        weight_blocks = weight.split(sizes)  # one call makes every cluster's view
-    else:
-        weight_bands = _band_blocks(weight, bands.columns, sizes)
-        hidden_bands = _band_blocks(hidden_sorted, bands.columns, row_counts)
-    for i, (c, h, out) in enumerate(zip(groups.clusters, hidden_sorted.split(row_counts), logits.split(row_counts))):
+    logits = _padded_logits(hidden_sorted, layout, groups)
+    weight_blocks = weight.split(sizes)  # one call makes every cluster's view
+    for c, h, out in zip(groups.clusters, hidden_sorted.split(groups.row_counts), logits.split(groups.row_counts)):
         if sizes[c] == 1:  # a word alone in its cluster has in-cluster log-probability 0 whatever it scores
             out[:, 0] = 0.0
-        elif bands is None:
-            torch.mm(h, weight_blocks[c].t(), out=out[:, : sizes[c]])
         else:
-            for rows, band in bands.groups[c]:
-                vectors = _rows(weight_bands[band][c], rows)
-                if isinstance(rows, slice):
-                    torch.mm(hidden_bands[band][i], vectors.t(), out=out[:, rows])
-                else:
-                    out.index_copy_(1, rows, hidden_bands[band][i] @ vectors.t())
-    row_size = layout.sizes_t[groups.row_cluster]
-    logits.masked_fill_(torch.arange(width, device=logits.device) >= row_size[:, None], float("-inf"))
-    return logits
+            torch.mm(h, weight_blocks[c].t(), out=out[:, : sizes[c]])
+    return _mask_past_sizes(logits, layout, groups)
+
+
+def banded_in_cluster_logits(hidden_sorted: Tensor, weights: tuple[Tensor, ...], bands, layout: ClusterLayout,
+                             groups: RowGroups) -> Tensor:
+    """:func:`in_cluster_logits` with a weight per band (``bands``: the layout's
+    :class:`~sohsm.heads.two_level.word_bands.BandRows`): each band's words scored in its own columns of the widened
+    hidden state, one product per (cluster, band) the batch holds."""
+    sizes = layout.sizes
+    logits = _padded_logits(hidden_sorted, layout, groups)
+    hidden_bands = _band_blocks(hidden_sorted, bands.columns, groups.row_counts)
+    for i, (c, out) in enumerate(zip(groups.clusters, logits.split(groups.row_counts))):
+        if sizes[c] == 1:
+            out[:, 0] = 0.0
+            continue
+        for positions, band, start, stop in bands.groups[c]:
+            vectors = weights[band][start:stop]
+            if isinstance(positions, slice):
+                torch.mm(hidden_bands[band][i], vectors.t(), out=out[:, positions])
+            else:
+                out.index_copy_(1, positions, hidden_bands[band][i] @ vectors.t())
+    return _mask_past_sizes(logits, layout, groups)
+
+
+def _softmax_gradient(grad_out: Tensor, groups: RowGroups, log_probs: Tensor, position_sorted: Tensor) -> Tensor:
+    """``[B, S]`` the gradient of the sorted rows' logits: ``g * (onehot(target) - softmax)``."""
+    g = grad_out[groups.order]
+    grad_logits = log_probs.exp().mul_(-g[:, None])  # -g * softmax
+    return grad_logits.scatter_add_(1, position_sorted[:, None], g[:, None])  # + g at the target
+
+
+def _target_log_probs(logits: Tensor, row_position: Tensor, groups: RowGroups) -> tuple[Tensor, Tensor, Tensor]:
+    """``(out [B] in batch order, log_probs [B, S] sorted, position_sorted [B])`` from the sorted rows' logits."""
+    log_probs = F.log_softmax(logits, dim=1)
+    position_sorted = row_position[groups.order]
+    out = torch.empty_like(log_probs[:, 0])
+    out[groups.order] = log_probs.gather(1, position_sorted[:, None]).squeeze(1)
+    return out, log_probs, position_sorted
 
 
 class InClusterLogProb(torch.autograd.Function):
@@ -129,11 +143,8 @@ class InClusterLogProb(torch.autograd.Function):
         groups = group_rows(row_cluster, len(layout.sizes))
         hidden_sorted = hidden[groups.order]  # [B, d]
         with _in_weight_dtype(hidden):
-            logits = in_cluster_logits(hidden_sorted, weight, layout, groups, by_band=_products_by_band(layout))
-        log_probs = F.log_softmax(logits, dim=1)
-        position_sorted = row_position[groups.order]
-        out = torch.empty_like(log_probs[:, 0])
-        out[groups.order] = log_probs.gather(1, position_sorted[:, None]).squeeze(1)
+            logits = in_cluster_logits(hidden_sorted, weight, layout, groups)
+        out, log_probs, position_sorted = _target_log_probs(logits, row_position, groups)
         ctx.save_for_backward(hidden_sorted, weight, log_probs, position_sorted)
         ctx.groups, ctx.layout, ctx.sink = groups, layout, sink
         return out
@@ -149,48 +160,24 @@ class InClusterLogProb(torch.autograd.Function):
         groups, layout, sink = ctx.groups, ctx.layout, ctx.sink
         if layout.retired:
             raise RuntimeError("the clusters changed between forward and backward: the weight's rows have moved")
-        g = grad_out[groups.order]
-        grad_logits = log_probs.exp().mul_(-g[:, None])  # -g * softmax
-        grad_logits.scatter_add_(1, position_sorted[:, None], g[:, None])  # + g at the target
+        grad_logits = _softmax_gradient(grad_out, groups, log_probs, position_sorted)
         sizes, offsets, row_counts = layout.sizes, layout.offsets, groups.row_counts
         grad_hidden = grad_weight = None
-        bands = layout.bands
-        if bands is not None:
-            hidden_bands = _band_blocks(hidden_sorted, bands.columns, row_counts)
-        by_band = _products_by_band(layout)
         if ctx.needs_input_grad[0]:
             grad_sorted = torch.empty_like(hidden_sorted)
-            if by_band:
-                weight_bands = _band_blocks(weight, bands.columns, sizes)
-                grad_bands = _band_blocks(grad_sorted, bands.columns, row_counts)
-            else:
-                weight_blocks = weight.split(sizes)
-            for i, (c, g_c, out) in enumerate(zip(groups.clusters, grad_logits.split(row_counts),
-                                                  grad_sorted.split(row_counts))):
+            weight_blocks = weight.split(sizes)
+            for c, g_c, out in zip(groups.clusters, grad_logits.split(row_counts), grad_sorted.split(row_counts)):
                 if sizes[c] == 1:  # the softmax over one word has gradient 0
                     out.zero_()
-                elif not by_band:
+                else:
                     torch.mm(g_c[:, : sizes[c]], weight_blocks[c], out=out)
-                else:  # each band's columns from its own words; a band the cluster lacks gets 0
-                    if len(bands.groups[c]) < len(bands.columns):
-                        out.zero_()
-                    for rows, band in bands.groups[c]:
-                        torch.mm(_columns(g_c, rows), _rows(weight_bands[band][c], rows), out=grad_bands[band][i])
             grad_hidden = torch.empty_like(grad_sorted)
             grad_hidden[groups.order] = grad_sorted
         if ctx.needs_input_grad[1]:
             # a word alone in its cluster gets no gradient (its in-cluster softmax is constant): skip its block
-            blocks = []
-            for i, (c, g_c, h_c) in enumerate(zip(groups.clusters, grad_logits.split(row_counts),
-                                                  hidden_sorted.split(row_counts))):
-                if sizes[c] == 1:
-                    continue
-                if bands is None:
-                    pieces = [(slice(None), slice(None), g_c[:, : sizes[c]], h_c)]
-                else:  # a band's rows get a gradient in its own columns only
-                    pieces = [(rows, bands.columns[band], _columns(g_c, rows), hidden_bands[band][i])
-                              for rows, band in bands.groups[c]]
-                blocks.append((offsets[c], offsets[c + 1], pieces))
+            blocks = [(offsets[c], offsets[c + 1], [(slice(None), slice(None), g_c[:, : sizes[c]], h_c)])
+                      for c, g_c, h_c in zip(groups.clusters, grad_logits.split(row_counts),
+                                             hidden_sorted.split(row_counts)) if sizes[c] > 1]
             if sink is not None:
                 sink.add_blocks(blocks)
             else:
@@ -198,6 +185,73 @@ class InClusterLogProb(torch.autograd.Function):
                 for start, stop, pieces in blocks:
                     write_pieces(grad_weight[start:stop], pieces, overwrite=False)
         return grad_hidden, grad_weight, None, None, None, None
+
+
+class BandedInClusterLogProb(torch.autograd.Function):
+    """:class:`InClusterLogProb` with a weight per band (differentiated dimensions): one product per (cluster, band)
+    the batch holds forward and two backward, each ``d_b`` wide; band ``b``'s gradient goes into its weight's
+    ``.grad`` through ``sinks[b]`` (or is returned, without sinks). ``bands``: the layout's
+    :class:`~sohsm.heads.two_level.word_bands.BandRows`; ``hidden`` is the widened ``[B, d + d/div + ...]``."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, row_cluster: Tensor, row_position: Tensor, layout: ClusterLayout, bands,
+                sinks: tuple[GradientSink, ...] | None, *weights: Tensor) -> Tensor:
+        groups = group_rows(row_cluster, len(layout.sizes))
+        hidden_sorted = hidden[groups.order]
+        with _in_weight_dtype(hidden):
+            logits = banded_in_cluster_logits(hidden_sorted, weights, bands, layout, groups)
+        out, log_probs, position_sorted = _target_log_probs(logits, row_position, groups)
+        ctx.save_for_backward(hidden_sorted, log_probs, position_sorted, *weights)
+        ctx.groups, ctx.layout, ctx.bands, ctx.sinks = groups, layout, bands, sinks
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        with _in_weight_dtype(grad_out):
+            return BandedInClusterLogProb._backward(ctx, grad_out)
+
+    @staticmethod
+    def _backward(ctx, grad_out):
+        hidden_sorted, log_probs, position_sorted, *weights = ctx.saved_tensors
+        groups, layout, bands, sinks = ctx.groups, ctx.layout, ctx.bands, ctx.sinks
+        if layout.retired:
+            raise RuntimeError("the clusters changed between forward and backward: the weight's rows have moved")
+        grad_logits = _softmax_gradient(grad_out, groups, log_probs, position_sorted)
+        sizes, row_counts = layout.sizes, groups.row_counts
+        hidden_bands = _band_blocks(hidden_sorted, bands.columns, row_counts)
+        grad_hidden = None
+        if ctx.needs_input_grad[0]:
+            grad_sorted = torch.empty_like(hidden_sorted)
+            grad_bands = _band_blocks(grad_sorted, bands.columns, row_counts)
+            for i, (c, g_c, out) in enumerate(zip(groups.clusters, grad_logits.split(row_counts),
+                                                  grad_sorted.split(row_counts))):
+                if sizes[c] == 1 or len(bands.groups[c]) < len(weights):  # a band the cluster lacks gets 0
+                    out.zero_()
+                if sizes[c] == 1:  # the softmax over one word has gradient 0
+                    continue
+                for positions, band, start, stop in bands.groups[c]:
+                    torch.mm(_columns(g_c, positions), weights[band][start:stop], out=grad_bands[band][i])
+            grad_hidden = torch.empty_like(grad_sorted)
+            grad_hidden[groups.order] = grad_sorted
+        grad_weights = [None] * len(weights)
+        if any(ctx.needs_input_grad[6:]):
+            blocks: list[list] = [[] for _ in weights]  # per band: (start, stop, pieces) in its weight
+            for i, (c, g_c) in enumerate(zip(groups.clusters, grad_logits.split(row_counts))):
+                if sizes[c] == 1:  # a word alone in its cluster gets no gradient
+                    continue
+                for positions, band, start, stop in bands.groups[c]:
+                    piece = (slice(None), slice(None), _columns(g_c, positions), hidden_bands[band][i])
+                    blocks[band].append((start, stop, [piece]))
+            for b, weight in enumerate(weights):
+                if not ctx.needs_input_grad[6 + b]:
+                    continue
+                if sinks is not None:  # every band gets a .grad, as one weight would: zero where the batch has none
+                    sinks[b].add_blocks(blocks[b])
+                else:
+                    grad_weights[b] = torch.zeros_like(weight)
+                    for start, stop, pieces in blocks[b]:
+                        write_pieces(grad_weights[b][start:stop], pieces, overwrite=False)
+        return grad_hidden, None, None, None, None, None, *grad_weights
 
 
 def in_cluster_log_prob(hidden: Tensor, weight: Tensor, row_cluster: Tensor, row_position: Tensor,
@@ -208,4 +262,7 @@ def in_cluster_log_prob(hidden: Tensor, weight: Tensor, row_cluster: Tensor, row
     not pay for a converted copy of it. ``width`` is unused (the op sizes its buffer by the batch's
     clusters); see :mod:`sohsm.heads.two_level.ops.backends` for the arguments.
     """
+    if isinstance(weight, (tuple, list)):  # a weight per band, the layout's bands saying where its rows are
+        return BandedInClusterLogProb.apply(hidden.to(weight[0].dtype), row_cluster, row_position, layout,
+                                            layout.bands, sink, *weight)
     return InClusterLogProb.apply(hidden.to(weight.dtype), weight, row_cluster, row_position, layout, sink)

@@ -18,25 +18,31 @@ MOVED_VECTORS = ("keep", "cluster_mean")
 def give_cluster_means(head, moved: Tensor, optimizer: torch.optim.Optimizer | None = None) -> None:
     """Give each moved word the mean vector (and optimizer state) of the words that stayed in its new cluster.
 
-    With differentiated dimensions (``div_value``) the mean is over the stayers of the word's own band, whose
-    vectors live in the same block; a word with no such mate keeps its vector.
+    With differentiated dimensions (``div_value``) the mean is over the stayers of the word's own band, the rows
+    of the same band's weight; a word with no such mate keeps its vector.
     """
-    layout = head._layout
-    group = head.assignment  # the words whose vectors may be averaged together
-    n_groups = head.n_clusters
     if head.band_projections is not None:
-        n_bands = len(head.band_dims)
-        group, n_groups = group * n_bands + head.band_of_word, n_groups * n_bands
-    stay_slots = layout.slot_of_word[~moved]
-    stay_groups = group[~moved]
-    tensors = [head.weight.data, *head._optimizer_state(head.weight, optimizer, rows=True)]
-    n_stay = torch.bincount(stay_groups, minlength=n_groups).to(head.weight.dtype)
-    moved_words = moved.nonzero().squeeze(1)
-    target_groups = group[moved_words]
-    has_mates = n_stay[target_groups] > 0
-    moved_words, target_groups = moved_words[has_mates], target_groups[has_mates]
-    slots = layout.slot_of_word[moved_words]
+        bands = head._band_rows()
+        for b, weight in enumerate(head.band_weights):  # a band's words: the rows of its own weight
+            words = head._layout.word_of_slot[bands.slots[b]]
+            _give_means([weight.data, *head._optimizer_state(weight, optimizer, rows=True)],
+                        head.assignment[words], moved[words], head.n_clusters)
+        return
+    layout = head._layout
+    _give_means([head.weight.data, *head._optimizer_state(head.weight, optimizer, rows=True)],
+                head.assignment[layout.word_of_slot], moved[layout.word_of_slot], head.n_clusters)
+
+
+def _give_means(tensors: list[Tensor], cluster_of_row: Tensor, moved_row: Tensor, n_clusters: int) -> None:
+    """Each moved row of ``tensors`` takes the mean of the rows that stayed in its cluster (none: it keeps its own)."""
+    stay_rows = (~moved_row).nonzero().squeeze(1)
+    stay_clusters = cluster_of_row[stay_rows]
+    n_stay = torch.bincount(stay_clusters, minlength=n_clusters)
+    moved_rows = moved_row.nonzero().squeeze(1)
+    target = cluster_of_row[moved_rows]
+    has_mates = n_stay[target] > 0
+    moved_rows, target = moved_rows[has_mates], target[has_mates]
     for t in tensors:
-        sums = t.new_zeros(n_groups, t.size(1)).index_add_(0, stay_groups, t[stay_slots])
-        means = sums / n_stay.clamp(min=1)[:, None]
-        t[slots] = means[target_groups]
+        sums = t.new_zeros(n_clusters, t.size(1)).index_add_(0, stay_clusters, t[stay_rows])
+        means = sums / n_stay.clamp(min=1).to(t.dtype)[:, None]
+        t[moved_rows] = means[target]

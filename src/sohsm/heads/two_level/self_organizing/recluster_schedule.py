@@ -67,7 +67,8 @@ class ReclusterSchedule:
         """Before a re-clustering that follows ``optimizer.step()``: the step has used the weight's gradient, so it
         is dropped (``weight.grad = None``, as ``zero_grad()`` does) instead of moved with the words, an ``N x d``
         gather no one reads. The head's reused buffer stays allocated; its next step zeroes it whole."""
-        self.weight.grad = None
+        for weight in self._word_params():
+            weight.grad = None
 
     def is_reassign_step(self, step: int) -> bool:
         """Whether Algorithm 1 runs after optimizer step ``step`` (``update_every`` and ``update_growth``).
