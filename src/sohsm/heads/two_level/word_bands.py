@@ -13,9 +13,9 @@ cluster's words of one band are consecutive rows of their band's weight
 (:class:`BandRows`). A word of band ``i`` is scored as ``(P_i h) . u_w`` (``P_0`` the
 identity, ``P_i: d -> d_i`` without bias, ``band_projections``). The parameters are
 then exactly ``sum_i n_i d_i``: an optimizer's step, its state and the gradient
-buffers cost what the words hold, as adaptive softmax's tails do (a single
-``N x (d + d/div + ...)`` weight with zeros outside each word's block cost the
-fused Adagrad step 22.6 ms at 44k words and d 512 here, three band weights 1.0 ms).
+buffers cost what the words hold, as adaptive softmax's tails do, where one
+``N x (d + d/div + ...)`` weight with zeros outside each word's block made the
+step cost more than the dense head's (docs/benchmarks/heads-band-weights.md).
 
 The per-cluster kernel reads and writes each band's weight directly
 (:mod:`sohsm.heads.two_level.ops.per_cluster`). The other backends (sync-free,
