@@ -332,6 +332,35 @@ def test_a_state_dict_with_one_widened_weight_still_loads():
         torch.testing.assert_close(clone.log_prob(hidden), head.log_prob(hidden), rtol=0, atol=0)
 
 
+def test_a_banded_head_traces_whole_under_torch_compile():
+    """On the sync-free path the bands are widened inside the compiled step, their rows taken as last derived: one
+    graph, the same loss and band gradients as eager."""
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    torch._dynamo.reset()
+    head = _head().float()
+    head.backend, head.check_targets = "grouped_torch", False
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+
+    def step(hidden, target):
+        loss = head(hidden, target).loss
+        loss.backward()
+        return loss.detach()
+
+    hidden, target = _batch(50)
+    hidden = hidden.float()
+    expected = step(hidden, target)
+    grads = [w.grad.clone() for w in head.band_weights]
+    head.zero_grad(set_to_none=True)
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        loss = torch.compile(step, fullgraph=True, backend=counter)(hidden, target)
+    torch.testing.assert_close(loss, expected)
+    for weight, grad in zip(head.band_weights, grads):
+        torch.testing.assert_close(weight.grad, grad)
+    assert counter.frame_count == 1
+
+
 def test_build_head_takes_the_options_and_defaults_to_adaptives_cutoffs():
     head = build_head("self_organized", 64, 1000, counts=torch.arange(1000, 0, -1), div_value=4)
     assert head.band_dims == [64, 16, 4]

@@ -167,7 +167,12 @@ class BandedWords(nn.Module):
 
     def _band_rows(self, layout=None) -> BandRows:
         """The :class:`BandRows` of ``layout`` (default: the head's), derived once per layout and again after a
-        write into ``band_of_word`` (a buffer broadcast), which must keep each band's number of words."""
+        write into ``band_of_word`` (a buffer broadcast), which must keep each band's number of words. Under
+        ``torch.compile`` the rows are taken as last derived (checking versions would break the graph)."""
+        if torch.compiler.is_compiling():
+            layout = self._layout_cache if layout is None else layout
+            if layout.bands is not None:
+                return layout.bands
         layout = self._layout if layout is None else layout
         if layout.bands is None or layout.bands_version != self.band_of_word._version:
             rows = BandRows(self.band_of_word, layout, self.band_dims)
