@@ -12,6 +12,7 @@ import torch
 import sohsm.train.session as loop  # the session calls evaluate
 from small_run import run_files
 from sohsm.train import read_metrics
+from sohsm.train.loading import load_run
 
 TOKENS_PER_STEP = 16 * 10  # batch 16 x BPTT 10
 
@@ -195,6 +196,32 @@ def test_tied_adaptive_run_resumes_exactly_and_evaluates(tmp_path, ptb_slice, sm
     code, out, err = cli("lm", "eval", straight)
     assert code == 0 and "ppl" in out, err
     assert cli("lm", "generate", straight, "--prompt", "the")[0] == 0
+
+
+def test_a_banded_run_of_one_widened_weight_evaluates_but_does_not_resume(tmp_path, ptb_slice, small, cli):
+    """A checkpoint whose banded head kept one widened ``weight`` (before band weights): eval reads it (each band's
+    rows split out of it), a resume is refused with a message naming why, and nothing is written."""
+    run = tmp_path / "banded"
+    common = ["--corpus", ptb_slice, *small, "--head", "self_organized", "--head-option", "div_value=4",
+              "--tie-weights", "--checkpoint-every", 5]
+    assert cli("lm", "train", "--run-dir", run, *common, "--max-tokens", 10 * TOKENS_PER_STEP)[0] == 0
+    _, before, _ = cli("lm", "eval", run)
+    for name in ("best.pt", "last.pt"):  # rewrite the checkpoints as the earlier release wrote them
+        checkpoint = torch.load(run / name, weights_only=True)
+        head = checkpoint["head"]
+        widened = load_run(run, checkpoint=name.removesuffix(".pt")).head._word_weight().detach()
+        for key in [k for k in head if k.startswith("band_weights.")]:
+            del head[key]
+        head["weight"] = widened
+        torch.save(checkpoint, run / name)
+    files = run_files(run)
+    code, after, err = cli("lm", "eval", run)
+    assert code == 0, err
+    assert [line for line in after.splitlines() if line.startswith("ppl")] == \
+        [line for line in before.splitlines() if line.startswith("ppl")]
+    code, _, err = cli("lm", "train", "--run-dir", run, "--resume", "--quiet", "--max-tokens", 20 * TOKENS_PER_STEP)
+    assert code != 0 and "one widened weight" in err
+    assert run_files(run) == files
 
 
 def test_resume_after_a_crash_drops_records_past_the_checkpoint(tmp_path, ptb_slice, small, cli):
