@@ -333,32 +333,66 @@ def test_a_state_dict_with_one_widened_weight_still_loads():
 
 
 def test_a_banded_head_traces_whole_under_torch_compile():
-    """On the sync-free path the bands are widened inside the compiled step, their rows taken as last derived: one
-    graph, the same loss and band gradients as eager."""
+    """On the sync-free path the bands are widened inside the compiled step, their rows derived with the layout (at
+    construction, ``.to()`` and loading), so a fresh head traces as one graph, with the loss and band gradients of
+    an eager copy."""
+    import copy
+
     import torch._dynamo
     import torch._dynamo.testing
 
     torch._dynamo.reset()
-    head = _head().float()
+    head = _head().float()  # .float() builds the layout anew
     head.backend, head.check_targets = "grouped_torch", False
+    eager = copy.deepcopy(head)
     counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
 
-    def step(hidden, target):
-        loss = head(hidden, target).loss
+    def step(module, hidden, target):
+        loss = module(hidden, target).loss
         loss.backward()
         return loss.detach()
 
     hidden, target = _batch(50)
     hidden = hidden.float()
-    expected = step(hidden, target)
-    grads = [w.grad.clone() for w in head.band_weights]
-    head.zero_grad(set_to_none=True)
     with torch._dynamo.config.patch(trace_autograd_ops=True):
-        loss = torch.compile(step, fullgraph=True, backend=counter)(hidden, target)
-    torch.testing.assert_close(loss, expected)
-    for weight, grad in zip(head.band_weights, grads):
-        torch.testing.assert_close(weight.grad, grad)
+        loss = torch.compile(step, fullgraph=True, backend=counter)(head, hidden, target)
+    torch.testing.assert_close(loss, step(eager, hidden, target))
+    for weight, expected in zip(head.band_weights, eager.band_weights):
+        torch.testing.assert_close(weight.grad, expected.grad)
     assert counter.frame_count == 1
+
+
+def test_bands_first_derived_under_inference_mode_still_train():
+    """A head evaluated under ``torch.inference_mode`` before it trains (as trainers do) then trains on the sync-free
+    path: the band rows it derived there are ordinary tensors, which autograd may save."""
+    head = _head()
+    head.backend = "grouped_torch"
+    head.load_state_dict(head.state_dict())  # a new layout, its bands derived anew
+    hidden, target = _batch(51)
+    with torch.inference_mode():
+        head.log_prob(hidden)
+    head(hidden, target).loss.backward()
+    assert all(w.grad is not None and w.grad.any() for w in head.band_weights)
+
+
+@pytest.mark.filterwarnings("ignore:.*without an attached optimizer")
+@pytest.mark.parametrize("banded", [False, True])
+def test_a_loss_through_log_prob_leaves_no_stale_rows_in_the_reused_buffers(banded):
+    """Autograd writes the word vectors' gradient where a loss goes through ``log_prob``: the next step's buffers,
+    after ``zero_grad``, hold that step's gradient only (as a head whose buffers are new)."""
+    import copy
+
+    head = _head() if banded else TwoLevelSoftmax(D, N, counts=_counts()).double()
+    head.backend = "per_cluster"
+    clone = copy.deepcopy(head)
+    (h1, t1), (h2, t2) = _batch(52, batch=4), _batch(53, batch=4)  # few clusters: most rows not rewritten
+    head(h1, t1).loss.backward()
+    (-head.log_prob(h1).mean()).backward()
+    head.zero_grad()
+    head(h2, t2).loss.backward()
+    clone(h2, t2).loss.backward()
+    for mine, theirs in zip(head._word_params(), clone._word_params()):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=0, atol=0)
 
 
 def test_build_head_takes_the_options_and_defaults_to_adaptives_cutoffs():

@@ -182,9 +182,9 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
                 nn.Parameter(torch.empty(int(n), dim))
                 for n, dim in zip(torch.bincount(band_of_word, minlength=len(self.band_dims)).tolist(), self.band_dims))
         self.register_buffer("assignment", assignment.clone())
-        self._layout_cache = ClusterLayout(self.assignment, self.n_clusters)
         #: one reused gradient buffer per word-vector parameter (:meth:`_word_params`)
         self._grads = [ReusedGradient() for _ in self._word_params()]
+        self._layout = ClusterLayout(self.assignment, self.n_clusters)
         #: optimizers given to :meth:`attach`, held weakly, each with its hook handle (or ``None``)
         self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.register_load_state_dict_pre_hook(_split_a_widened_weight)
@@ -228,6 +228,8 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         if old is not None and old is not layout:
             old.retired = True  # a backward that saved it refuses to write rows that have moved
         self._layout_cache = layout
+        if self.band_projections is not None:  # derived with the layout, so that a compiled step finds them
+            self._band_rows(layout)
 
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the layout on the same device
         result = super()._apply(fn, recurse)
@@ -352,8 +354,9 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         return self._move_words(new, moved, optimizer)
 
     def _move_words(self, new: Tensor, moved: Tensor, optimizer: torch.optim.Optimizer | None) -> Tensor:
-        """:meth:`set_assignment` of a checked ``new`` assignment on the head's device, reading nothing back
-        (a re-clustering's own assignment is valid by construction; moving none is a plain copy)."""
+        """:meth:`set_assignment` of a checked ``new`` assignment on the head's device, reading nothing back but what
+        a new layout reads (its largest cluster; with bands, where each band's rows are): a re-clustering's own
+        assignment is valid by construction, and moving none is a plain copy."""
         old_layout = self._layout
         new_layout = ClusterLayout(new, self.n_clusters)
         # new slot s holds word new.word_of_slot[s], which sat at old.slot_of_word[...]

@@ -175,7 +175,8 @@ class BandedWords(nn.Module):
                 return layout.bands
         layout = self._layout if layout is None else layout
         if layout.bands is None or layout.bands_version != self.band_of_word._version:
-            rows = BandRows(self.band_of_word, layout, self.band_dims)
+            with torch.inference_mode(False):  # derived under inference mode, they would not be saved for backward
+                rows = BandRows(self.band_of_word, layout, self.band_dims)
             expected = [w.size(0) for w in self.band_weights]
             if rows.sizes != expected:
                 raise RuntimeError(f"band_of_word now puts {rows.sizes} words in the bands, whose weights have "
@@ -189,7 +190,10 @@ class BandedWords(nn.Module):
 
     def _word_weight(self) -> Tensor:
         """The word vectors as one ``[N, word_dim]`` matrix in slot order: :attr:`weight`, or the bands widened
-        (:func:`widen`, differentiable)."""
+        (:func:`widen`, differentiable). Where a gradient may flow through it, autograd, not the head, writes the
+        word vectors' ``.grad``: the reused buffers' record of written rows lapses."""
+        if torch.is_grad_enabled() and self._word_params()[0].requires_grad:
+            self._invalidate_gradients()
         if self.band_projections is None:
             return self.weight
         return widen(list(self.band_weights), self._band_rows().slots, self.n_classes)
