@@ -26,6 +26,8 @@ def _counts() -> torch.Tensor:
     ({"solver": "greedy"}, "solver must be one of auto, sequential, deferred_acceptance"),
     ({"reset_on_freeze": "all"}, "reset_on_freeze must be one of none, head, head_keep_state"),
     ({"moved_vectors": "mean"}, "moved_vectors must be one of keep, cluster_mean"),
+    ({"stay_margin": -1.0}, "stay_margin must be a finite number >= 0"),
+    ({"stay_margin": 1.0, "q_clusters": 2}, "stay_margin needs the dense q"),
 ])
 def test_a_value_out_of_range_is_refused_when_the_group_is_made_naming_the_option(options, match):
     with pytest.raises(ValueError, match=match):
@@ -72,3 +74,32 @@ def test_take_removes_the_groups_options_and_leaves_the_heads_own():
 def test_a_group_given_as_a_dict_is_refused():
     with pytest.raises(ValueError, match="reclustering must be a Reclustering, got dict"):
         SelfOrganizedSoftmax(D, N, reclustering={"gamma": 2.0})
+
+
+@pytest.mark.parametrize("shortlist", [0, 8])
+def test_a_stay_margin_keeps_words_whose_gain_is_smaller(shortlist):
+    """``stay_margin`` adds to each word's own cluster in q: a margin above every gain moves nothing, and the median
+    gain moves fewer words than no margin, still some (limits loose enough that the random start obeys them: a
+    start over a limit makes Algorithm 1 move words whatever the margin, and a word whose own cluster others filled
+    moves too)."""
+    def reassigned(margin):
+        torch.manual_seed(0)
+        head = build_head("self_organized", D, N, counts=_counts(), shortlist=shortlist, update_every=0,
+                          stay_margin=margin, gamma=3.0, freq_budget=1.0)
+        head.train()
+        for _ in range(4):
+            head(torch.randn(32, D), torch.randint(0, N, (32,)))
+        before, q = head.assignment.clone(), head.statistics_rows().clone()
+        head.reassign()
+        return before, q, head.assignment.clone()
+
+    before, q, plain = reassigned(0.0)
+    assert bool((plain != before).any()), "the test should move words without a margin"
+    own = q[torch.arange(N), before - shortlist] if shortlist else q[torch.arange(N), before]
+    gain = q.max(1).values - own  # what the best cluster beats the word's own by
+    margin = float(gain[shortlist:].max()) + 1.0
+    _, _, kept = reassigned(margin)
+    assert torch.equal(kept, before)
+    half = float(gain[shortlist:].median())
+    _, _, some = reassigned(half)
+    assert 0 < int((some != before).sum()) < int((plain != before).sum())

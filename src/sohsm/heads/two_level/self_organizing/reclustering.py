@@ -65,6 +65,10 @@ class Reclustering:
         moved_vectors: what a word's vector becomes when it moves: ``"keep"`` (default,
             the paper) or ``"cluster_mean"`` (the mean vector and optimizer state of the
             words that stayed in its new cluster).
+        stay_margin: a word's own cluster gets this much more ``q`` (nats) when Algorithm 1
+            places it, so a word moves only where another cluster is better by more than the
+            margin: fewer, surer moves at each re-clustering. Needs the dense ``q``
+            (``q_clusters=None``). Default: 0.0 (the paper).
 
     Raises:
         ValueError: a value out of its range, naming the option.
@@ -90,6 +94,7 @@ class Reclustering:
     freeze_after_tokens: int | None = None
     reset_on_freeze: str = "none"
     moved_vectors: str = "keep"
+    stay_margin: float = 0.0
 
     def __post_init__(self) -> None:
         _choice("smoothing", self.smoothing, SMOOTHING)
@@ -102,6 +107,10 @@ class Reclustering:
                 raise ValueError(f"{name} must be positive, got {value}")
         if not (_is_number(self.update_growth) and math.isfinite(self.update_growth) and self.update_growth >= 1.0):
             raise ValueError(f"update_growth must be a finite number >= 1, got {self.update_growth!r}")
+        if not (_is_number(self.stay_margin) and math.isfinite(self.stay_margin) and self.stay_margin >= 0):
+            raise ValueError(f"stay_margin must be a finite number >= 0, got {self.stay_margin!r}")
+        if self.stay_margin and self.q_clusters is not None:
+            raise ValueError("stay_margin needs the dense q: it cannot be combined with q_clusters")
         for name, low in (("update_every", 0), ("freeze_after_tokens", 0)):  # q_clusters: the head knows its bound
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):

@@ -199,6 +199,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         self.freeze_after_tokens = reclustering.freeze_after_tokens
         self.reset_on_freeze = reclustering.reset_on_freeze
         self.moved_vectors = reclustering.moved_vectors
+        self.stay_margin = float(reclustering.stay_margin)
         self.solver = reclustering.solver
         self.tokens_seen = 0
         self.frozen = False
@@ -247,6 +248,14 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             self._width = max(self.max_cluster_size, self._layout_cache.max_size)
         return self._width
 
+    def _with_stay_margin(self, q, current: Tensor):
+        """``q`` with ``stay_margin`` added to each word's current cluster (a copy; ``q`` itself without a margin)."""
+        if not self.stay_margin:
+            return q
+        q = q.clone()
+        q[torch.arange(q.size(0), device=q.device), current.to(q.device)] += self.stay_margin
+        return q
+
     @torch.no_grad()
     def reassign(self, optimizer: torch.optim.Optimizer | None = None) -> dict:
         """Run Algorithm 1 now and move the words (the E-step); returns the record added to :attr:`history`.
@@ -268,12 +277,14 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
                 q = q[tail] if self.q_clusters is None else q.take(tail)
                 if not sequential and self.q_clusters is not None:
                     q = q.dense()  # the deferred solver reads whole columns: the rows are built at once
+                q = self._with_stay_margin(q, self.assignment[tail] - s)
                 result = solve(q, tf[tail.to(tf.device)], self.max_cluster_size, self.freq_budget)
                 assignment = self.assignment.clone()
                 assignment[tail] = result.assignment.to(assignment.device) + s
             else:
                 if not sequential and self.q_clusters is not None:
                     q = q.dense()
+                q = self._with_stay_margin(q, self.assignment)
                 result = solve(q, tf, self.max_cluster_size, self.freq_budget)
                 assignment = result.assignment
             fallback_words = int(result.fallback_words)
