@@ -117,13 +117,19 @@ def _softmax_gradient(grad_out: Tensor, groups: RowGroups, log_probs: Tensor, po
     return grad_logits.scatter_add_(1, position_sorted[:, None], g[:, None])  # + g at the target
 
 
-def _target_log_probs(logits: Tensor, row_position: Tensor, groups: RowGroups) -> tuple[Tensor, Tensor, Tensor]:
-    """``(out [B] in batch order, log_probs [B, S] sorted, position_sorted [B])`` from the sorted rows' logits."""
+def _score_sorted(hidden: Tensor, row_cluster: Tensor, row_position: Tensor, layout: ClusterLayout, logits_of):
+    """A forward's shared part: rows sorted by cluster, ``logits_of(hidden_sorted, groups)`` in the weight's dtype,
+    the log-softmax and the targets' entries. Returns ``(groups, hidden_sorted [B, d], log_probs [B, S] sorted,
+    position_sorted [B], out [B] in batch order)``."""
+    groups = group_rows(row_cluster, len(layout.sizes))
+    hidden_sorted = hidden[groups.order]
+    with _in_weight_dtype(hidden):
+        logits = logits_of(hidden_sorted, groups)
     log_probs = F.log_softmax(logits, dim=1)
     position_sorted = row_position[groups.order]
     out = torch.empty_like(log_probs[:, 0])
     out[groups.order] = log_probs.gather(1, position_sorted[:, None]).squeeze(1)
-    return out, log_probs, position_sorted
+    return groups, hidden_sorted, log_probs, position_sorted, out
 
 
 class InClusterLogProb(torch.autograd.Function):
@@ -140,11 +146,8 @@ class InClusterLogProb(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, row_cluster: Tensor, row_position: Tensor,
                 layout: ClusterLayout, sink: GradientSink | None) -> Tensor:
-        groups = group_rows(row_cluster, len(layout.sizes))
-        hidden_sorted = hidden[groups.order]  # [B, d]
-        with _in_weight_dtype(hidden):
-            logits = in_cluster_logits(hidden_sorted, weight, layout, groups)
-        out, log_probs, position_sorted = _target_log_probs(logits, row_position, groups)
+        groups, hidden_sorted, log_probs, position_sorted, out = _score_sorted(
+            hidden, row_cluster, row_position, layout, lambda h, g: in_cluster_logits(h, weight, layout, g))
         ctx.save_for_backward(hidden_sorted, weight, log_probs, position_sorted)
         ctx.groups, ctx.layout, ctx.sink = groups, layout, sink
         return out
@@ -196,11 +199,9 @@ class BandedInClusterLogProb(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, row_cluster: Tensor, row_position: Tensor, layout: ClusterLayout, bands,
                 sinks: tuple[GradientSink, ...] | None, *weights: Tensor) -> Tensor:
-        groups = group_rows(row_cluster, len(layout.sizes))
-        hidden_sorted = hidden[groups.order]
-        with _in_weight_dtype(hidden):
-            logits = banded_in_cluster_logits(hidden_sorted, weights, bands, layout, groups)
-        out, log_probs, position_sorted = _target_log_probs(logits, row_position, groups)
+        groups, hidden_sorted, log_probs, position_sorted, out = _score_sorted(
+            hidden, row_cluster, row_position, layout,
+            lambda h, g: banded_in_cluster_logits(h, weights, bands, layout, g))
         ctx.save_for_backward(hidden_sorted, log_probs, position_sorted, *weights)
         ctx.groups, ctx.layout, ctx.bands, ctx.sinks = groups, layout, bands, sinks
         return out
