@@ -71,9 +71,8 @@ NOTES: dict[str, str] = {
                    "(the same code for them); seed 3 and the untied runs of seed 2 at 74ebcba (the training code of "
                    "0e3a607); seed 3 of the untied heads at 4a2cbe9 (the same training code); the `div_value=4` variant at "
                    "78dd720, where it can first be tied; the untied full softmax of seed 1 at 01c3157 (the training "
-                   "code of 0e3a607 for this head; about an hour on one thread beside another run), seed 2 at 750bd75 "
-                   "(the same; 29 minutes beside another run). Not run yet: the untied full softmax of seed 3 "
-                   "(`train lstm256-ptb --seeds 3 --runs full-untied`). "
+                   "code of 0e3a607 for this head; about an hour on one thread beside another run), seeds 2 and 3 at 750bd75 "
+                   "(the same; 27-29 minutes each beside another run). "
                    "The earlier six-epoch tables (docs/results/lm.md) compared the "
                    "tied self-organized head with untied heads only.",
     "lstm256-wikitext-2": "Trained at commit 74ebcba (the training code of 0e3a607), seed 1. The full softmax (33k "
