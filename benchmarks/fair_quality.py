@@ -148,9 +148,13 @@ RUNS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     # from frequency bins, with limits the bins obey on PTB (gamma 8.3: its largest bin holds 823 of 9,900 words, the
     # default limit 150) and a margin of 1 nat to leave one's cluster: gradual moves (docs/results/transformer.md)
     "self_organized_gradual-tied": ("self_organized", True, ("init=frequency", "gamma=8.3", "stay_margin=1.0")),
+    # frequency binning's own clusters (no shortlist) for the transformer's first PTB epoch (227 steps), then
+    # re-clustered at the default rate from step 228 on: a short budget is frequency binning, a long one self-organizes
+    "self_organized_bins_first-tied": ("self_organized", True, ("init=frequency", "shortlist=0", "first_update=228")),
 }
 #: runs asked for by name only
-VARIANTS = ("self_organized_div4-tied", "self_organized_late-tied", "self_organized_gradual-tied")
+VARIANTS = ("self_organized_div4-tied", "self_organized_late-tied", "self_organized_gradual-tied",
+            "self_organized_bins_first-tied")
 #: what ``train`` trains unless ``--runs`` says: each head tied and untied
 MAIN_RUNS = tuple(name for name in RUNS if name not in VARIANTS)
 

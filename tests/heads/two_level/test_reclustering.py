@@ -22,6 +22,7 @@ def _counts() -> torch.Tensor:
     ({"update_every": -1}, r"update_every must be None or an integer >= 0, got -1"),
     ({"update_every": 2.0}, r"update_every must be None or an integer >= 0, got 2.0"),
     ({"freeze_after_tokens": True}, "freeze_after_tokens must be None or an integer"),
+    ({"first_update": 0}, r"first_update must be None or an integer >= 1, got 0"),
     ({"smoothing": "paper"}, "smoothing must be one of epoch, paper_literal, got 'paper'"),
     ({"solver": "greedy"}, "solver must be one of auto, sequential, deferred_acceptance"),
     ({"reset_on_freeze": "all"}, "reset_on_freeze must be one of none, head, head_keep_state"),

@@ -140,6 +140,25 @@ def test_update_growth_spaces_the_reclusterings_geometrically():
     assert [s for s in range(1, 13) if paper.is_reassign_step(s)] == [3, 6, 9, 12]
 
 
+def test_first_update_delays_the_first_reclustering_then_every_k_steps():
+    """A frequency start held ``first_update`` steps: nothing moves before, then Algorithm 1 every K (growing)."""
+    head = SelfOrganizedSoftmax(D, N, counts=_counts(), init="frequency", shortlist=0,
+                                reclustering=Reclustering(update_every=3, first_update=7, gamma=8.0))
+    start = head.assignment.clone()
+    optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+    head.attach(optimizer)
+    for s in range(6):
+        _step(head, optimizer, s)
+    assert head.history == [] and torch.equal(head.assignment, start)
+    for s in range(6, 16):
+        _step(head, optimizer, s)
+    assert [r["step"] for r in head.history] == [7, 10, 13, 16]
+    grown = SelfOrganizedSoftmax(D, N, counts=_counts(),
+                                 reclustering=Reclustering(update_every=2, first_update=5, update_growth=2))
+    assert [s for s in range(1, 30) if grown.is_reassign_step(s)] == [5, 9, 17]  # then intervals 4, 8
+    assert "the first after step 7" in head.describe_schedule()
+
+
 @pytest.mark.parametrize("growth", [0.5, float("inf"), float("nan"), "2"])
 def test_update_growth_below_one_or_not_a_number_is_refused(growth):
     with pytest.raises(ValueError, match="update_growth"):

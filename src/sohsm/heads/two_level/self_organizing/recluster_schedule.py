@@ -2,7 +2,7 @@
 
 The head hooks the optimizer it is attached to (:meth:`ReclusterSchedule.attach`);
 after each step it merges the ranks' statistics, counts the step, and runs
-Algorithm 1 when the step is due (``update_every`` = K, ``update_growth``), or
+Algorithm 1 when the step is due (``first_update``, then every ``update_every`` = K, ``update_growth``), or
 re-assigns one last time and freezes once ``freeze_after_tokens`` tokens are seen.
 Without a given K, K follows from the epoch length (about ``reclusters_per_epoch``
 re-clusterings an epoch), fixed at the first training batch.
@@ -18,7 +18,7 @@ from sohsm.heads.two_level.self_organizing.rank_sync import is_zero_redundancy
 class ReclusterSchedule:
     """Mixin of :class:`~sohsm.heads.SelfOrganizedSoftmax`: attaches to an optimizer and re-clusters on schedule.
 
-    Reads the head's ``update_every``, ``update_growth``, ``reclusters_per_epoch``,
+    Reads the head's ``update_every``, ``first_update``, ``update_growth``, ``reclusters_per_epoch``,
     ``freeze_after_tokens``, ``counts`` and ``steps``; calls its ``reassign`` and ``freeze``.
     """
 
@@ -71,16 +71,19 @@ class ReclusterSchedule:
             weight.grad = None
 
     def is_reassign_step(self, step: int) -> bool:
-        """Whether Algorithm 1 runs after optimizer step ``step`` (``update_every`` and ``update_growth``).
+        """Whether Algorithm 1 runs after optimizer step ``step`` (``first_update``, ``update_every``, ``update_growth``).
 
         A function of the step alone, so a resumed run re-clusters where the uninterrupted one would.
         """
         k = self.update_every
         if not k or step <= 0:
             return False
+        first = self.first_update or k
+        if step <= first:
+            return step == first
         if self.update_growth == 1.0:
-            return step % k == 0
-        interval, due = float(k), k
+            return (step - first) % k == 0
+        interval, due = float(k), first
         while due < step:
             interval *= self.update_growth
             due += max(1, round(interval))
@@ -99,7 +102,8 @@ class ReclusterSchedule:
         self.update_every = max(1, round(steps_per_epoch / self.reclusters_per_epoch))
 
     def describe_schedule(self, tokens_per_step: int | None = None) -> str:
-        """K as the head will use it, for a run's start-up lines: ``"K 43 (auto, ≈8 per epoch)"``.
+        """K as the head will use it, for a run's start-up lines: ``"K 43 (auto, ≈8 per epoch)"``, and
+        ``", the first after step 228"`` where ``first_update`` says.
 
         Without a given K the head chooses it at its first batch from the epoch length
         (``sum(counts) / tokens_per_step`` steps) and :attr:`reclusters_per_epoch`;
@@ -108,9 +112,11 @@ class ReclusterSchedule:
         k = self.update_every
         if k == 0:
             return "K 0 (never re-clusters)"
+        first = "" if self.first_update is None else f", the first after step {self.first_update}"
         if k is not None:
-            return f"K {k}"
+            return f"K {k}{first}"
         if not self.counts_given or not tokens_per_step:
-            return "K auto"
+            return f"K auto{first}"
         steps_per_epoch = float(self.counts.sum()) / tokens_per_step
-        return f"K {max(1, round(steps_per_epoch / self.reclusters_per_epoch))} (auto, ≈{self.reclusters_per_epoch:g} per epoch)"
+        k = max(1, round(steps_per_epoch / self.reclusters_per_epoch))
+        return f"K {k} (auto, ≈{self.reclusters_per_epoch:g} per epoch){first}"

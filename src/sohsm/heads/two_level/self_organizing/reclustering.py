@@ -35,6 +35,9 @@ class Reclustering:
             itself). The paper's K = 1000 never fires on a small corpus such as PTB
             (363 steps an epoch at batch 128 x BPTT 20).
         reclusters_per_epoch: re-assignments per epoch when ``update_every`` is ``None``. Default: 8.
+        first_update: optimizer steps before the first re-assignment; after it, one every ``K`` steps
+            (growing by ``update_growth``). A head started from frequency bins (``init="frequency"``) can
+            train on them this long before it self-organizes. Default ``None``: ``K`` (the paper).
         update_growth: factor by which the interval between re-assignments grows after
             each one: re-assignments at steps ``K``, ``K + K g``, ``K + K g + K g^2``, ...
             ``1.0`` (the paper) re-assigns every ``K`` steps.
@@ -87,6 +90,7 @@ class Reclustering:
     freq_budget: float = 0.1
     update_every: int | None = None
     reclusters_per_epoch: float = 8.0
+    first_update: int | None = None
     update_growth: float = 1.0
     smoothing: str = "epoch"
     solver: str = "auto"
@@ -111,7 +115,7 @@ class Reclustering:
             raise ValueError(f"stay_margin must be a finite number >= 0, got {self.stay_margin!r}")
         if self.stay_margin and self.q_clusters is not None:
             raise ValueError("stay_margin needs the dense q: it cannot be combined with q_clusters")
-        for name, low in (("update_every", 0), ("freeze_after_tokens", 0)):  # q_clusters: the head knows its bound
+        for name, low in (("update_every", 0), ("first_update", 1), ("freeze_after_tokens", 0)):  # q_clusters: the head knows its bound
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ValueError(f"{name} must be None or an integer >= {low}, got {value!r}")

@@ -98,8 +98,8 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         backend: how the in-cluster softmax is computed (:class:`TwoLevelSoftmax`): ``"auto"`` (default)
             the sync-free Triton kernels on CUDA, the per-cluster kernel on the CPU.
         reclustering: when and how the words are re-assigned (Algorithm 1's limits ``gamma`` and ``freq_budget``,
-            the schedule ``update_every``, ``reclusters_per_epoch``, ``update_growth``, the statistics' ``smoothing``
-            and ``q_clusters``, the ``solver``, freezing and moved words' vectors): a :class:`Reclustering`, one
+            the schedule ``update_every``, ``reclusters_per_epoch``, ``first_update``, ``update_growth``, the
+            statistics' ``smoothing`` and ``q_clusters``, the ``solver``, freezing and moved words' vectors): a :class:`Reclustering`, one
             validated group. Default: ``Reclustering()``. By name (:func:`sohsm.build_head`, ``--head-option``) the
             same options are given flat: ``build_head("self_organized", d, N, counts=c, gamma=2.0)``.
 
@@ -196,6 +196,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         self.update_every = self.update_every_option
         self.reclusters_per_epoch = float(reclustering.reclusters_per_epoch)
         self.update_growth = float(reclustering.update_growth)
+        self.first_update = reclustering.first_update
         self.freeze_after_tokens = reclustering.freeze_after_tokens
         self.reset_on_freeze = reclustering.reset_on_freeze
         self.moved_vectors = reclustering.moved_vectors
@@ -336,6 +337,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             + f", gamma={self.gamma}, freq_budget={self.freq_budget}, update_every={self.update_every}, "
             f"smoothing={self.smoothing!r}"
             + (f", update_growth={self.update_growth}" if self.update_growth != 1.0 else "")
+            + (f", first_update={self.first_update}" if self.first_update is not None else "")
             + (f", shortlist={self.shortlist}" if self.shortlist else "")
             + (f", q_clusters={self.q_clusters}" if self.q_clusters is not None else "")
         )
