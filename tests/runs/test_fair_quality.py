@@ -85,3 +85,21 @@ def test_a_gpu_run_is_kept_and_tabled_apart_from_the_cpu_runs(tmp_path, monkeypa
     cpu, gpu = text.split("## ")[1:]
     assert gpu.startswith("Penn Treebank, LSTM 256, six epochs, trained on a GPU") and "--device cuda" in gpu
     assert "95.00 / 90.00" in gpu and "95.00" not in cpu and "--device" not in cpu
+
+
+@pytest.mark.parametrize("run", sorted(fair.RUNS))
+def test_every_run_builds_its_head_from_the_options_it_names(run):
+    """A run's head options are read as ``--head-option`` reads them, and the head builds with them: a variant with a
+    misspelt or out-of-range option fails here, not an hour into a training."""
+    import torch
+
+    from sohsm.cli.config_flags import parse_head_option
+    from sohsm.heads import build_head
+
+    head, _, options = fair.RUNS[run]
+    counts = torch.arange(400, 0, -1).double()
+    head_options = dict(parse_head_option(text) for text in options)
+    if head_options.get("div_value") is not None:
+        head_options["cutoffs"] = [20, 100]
+    built = build_head(head, 16, 400, counts=counts, **head_options)
+    assert built.n_classes == 400
