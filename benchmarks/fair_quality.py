@@ -117,7 +117,10 @@ NOTES: dict[str, str] = {
                                 "frequency binning trained as long as the LSTM tables are? The schedule (100 warm-up "
                                 "steps, cosine to a tenth) spans the six epochs. The `self_organized_late-tied` variant "
                                 "(from frequency bins, re-clustered once an epoch) at b5f9e93, the same training code "
-                                "for the transformer (docs/results/transformer.md, \"A late first re-clustering\").",
+                                "for the transformer (docs/results/transformer.md, \"A late first re-clustering\"). The "
+                                "`self_organized_bins_first-tied` variant (frequency binning's own clusters, no "
+                                "shortlist, self-organized from step 228, the first after one epoch) at 60448b7, the "
+                                "same training code (transformer.md, \"Frequency binning's clusters first\").",
     "transformer-ptb": "Trained at commit 0e3a607, every head tied, three seeds, and the untied full softmax of "
                        "seeds 1-3. The untied runs of earlier releases are in "
                        "docs/results/transformer.md (three seeds), which also measures why frequency binning leads "
