@@ -101,10 +101,9 @@ NOTES: dict[str, str] = {
                      "training code of 0e3a607 for this head), seed 3 at 750bd75 (the same); seeds 2 and 3 of the "
                      "self-organized head every word at d, seeds 2 and 3 of untied adaptive softmax and seed 1 of the "
                      "untied self-organized head at 750bd75 (their config.json equals seed 1's but for the seed); seed 2 of "
-                     "the untied self-organized head at 884e4ae (the same training code). "
+                     "the untied self-organized head at 884e4ae and seed 3 at 60448b7 (the same training code). "
                      "The full softmax (hours a run on one thread here) was trained on a GPU: the next table. Not "
-                     "run on the CPU: untied frequency binning (its GPU run is in the next table), seed 3 of the "
-                     "untied self-organized head.",
+                     "run on the CPU: untied frequency binning (its GPU run is in the next table).",
     "lstm256-text8-cuda": "Trained on one NVIDIA H200 as the WikiText-2 GPU table (commit 4a2cbe9, seed 1, float32). "
                           "Untied adaptive softmax did not finish in the device time lent; its CPU run is in the table "
                           "above. Not run: seeds 2 and 3. The same head and seed on the CPU: self-organized, tied "
