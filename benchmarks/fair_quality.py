@@ -100,8 +100,9 @@ NOTES: dict[str, str] = {
                      "as 78dd720's, computed band by band). Seed 2 of tied frequency binning at 01c3157 (the "
                      "training code of 0e3a607 for this head), seed 3 at 750bd75 (the same); seeds 2 and 3 of the "
                      "self-organized head every word at d, seeds 2 and 3 of untied adaptive softmax and seed 1 of the "
-                     "untied self-organized head at 750bd75 (their config.json equals seed 1's but for the seed); seed 2 of "
-                     "the untied self-organized head at 884e4ae and seed 3 at 60448b7 (the same training code). "
+                     "untied self-organized head at 750bd75 (their config.json equals seed 1's but for the seed); "
+                     "seed 2 of the untied self-organized head at 884e4ae and seed 3 at 60448b7 (the same "
+                     "training code). "
                      "The full softmax (hours a run on one thread here) was trained on a GPU: the next table. Not "
                      "run on the CPU: untied frequency binning (its GPU run is in the next table).",
     "lstm256-text8-cuda": "Trained on one NVIDIA H200 as the WikiText-2 GPU table (commit 4a2cbe9, seed 1, float32). "
@@ -116,8 +117,9 @@ NOTES: dict[str, str] = {
                                 "frequency binning trained as long as the LSTM tables are? The schedule (100 warm-up "
                                 "steps, cosine to a tenth) spans the six epochs. The `self_organized_late-tied` variant "
                                 "(from frequency bins, re-clustered once an epoch) at b5f9e93, the same training code "
-                                "for the transformer (docs/results/transformer.md, \"A late first re-clustering\"). The "
-                                "`self_organized_bins_first-tied` variant (frequency binning's own clusters, no "
+                                "for the transformer (docs/results/transformer.md, \"A late first "
+                                "re-clustering\"). The `self_organized_bins_first-tied` "
+                                "variant (frequency binning's own clusters, no "
                                 "shortlist, self-organized from step 228, the first after one epoch) at 60448b7, the "
                                 "same training code (transformer.md, \"Frequency binning's clusters first\").",
     "transformer-ptb": "Trained at commit 0e3a607, every head tied, three seeds, and the untied full softmax of "

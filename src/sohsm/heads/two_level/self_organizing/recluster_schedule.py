@@ -71,7 +71,7 @@ class ReclusterSchedule:
             weight.grad = None
 
     def is_reassign_step(self, step: int) -> bool:
-        """Whether Algorithm 1 runs after optimizer step ``step`` (``first_update``, ``update_every``, ``update_growth``).
+        """Whether Algorithm 1 runs after optimizer step ``step`` (``first_update``, then ``update_every``, growing).
 
         A function of the step alone, so a resumed run re-clusters where the uninterrupted one would.
         """

@@ -115,7 +115,8 @@ class Reclustering:
             raise ValueError(f"stay_margin must be a finite number >= 0, got {self.stay_margin!r}")
         if self.stay_margin and self.q_clusters is not None:
             raise ValueError("stay_margin needs the dense q: it cannot be combined with q_clusters")
-        for name, low in (("update_every", 0), ("first_update", 1), ("freeze_after_tokens", 0)):  # q_clusters: the head knows its bound
+        # q_clusters: the head knows its bound
+        for name, low in (("update_every", 0), ("first_update", 1), ("freeze_after_tokens", 0)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ValueError(f"{name} must be None or an integer >= {low}, got {value!r}")

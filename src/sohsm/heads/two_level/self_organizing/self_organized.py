@@ -99,9 +99,10 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             the sync-free Triton kernels on CUDA, the per-cluster kernel on the CPU.
         reclustering: when and how the words are re-assigned (Algorithm 1's limits ``gamma`` and ``freq_budget``,
             the schedule ``update_every``, ``reclusters_per_epoch``, ``first_update``, ``update_growth``, the
-            statistics' ``smoothing`` and ``q_clusters``, the ``solver``, freezing and moved words' vectors): a :class:`Reclustering`, one
-            validated group. Default: ``Reclustering()``. By name (:func:`sohsm.build_head`, ``--head-option``) the
-            same options are given flat: ``build_head("self_organized", d, N, counts=c, gamma=2.0)``.
+            statistics' ``smoothing`` and ``q_clusters``, the ``solver``, freezing and moved words' vectors): a
+            :class:`Reclustering`, one validated group. Default: ``Reclustering()``. By name
+            (:func:`sohsm.build_head`, ``--head-option``) the same options are given flat:
+            ``build_head("self_organized", d, N, counts=c, gamma=2.0)``.
 
     Example::
 
