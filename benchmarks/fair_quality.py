@@ -90,9 +90,13 @@ NOTES: dict[str, str] = {
     "lstm256-wikitext-2-cuda": "Trained on one NVIDIA H200 (torch 2.11, CUDA 13.0; float32, no `--amp`; the two-level "
                                "heads on their Triton path) at commit 4a2cbe9 (the training code of 0e3a607), seed 1, "
                                "ten runs sharing the card. Adaptive softmax did not finish in the device time lent (15 "
-                               "minutes in all): its CPU runs are in the table above. Not run: seeds 2 and 3. A device "
+                               "minutes in all): its CPU runs are in the table above. Seeds 2 and 3 of the tied full "
+                               "softmax and of the tied self-organized head every word at d, and seeds 1-3 of the "
+                               "`div_value=4` variant (the default here), at 283908c, twelve runs sharing the card (their "
+                               "tokens/s are contended figures). Not run: seeds 2 and 3 of the other runs. A device "
                                "moves a run by about 1%: the same head and seed on the CPU reached 118.97 test "
-                               "(self-organized, tied; 118.20 here) and 127.36 (frequency binning, tied; 128.52 here).",
+                               "(self-organized, tied; 118.20 here) and 127.36 (frequency binning, tied; 128.52 here); "
+                               "the variant's three seeds 117.17 on the CPU, 117.61 here.",
     "lstm256-text8": "The text8 prefix has a training and a dev split only: runs are compared on dev. "
                      "Trained at commit 79768e8, seed 1, the tied two-level heads and untied adaptive softmax; seed 1 "
                      "of the `div_value=4` variant (the default here) at 78dd720. Tied adaptive softmax (its better "
@@ -109,8 +113,11 @@ NOTES: dict[str, str] = {
                      "a GPU: the next table.",
     "lstm256-text8-cuda": "Trained on one NVIDIA H200 as the WikiText-2 GPU table (commit 4a2cbe9, seed 1, float32). "
                           "Untied adaptive softmax did not finish in the device time lent; its CPU run is in the table "
-                          "above. Not run: seeds 2 and 3. The same head and seed on the CPU: self-organized, tied "
-                          "253.67 dev (253.84 here); frequency binning, tied 270.70 (266.11 here).",
+                          "above. Seeds 2 and 3 of the tied full softmax and seeds 1-3 of the `div_value=4` variant "
+                          "(the default here) at 283908c, as the WikiText-2 GPU table's. Not run: seeds 2 and 3 of "
+                          "the other runs. The same head and seed on the CPU: self-organized, tied "
+                          "253.67 dev (253.84 here); frequency binning, tied 270.70 (266.11 here); the variant's three "
+                          "seeds 245.13 on the CPU, 243.32 here.",
     "transformer-ptb-3-epochs": "Trained at commit 74ebcba (the training code of 0e3a607), the two two-level heads tied, "
                                 "seeds 1 and 2; seed 3 at 4a2cbe9 (the same training code): does frequency binning's lead at one epoch hold as training goes on? The "
                                 "schedule (100 warm-up steps, cosine to a tenth) spans the three epochs.",
