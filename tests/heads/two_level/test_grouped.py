@@ -260,6 +260,46 @@ def test_static_statistics_equal_one_update_per_token():
     torch.testing.assert_close(head.q, expected, rtol=0, atol=1e-10)
 
 
+def _waiting_head(n_batches: int, seed: int):
+    """A float64 head (counts given) after ``n_batches`` batches observed on the sync-free path, and the batches."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.randint(1, 9, (N,), generator=g).double()
+    head = SelfOrganizedSoftmax(D, N, counts=counts, shortlist=0, reclustering=Reclustering(update_every=0)).double()
+    head.q = head.q.double().normal_(generator=g)
+    batches = []
+    for _ in range(n_batches):
+        target = torch.randint(0, 12, (int(torch.randint(1, 30, (1,), generator=g)),), generator=g)  # many repeats
+        log_probs = torch.log_softmax(torch.randn(target.numel(), head.n_clusters, dtype=torch.float64, generator=g),
+                                      dim=1)
+        batches.append((target, log_probs))
+    start = head.q.clone()
+    for target, log_probs in batches:
+        device_statistics.observe(head, target, log_probs)
+    return head, batches, start
+
+
+@pytest.mark.parametrize("n_batches", [3, device_statistics.FOLD_EVERY + 3])
+def test_waiting_batches_fold_to_one_update_per_token(n_batches):
+    head, batches, start = _waiting_head(n_batches, seed=5)
+    assert len(head.__dict__.get("_unfolded", [])) == n_batches % device_statistics.FOLD_EVERY  # they wait
+    expected = start
+    for target, log_probs in batches:
+        expected = sequential_q_update(expected, target, log_probs, head.counts, "epoch")
+    torch.testing.assert_close(head.q, expected, rtol=0, atol=1e-10)  # reading q folds what waits
+    assert not head.__dict__.get("_unfolded")
+
+
+def test_waiting_batches_are_folded_into_the_state_dict_and_before_a_reclustering():
+    head, batches, start = _waiting_head(3, seed=6)
+    twin = copy.deepcopy(head)
+    saved = head.state_dict()["q"]
+    torch.testing.assert_close(saved, twin.q, rtol=0, atol=0)
+    head, *_ = _waiting_head(3, seed=6)
+    head.reassign()
+    assert not head.__dict__.get("_unfolded")
+    assert not torch.equal(twin.q, start)
+
+
 def test_step_count_mirror_follows_a_loaded_state():
     head = SelfOrganizedSoftmax(D, N, reclustering=Reclustering(update_every=0))
     assert [device_statistics.count_step(head) for _ in range(3)] == [1, 2, 3]

@@ -138,6 +138,17 @@ class ClusterStatistics:
         self.q[words] *= decay.to(self.q.dtype)[:, None]
         self.q.index_add_(0, target[by_word], samples.to(self.q.dtype) * weight.to(self.q.dtype)[:, None])
     # -- q is kept in the state dict, moved by .to() and the like, but not a buffer ------------
+    @property
+    def q(self) -> Tensor | None:
+        """``[N, C_learned]`` statistics (log2), dense; ``None`` when kept compact. Batches the sync-free path keeps
+        waiting (:mod:`~sohsm.heads.two_level.self_organizing.device_statistics`) are folded in before it is read."""
+        device_statistics.fold_waiting(self)
+        return self.__dict__["_q"]
+
+    @q.setter
+    def q(self, value: Tensor | None) -> None:
+        self.__dict__["_q"] = value
+
     def _statistics(self) -> dict[str, Tensor]:
         """The tensors of ``q`` by state-dict name: ``q`` (dense), or ``q_index``, ``q_values``, ``q_rest``."""
         if self.q_clusters is None:

@@ -6,6 +6,12 @@ reads the step counter back with ``int(head.steps)``: three waits for the device
 a step. Here the same update is written with static shapes (a sort and
 ``searchsorted`` in place of ``unique``; non-finite rows masked, not removed), and
 the step count is mirrored on the host, so a training step reads nothing back.
+
+The fold itself is some sixty small ops, a kernel launch each, and a small model's step on a GPU is bound by its
+launches (``benchmarks/step_ops.py``). So with the corpus counts given (the language models' case) the batches
+wait, up to :data:`FOLD_EVERY` of them, and are folded in one go: the same ``q`` (a batch sequence folded at
+once is folded token by token in the same order), with the ops paid once for several steps. Whatever reads ``q``
+(the property, Algorithm 1, the state dict, ``.to()``) folds what waits first.
 """
 from __future__ import annotations
 
@@ -15,6 +21,10 @@ import torch
 from torch import Tensor
 
 _LN2 = math.log(2.0)
+#: batches that wait to be folded into ``q`` together (with the corpus counts given), and the most entries
+#: (rows x clusters) their log-probabilities may hold while they wait
+FOLD_EVERY = 8
+WAITING_ENTRIES = 1 << 24
 
 
 @torch.no_grad()
@@ -83,7 +93,24 @@ def observe(head, target: Tensor, cluster_log_probs: Tensor) -> None:
     if head.frozen:
         return
     head._device_tokens.append(target.numel())
-    update_statistics(head, target, cluster_log_probs)
+    if compiling or not head.counts_given:  # a graph folds at once; counting targets, the counts must not wait
+        update_statistics(head, target, cluster_log_probs)
+        return
+    waiting = head.__dict__.setdefault("_unfolded", [])
+    waiting.append((target.reshape(-1).clone(), cluster_log_probs))
+    if len(waiting) >= FOLD_EVERY or sum(lp.numel() for _, lp in waiting) > WAITING_ENTRIES:
+        fold_waiting(head)
+
+
+def fold_waiting(head) -> None:
+    """Fold the batches :func:`observe` kept waiting into ``q``, in the order they were seen."""
+    waiting = head.__dict__.pop("_unfolded", None)
+    if not waiting:
+        return
+    if len(waiting) == 1:
+        update_statistics(head, *waiting[0])
+    else:
+        update_statistics(head, torch.cat([t for t, _ in waiting]), torch.cat([lp for _, lp in waiting]))
 
 
 def after_step(head) -> None:

@@ -267,6 +267,7 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         and ``fallback_words``.
         """
         self.merge_statistics()  # with several ranks: the batches seen since the last step
+        device_statistics.fold_waiting(self)  # the sync-free path's batches still waiting
         counts = self.counts.to(torch.float64)
         total = counts.sum()  # no counts yet: every word the same share (on the device: no read-back)
         tf = torch.where(total > 0, counts / total, 1.0 / self.n_classes)
