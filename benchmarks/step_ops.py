@@ -1,18 +1,17 @@
 """How many torch ops one ordinary training step issues, head by head: a GPU's launch-bound cost, counted on a CPU.
 
-A small model's step on a GPU is bound by the host: each op is a kernel launch of a few microseconds whatever its
-size, so the ops a step issues, not its arithmetic, set its time. This runs ``sohsm lm train`` in-process for each
-``--head`` given (the other arguments are passed on), profiles steps 6-21 (after the start; a run first re-clusters
-at its step K, later than these) and prints the ops that do work per step (views, aliases and allocations left out),
-by stage. ``--fold-every`` sets how many batches the sync-free path folds into ``q`` at once (``device_statistics``;
-1: every batch, as before it kept them waiting). Usage::
+A small model's step on a GPU is bound by the host: each op costs it tens of microseconds to issue (Python, dispatch,
+launch) whatever the op's size, so the ops a step issues, not its arithmetic, set its time (on an H200, LSTM 512 at
+33k words: the full softmax, adaptive softmax and the banded default took 34-40 us of step per op counted here,
+docs/benchmarks/gpu.md). This runs ``sohsm lm train`` in-process for each ``--head`` given (the other arguments are
+passed on), profiles steps 6-21 (after the start; a run first re-clusters at its step K, later than these) and prints
+the ops that do work per step (views, aliases and allocations left out), by stage. ``--fold-every`` sets how many batches the sync-free path folds into ``q`` at once (``device_statistics``;
+1: every batch, as before it kept them waiting): a row each. Writes the table to docs/benchmarks/step-ops.md. Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/step_ops.py --corpus wikitext-2 --batch-size 128 \\
         --head "self_organized --head-option backend=grouped_torch" \\
         --head "self_organized --head-option backend=grouped_torch --head-option div_value=null" \\
-        --head adaptive --head full
-    OMP_NUM_THREADS=1 python benchmarks/step_ops.py --corpus wikitext-2 --batch-size 128 --fold-every 1 \
-        --head "self_organized --head-option backend=grouped_torch"
+        --head adaptive --head full --fold-every 1 8
 
 ``backend=grouped_torch`` is the sync-free path a GPU takes (in plain torch where the GPU runs Triton kernels), so the
 count is the GPU step's shape, not its CPU time.
@@ -97,29 +96,41 @@ def count(train_args: list[str]) -> tuple[float, collections.Counter]:
 
 
 def main() -> int:
+    from sohsm.heads.two_level.self_organizing import device_statistics
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--head", action="append", required=True,
                         help="a head and its options as on the command line (repeat for each row)")
-    parser.add_argument("--fold-every", type=int, default=None,
-                        help="batches folded into q at once on the sync-free path (default: the library's)")
+    parser.add_argument("--fold-every", type=int, nargs="+", default=[device_statistics.FOLD_EVERY],
+                        help="batches folded into q at once on the sync-free path: a row of each self-organized "
+                             f"head for each value (default: the library's, {device_statistics.FOLD_EVERY})")
+    parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "benchmarks"
+                        / "step-ops.md", help="where the table is written (default: docs/benchmarks/step-ops.md)")
     args, rest = parser.parse_known_args()
-    if args.fold_every is not None:
-        from sohsm.heads.two_level.self_organizing import device_statistics
-        device_statistics.FOLD_EVERY = args.fold_every
     common = [*rest, "--eval-every", "0", "--checkpoint-every", "0"]
     rows = []
     for head in args.head:
-        total, stages = count([*common, "--head", *shlex.split(head)])
-        rows.append((head, total, stages))
-        print(f"{head}: {total:.0f} ops a step", file=sys.stderr, flush=True)
-    from sohsm.heads.two_level.self_organizing import device_statistics
-    print(f"`sohsm lm train {' '.join(rest)}`, ops per step (steps {PROFILED.start}-{PROFILED.stop - 1}; the "
-          f"sync-free path folds q every {device_statistics.FOLD_EVERY} batches)\n")
-    print("| head | ops a step | forward | backward | optimizer |")
-    print("|---|---:|---:|---:|---:|")
-    for head, total, stages in rows:
-        print(f"| `{head}` | {total:.0f} | {stages['forward']:.0f} | {stages['backward']:.0f} | "
-              f"{stages['optimizer']:.0f} |")
+        for fold in (args.fold_every if head.split()[0] == "self_organized" else [None]):
+            if fold is not None:
+                device_statistics.FOLD_EVERY = fold
+            total, stages = count([*common, "--head", *shlex.split(head)])
+            rows.append((head, fold, total, stages))
+            print(f"{head} (q folded every {fold}): {total:.0f} ops a step", file=sys.stderr, flush=True)
+    lines = [f"# Torch ops a training step, head by head\n",
+             f"`python benchmarks/{Path(__file__).name} {shlex.join(sys.argv[1:])}`\n",
+             f"`sohsm lm train {' '.join(rest)}`, steps {PROFILED.start}-{PROFILED.stop - 1}: ops that do work "
+             "(views, aliases and allocations left out), by stage. A GPU launches a kernel for about each; on the CPU "
+             "clipping and the optimizer are counted per parameter, where a GPU groups them (foreach).\n",
+             "| head | q folded every | ops a step | forward | backward | optimizer |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for head, fold, total, stages in rows:
+        lines.append(f"| `{head}` | {fold or '-'} | {total:.0f} | {stages['forward']:.0f} | {stages['backward']:.0f} | "
+                     f"{stages['optimizer']:.0f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
 
