@@ -174,7 +174,7 @@ MAIN_RUNS = tuple(name for name in RUNS if name not in VARIANTS)
 
 #: the runs every other is compared with, seed by seed
 REFERENCES = ("full-tied", "full-untied", "adaptive-untied", "adaptive-tied", "two_level_frequency-tied",
-              "self_organized-tied")
+              "two_level_frequency-untied", "self_organized-tied")
 KEPT = ("config.json", "metrics.jsonl", "test.json")
 
 
