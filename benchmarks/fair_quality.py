@@ -109,7 +109,7 @@ NOTES: dict[str, str] = {
                      "seed 2 of the untied self-organized head at 884e4ae and seed 3 at 60448b7 (the same "
                      "training code). "
                      "Seeds 1 and 2 of untied frequency binning at 60448b7 (the same training code; its GPU run, "
-                     "seed 1, is in the next table). The full softmax (hours a run on one thread here) was trained on "
+                     "seed 1, is in the next table), seed 3 at 283908c (the same training code). The full softmax (hours a run on one thread here) was trained on "
                      "a GPU: the next table.",
     "lstm256-text8-cuda": "Trained on one NVIDIA H200 as the WikiText-2 GPU table (commit 4a2cbe9, seed 1, float32). "
                           "Untied adaptive softmax did not finish in the device time lent; its CPU run is in the table "
