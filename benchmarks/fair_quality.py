@@ -92,9 +92,10 @@ NOTES: dict[str, str] = {
                                "ten runs sharing the card. Adaptive softmax did not finish in the device time lent (15 "
                                "minutes in all): its CPU runs are in the table above. Seeds 2 and 3 of the tied full "
                                "softmax and of the tied self-organized head every word at d, and seeds 1-3 of the "
-                               "`div_value=4` variant (the default here), at 283908c, twelve runs sharing the card (their "
-                               "tokens/s are contended figures). Not run: seeds 2 and 3 of the other runs. A device "
-                               "moves a run by about 1%: the same head and seed on the CPU reached 118.97 test "
+                               "`div_value=4` variant (the default here), at 283908c, twelve runs sharing the card "
+                               "(their tokens/s are contended figures). Not run: seeds 2 and 3 of the other runs. "
+                               "A device moves a run by about 1%: the same head and seed on the CPU reached 118.97 "
+                               "test "
                                "(self-organized, tied; 118.20 here) and 127.36 (frequency binning, tied; 128.52 here); "
                                "the variant's three seeds 117.17 on the CPU, 117.61 here.",
     "lstm256-text8": "The text8 prefix has a training and a dev split only: runs are compared on dev. "

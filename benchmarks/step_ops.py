@@ -5,8 +5,9 @@ launch) whatever the op's size, so the ops a step issues, not its arithmetic, se
 33k words: the full softmax, adaptive softmax and the banded default took 34-40 us of step per op counted here,
 docs/benchmarks/gpu.md). This runs ``sohsm lm train`` in-process for each ``--head`` given (the other arguments are
 passed on), profiles steps 6-21 (after the start; a run first re-clusters at its step K, later than these) and prints
-the ops that do work per step (views, aliases and allocations left out), by stage. ``--fold-every`` sets how many batches the sync-free path folds into ``q`` at once (``device_statistics``;
-1: every batch, as before it kept them waiting): a row each. Writes the table to docs/benchmarks/step-ops.md. Usage::
+the ops that do work per step (views, aliases and allocations left out), by stage. ``--fold-every`` sets how many
+batches the sync-free path folds into ``q`` at once (``device_statistics``; 1: every batch, as before it kept them
+waiting): a row each. Writes the table to docs/benchmarks/step-ops.md. Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/step_ops.py --corpus wikitext-2 --batch-size 128 \\
         --head "self_organized --head-option backend=grouped_torch" \\
