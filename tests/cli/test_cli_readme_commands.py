@@ -18,5 +18,6 @@ def test_readme_reverse_task_command_learns_the_task(tmp_path, cli, one_thread):
     code, out, err = cli(*argv, "--quiet")
     assert code == 0, err
     accuracy = float(re.search(r"accuracy\s+([\d.]+)% of 200 held-out strings", out).group(1))
-    claimed = float(re.search(r"this command reverses ([\d.]+)% of its 200", text.replace("\n", " ")).group(1))
-    assert accuracy == claimed and accuracy >= 90
+    low, high = map(float, re.search(r"this command reverses ([\d.]+)-([\d.]+)% of its 200",
+                                     text.replace("\n", " ")).groups())
+    assert low <= accuracy <= high and low >= 90  # the range the README gives (CPUs round differently)
