@@ -177,3 +177,27 @@ def test_a_bad_step_changes_no_row_of_a_sparse_gradient():
     step._skip_if(torch.tensor(True))
     opt.step()
     assert torch.equal(embedding.weight.detach(), before)
+
+
+@pytest.mark.parametrize("optimizer", ["Adagrad", "AdamW", "SGD"])
+def test_clipping_inside_a_fused_step_equals_clipping_the_gradients(optimizer):
+    """TrainStep hands a fused step ``grad_scale = max(1, (norm + 1e-6) / clip)`` instead of scaling the gradients
+    by ``clip_grad_norm_``: the same update (float64 weights; the kernels take the factor in float32)."""
+    from sohsm.train.guard import clip_scale, gradient_norm
+
+    g = torch.Generator().manual_seed(7)
+    ours = [torch.nn.Parameter(torch.randn(6, 4, dtype=torch.float64, generator=g)) for _ in range(2)]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    kwargs = {"momentum": 0.9} if optimizer == "SGD" else {}
+    fused = getattr(torch.optim, optimizer)(ours, lr=0.1, fused=True, **kwargs)
+    plain = getattr(torch.optim, optimizer)(theirs, lr=0.1, **kwargs)
+    for _ in range(3):
+        for a, b in zip(ours, theirs):
+            b.grad = torch.randn(b.shape, dtype=torch.float64, generator=g) * 5
+            a.grad = b.grad.clone()
+        torch.nn.utils.clip_grad_norm_(theirs, 0.25)
+        fused.grad_scale = clip_scale(gradient_norm(ours), 0.25)
+        fused.step()
+        plain.step()
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

@@ -121,6 +121,9 @@ class AdaptiveSoftmax(Head):
         rank_of_word[word_of_rank] = torch.arange(n_classes)
         self.register_buffer("word_of_rank", word_of_rank)
         self.register_buffer("rank_of_word", rank_of_word)
+        self._static = False  # see set_static
+        #: where each tail cluster starts among the frequency ranks (a static step's buckets; not saved)
+        self.register_buffer("tail_starts", torch.tensor(self.asm.cutoffs[:-1]), persistent=False)
 
     def reset_parameters(self) -> None:
         """Word vectors (the head softmax's rows, each tail's ``[n_i, d_i]`` vectors) by :func:`init_word_vectors`,
@@ -149,8 +152,37 @@ class AdaptiveSoftmax(Head):
 
     def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
         hidden, target = self._check_inputs(hidden, target)
+        if self._static and self.training:
+            output = self._run(self._static_output, hidden, self.rank_of_word[target])
+            return HeadOutput(output, -output.mean())
         output, loss = self._run(self.asm, hidden, self.rank_of_word[target])
         return HeadOutput(output, loss)
+
+    # -- a static step (a captured CUDA graph) ----------------------------------------
+    def set_static(self, static: bool) -> None:
+        """In a static step every tail cluster scores every row and keeps the rows whose target it holds: no shape
+        depends on the batch, nothing is read back (torch's module picks each cluster's rows with ``nonzero``).
+        The same log-probabilities; more arithmetic and a ``[B, n_i]`` buffer per tail, which a GPU's step,
+        bound by the ops it issues, does not notice."""
+        self._static = bool(static)
+
+    def graph_refusal(self, device: torch.device) -> str | None:
+        """``None``: a static step (:meth:`set_static`) reads nothing back."""
+        return None
+
+    def _static_output(self, hidden: Tensor, ranks: Tensor) -> Tensor:
+        """``log P(target | h)`` per row with static shapes: every row scored by the head softmax and every tail."""
+        asm = self.asm
+        cutoffs = asm.cutoffs
+        cluster = torch.bucketize(ranks, self.tail_starts, right=True)  # 0: the shortlist, i + 1: tail cluster i
+        in_head = torch.where(cluster == 0, ranks, asm.shortlist_size + cluster - 1)
+        output = F.log_softmax(asm.head(hidden), dim=1).gather(1, in_head[:, None]).squeeze(1)
+        for i, (projection, words) in enumerate(asm.tail):
+            low, high = cutoffs[i], cutoffs[i + 1]
+            local = (ranks - low).clamp(0, high - low - 1)
+            tail = F.log_softmax(words(projection(hidden)), dim=1).gather(1, local[:, None]).squeeze(1)
+            output = output + torch.where(cluster == i + 1, tail, torch.zeros_like(tail))
+        return output
 
     def log_prob(self, hidden: Tensor) -> Tensor:
         """Exact ``[B, N]`` log-probabilities in word-id order (every tail cluster is scored)."""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -304,6 +304,35 @@ class Head(nn.Module):
         Raises:
             ValueError: naming the setting and the device.
         """
+
+    # -- a training step replayed from a captured CUDA graph (sohsm.train.step_graph) ----------------
+    def set_static(self, static: bool) -> None:
+        """Keep what a training step writes outside its own temporaries in the same storage from step to step (a
+        captured CUDA graph replays the step on it). A head with state of its own between steps (the self-organized
+        head's waiting statistics) keeps it in fixed buffers while ``static``; nothing to do by default."""
+
+    def graph_refusal(self, device: torch.device) -> str | None:
+        """Why a training step of this head on ``device`` cannot be captured as a CUDA graph (``None``: it can). A
+        captured step reads nothing back to the host and keeps every shape from step to step; a head says so by
+        overriding this (the full, adaptive and two-level heads with a sync-free backend do)."""
+        return f"the {type(self).__name__} head reads values back to the host in a training step"
+
+    def static_fingerprint(self) -> tuple:
+        """What changes when the tensors a training step reads are replaced (a re-clustering's new layout): a captured
+        step is captured again when it changes. Parameters, gradients and buffers are checked by the caller."""
+        return ()
+
+    def host_state(self) -> Any:
+        """The host-side bookkeeping a training forward changes (what :meth:`replayed` redoes), to be put back by
+        :meth:`restore_host_state` after a capture that failed half-way. ``None`` by default."""
+        return None
+
+    def restore_host_state(self, state: Any) -> None:
+        """Put back what :meth:`host_state` gave."""
+
+    def replayed(self, rows: int) -> None:
+        """A training forward of ``rows`` rows ran as part of a replayed graph: redo its host-side bookkeeping (the
+        device side was replayed). Nothing to do by default."""
 
     def attach(self, optimizer: torch.optim.Optimizer):
         """Let the head act after every ``optimizer.step()`` (re-clustering, for instance).

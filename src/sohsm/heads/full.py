@@ -66,6 +66,10 @@ class FullSoftmax(Head):
             if self.bias is not None and bias is not None:
                 self.bias.copy_(bias)
 
+    def graph_refusal(self, device: torch.device) -> str | None:
+        """``None``: one product and a cross-entropy, nothing read back."""
+        return None
+
     def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
         hidden, target = self._check_inputs(hidden, target)
         output = -F.cross_entropy(upcast(F.linear(hidden, self.weight, self.bias)), target, reduction="none")

@@ -72,6 +72,12 @@ def build_optimizer(config: RunConfig, model: nn.Module, head: Head) -> torch.op
     params = [*decay, *rest]
     fused = (config.optim.fused and can_fuse(params, head)
              and all(fused_step_supported(optimizer_class, p.device.type) for p in params))
+    if (optimizer_class is torch.optim.Adagrad and not fused and not head.sparse and params
+            and getattr(config, "step_graph", "off") != "off" and params[0].device.type == "cuda"):
+        # torch does not fuse Adagrad on CUDA: the same step, sync-free, that a captured graph can replay
+        from sohsm.train.device_adagrad import DeviceAdagrad
+
+        return DeviceAdagrad(groups, lr=config.optim.learning_rate)
     return optimizer_class(groups, lr=config.optim.learning_rate, **({"fused": True} if fused else {}))
 
 

@@ -44,6 +44,8 @@ LR_SCHEDULES = ("constant", "cosine")
 
 #: mixed-precision settings of a run (``None``: float32)
 AMP_CHOICES = ("bf16", "fp16")
+#: values of a run's ``step_graph`` setting (:mod:`sohsm.train.step_graph`)
+STEP_GRAPH_CHOICES = ("auto", "on", "off")
 
 
 def _takes_shortlist(name: object) -> bool:
@@ -175,6 +177,8 @@ class RunConfig(LoopSettings):
     amp: str | None = None
     #: run model and head through ``torch.compile``
     compile: bool = False
+    #: capture the ordinary training step as one CUDA graph (:mod:`sohsm.train.step_graph`)
+    step_graph: str = "off"
 
     # -- dicts -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -142,10 +142,12 @@ def gradient_norm(params: Iterable[torch.nn.Parameter]) -> Tensor:
 
     Row-sparse gradients (sampled and tree heads with ``sparse=True``) count by their values.
     """
-    norms = [torch.linalg.vector_norm(_grad_values(p.grad.detach())) for p in params if p.grad is not None]
-    if not norms:
+    grads = [_grad_values(p.grad.detach()) for p in params if p.grad is not None]
+    if not grads:
         return torch.zeros(())
-    return torch.linalg.vector_norm(torch.stack(norms))
+    if not any(g.is_sparse for g in grads) and hasattr(torch.nn.utils, "get_total_norm"):  # torch 2.6+: foreach
+        return torch.nn.utils.get_total_norm(grads)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
 
 
 def clip_gradients(params: Iterable[torch.nn.Parameter], max_norm: float) -> Tensor:
@@ -165,6 +167,12 @@ def clip_gradients(params: Iterable[torch.nn.Parameter], max_norm: float) -> Ten
         else:
             p.grad.mul_(scale)
     return norm
+
+
+def clip_scale(grad_norm: Tensor, max_norm: float) -> Tensor:
+    """What the gradients are divided by to clip them to ``max_norm`` (``clip_grad_norm_``'s factor, inverted): at
+    least 1. A fused optimizer step takes it as its ``grad_scale`` and clips inside its own kernel."""
+    return ((grad_norm + 1e-6) / max_norm).clamp(min=1.0).to(torch.float32)  # float32, as the fused kernels take it
 
 
 def check_step(loss: Tensor, grad_norm: Tensor, step: int) -> None:
@@ -188,39 +196,60 @@ class DivergenceWatch:
     """Notes on the device whether a step's loss or gradient is not finite; the host reads it only when asked.
 
     :func:`check_step` reads one flag back every step, a device synchronisation that on
-    a GPU costs as much as a small model's step. Here each step only updates two
-    device tensors (the first bad step and its loss and gradient norm), the caller
+    a GPU costs as much as a small model's step. Here each step only updates device
+    tensors (a step counter, and the first bad step with its loss and gradient norm), the caller
     keeps the bad step from changing the model on the device (:meth:`TrainStep
     <sohsm.train.step.TrainStep>`: the fused optimizers' ``found_inf``, else zeroed
     gradients), and :meth:`raise_if_diverged` is called where the loop reads values
     anyway: at each log line, dev evaluation and checkpoint. So nothing non-finite is
     stepped into the model or saved, and a run that diverged stops at its next log
     point (at most ``log_every`` steps later) with the same message as before.
+
+    The step number lives on the device too (:attr:`step`, one addition a step), so a step replayed from a
+    captured CUDA graph (:mod:`sohsm.train.step_graph`) names the right one; the host only mirrors it and
+    writes it (one fill, no read) where the mirror does not hold, never while a graph is captured.
     """
 
     def __init__(self, device: torch.device) -> None:
-        self.first_step = torch.full((), -1, dtype=torch.long, device=device)
-        self.values = torch.zeros(2, dtype=torch.float32, device=device)  # loss and gradient norm at that step
+        #: the first bad step, its loss and gradient norm (float64); step -1: none yet
+        self.record = torch.full((3,), -1.0, dtype=torch.float64, device=device)
+        #: the step being noted, counted on the device
+        self.step = torch.zeros((), dtype=torch.float64, device=device)
+        self._next = 1  # host mirror: the step the next note records (the device counter holds one less)
+
+    def at_step(self, step: int) -> None:
+        """Make the device counter hold ``step - 1`` before step ``step`` is noted (a fill where the mirror differs)."""
+        if self._next != step:
+            self.step.fill_(step - 1)
+            self._next = step
+
+    def replayed(self, step: int) -> None:
+        """Step ``step`` was noted by a replayed graph, not by :meth:`note`: the mirror moves on as the counter did."""
+        self._next = step + 1
 
     def note(self, loss: Tensor, grad_norm: Tensor, step: int) -> Tensor:
-        """Record step ``step``; returns a 0-dim bool tensor on the device: whether it is bad. Reads nothing back."""
-        values = torch.stack([loss.detach().float().reshape(()),
-                              grad_norm.detach().float().reshape(()).to(loss.device)])
-        bad = ~torch.isfinite(values).all()
-        first = bad & (self.first_step < 0)
-        self.first_step.copy_(torch.where(first, step, self.first_step))
-        self.values.copy_(torch.where(first, values, self.values))
+        """Record step ``step``; returns a 0-dim bool tensor on the device: whether it is bad. Reads nothing back.
+
+        One check covers both values: their sum minus itself is 0 exactly when both are finite.
+        """
+        self.at_step(step)
+        self.step += 1
+        self._next = step + 1
+        values = torch.stack([self.step, loss.detach().reshape(()).to(torch.float64),
+                              grad_norm.detach().reshape(()).to(self.step.device, torch.float64)])
+        total = values[1] + values[2]
+        bad = (total - total) != 0
+        self.record.copy_(torch.where(bad & (self.record[0] < 0), values, self.record))
         return bad
 
     def raise_if_diverged(self) -> None:
-        """Raise :class:`DivergenceError` naming the first bad step, if there was one (one read of the flag)."""
-        step = int(self.first_step)
+        """Raise :class:`DivergenceError` naming the first bad step, if there was one (one read of the record)."""
+        step, loss_value, norm_value = self.record.tolist()
         if step < 0:
             return
-        loss_value, norm_value = self.values.tolist()
         what = (f"the loss is {loss_value}" if not math.isfinite(loss_value)
                 else f"the gradient norm is {norm_value}")
-        raise DivergenceError(f"training diverged at step {step}: {what}; {_KEPT}")
+        raise DivergenceError(f"training diverged at step {int(step)}: {what}; {_KEPT}")
 
 
 def check_eval(nll_nats: float, step: int) -> None:

@@ -64,6 +64,7 @@ from sohsm.train.rundir import (
 )
 from sohsm.train.session import STOP_REASONS, TrainResult, run_session  # noqa: F401
 from sohsm.train.state import RunState
+from sohsm.train.step_graph import step_graph_refusal
 from sohsm.train.task import Task, task_of
 
 
@@ -129,6 +130,7 @@ def _model_head_optimizer(task: Task, config: RunConfig, ranks: Ranks, device: t
     ranks.seed_own_stream(config.seed)
     optimizer = task.build_optimizer(model, head)
     head.attach(optimizer)
+    step_graph_refusal(config, head, optimizer, ranks, device)  # "on" where it cannot be: refused before writing
     return model, head, optimizer
 
 

@@ -40,6 +40,7 @@ from sohsm.train.rundir import rng_state
 from sohsm.train.schedule import LearningRate, planned_steps
 from sohsm.train.state import Clock, RunState
 from sohsm.train.step import TrainStep
+from sohsm.train.step_graph import StepGraph, host_rates, resolve_step_graph, step_graph_refusal
 from sohsm.train.task import Task
 
 #: dev evaluations an epoch when a config leaves ``eval_every`` unset
@@ -129,6 +130,13 @@ class TrainingLoop:
         self.one_step = TrainStep(task, model, head, optimizer, ranks, config.optim.clip, amp=config.amp,
                                   compile=config.compile)  # forward, backward, clip, check, update
         self.one_step.precision.load_state_dict(scaler)
+        #: the step captured as one CUDA graph (:mod:`sohsm.train.step_graph`), or ``None``: every step eager
+        self.step_graph = None
+        refusal = step_graph_refusal(config, head, optimizer, ranks, self.device)
+        if resolve_step_graph(getattr(config, "step_graph", "off"), refusal):
+            self.step_graph = StepGraph(self.one_step, task)
+        else:
+            host_rates(optimizer)  # a checkpoint of a graphed run keeps its rates as tensors
         self.clock = Clock(state.elapsed_s, self.device)
         state.interval.loss_sum = state.interval.loss_sum.to(self.device)
         self.last_eval: EvalResult | None = None
@@ -216,7 +224,8 @@ class TrainingLoop:
         where the epoch stands after it."""
         if self.rate.moves_every_step:
             self.set_rate()
-        result = self.one_step(batch, self.state.step + 1)  # all ranks' loss and targets
+        run = self.step_graph or self.one_step
+        result = run(batch, self.state.step + 1)  # all ranks' loss and targets
         self.state.interval.add(result.loss_sum, result.tokens)
         self.state.step += 1
         self.state.tokens += result.tokens
@@ -268,7 +277,10 @@ class TrainingLoop:
     def set_rate(self) -> None:
         rate = self.rate.at(self.state.epoch, self.state.step, self.state.lr_scale)
         for group in self.optimizer.param_groups:
-            group["lr"] = rate
+            if isinstance(group["lr"], torch.Tensor):  # a captured step reads it there (one fill, no read)
+                group["lr"].fill_(rate)
+            else:
+                group["lr"] = rate
 
     # -- what they write ------------------------------------------------------------------------
     def record(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -287,7 +299,7 @@ class TrainingLoop:
                   else dict(objective=self.head.objective, loss=nll))  # a sampled objective has no perplexity
         record = self.record("train", epoch=round(self.state.epoch_float(self.task.epoch_length), 4), **scores,
                              tokens_per_s=interval.tokens / seconds if seconds > 0 else None,
-                             lr=self.optimizer.param_groups[0]["lr"], interval_steps=interval.steps)
+                             lr=float(self.optimizer.param_groups[0]["lr"]), interval_steps=interval.steps)
         if partial:
             record["partial"] = True
         self.records.write(record)

@@ -26,7 +26,8 @@ from torch import Tensor, nn
 from sohsm.heads import Head
 from sohsm.train.builders import unique_parameters
 from sohsm.train.distributed import Ranks
-from sohsm.train.guard import DivergenceError, DivergenceWatch, check_step, clip_gradients, gradient_norm
+from sohsm.train.guard import (DivergenceError, DivergenceWatch, check_step, clip_gradients, clip_scale,
+                               gradient_norm)
 from sohsm.train.precision import MIN_SCALE, Precision
 from sohsm.train.task import Task
 
@@ -85,18 +86,38 @@ class TrainStep:
     """
 
     def __init__(self, task: Task, model: nn.Module, head: Head, optimizer: torch.optim.Optimizer, ranks: Ranks,
-                 clip: float | None, amp: str | None = None, compile: bool = False) -> None:
+                 clip: float | None, amp: str | None = None, compile: bool = False, static: bool = False) -> None:
         self.task, self.optimizer, self.ranks, self.clip = task, optimizer, ranks, clip
         self.precision = Precision(amp, ranks.device)
         self.forward = ranks.wrap(Forward(task, model, head, self.precision, compile))
+        self.head = head
         self.params = unique_parameters(model, head)
         plain = ranks.world == 1 and amp is None and not compile
         #: the task's own step (:meth:`~sohsm.train.task.Task.step_by_hand`), if it has one for this run
-        self.by_hand = task.step_by_hand(model, head, optimizer) if plain else None
+        self.by_hand = task.step_by_hand(model, head, optimizer) if plain and not static else None
         #: the divergence flag kept on the device (see the module docstring); ``None``: checked every step
         self.watch = (DivergenceWatch(ranks.device) if self.by_hand is None and amp != "fp16" and not head.sparse
                       else None)
-        self.fused = all(group.get("fused") for group in optimizer.param_groups)
+        #: the optimizer's step takes ``found_inf`` and ``grad_scale`` (torch's fused steps, DeviceAdagrad)
+        self.fused = (all(group.get("fused") for group in optimizer.param_groups)
+                      or bool(getattr(optimizer, "_step_supports_amp_scaling", False)))
+        #: the step keeps its tensors from step to step (:meth:`set_static`)
+        self.static = False
+        self.set_static(static)
+
+    def set_static(self, static: bool) -> None:
+        """Keep the step's tensors from step to step, so that every ordinary step issues the same ops on the same
+        storage (what a captured CUDA graph replays, :mod:`sohsm.train.step_graph`): gradients are zeroed, not
+        set to ``None``, and a self-organized head's waiting statistics go to a fixed ring
+        (:meth:`~sohsm.heads.Head.set_static`)."""
+        self.static = bool(static)
+        self.head.set_static(self.static)
+
+    @property
+    def clips_in_step(self) -> bool:
+        """Whether clipping and the skip of a bad step happen inside the optimizer's fused step (its ``grad_scale``
+        and ``found_inf``), with no pass over the gradients of their own."""
+        return self.fused and self.watch is not None and self.precision.scaler is None
 
     def raise_if_diverged(self) -> None:
         """Raise :class:`~sohsm.train.guard.DivergenceError` if a step since the start was not finite (one read)."""
@@ -133,21 +154,32 @@ class TrainStep:
             loss_sum, tokens = self.by_hand(batch)
             check_step(loss_sum / max(tokens, 1), torch.zeros(()), step)
             return StepResult(loss_sum, tokens, False)
+        if self.watch is not None:
+            self.watch.at_step(step)  # the host's side of the step counter, outside any captured graph
         loss, targets = self.forward(batch)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=not self.static)
         self.precision.backward(loss)
         self.precision.unscale_(self.optimizer)
-        norm = clip_gradients(self.params, self.clip) if self.clip is not None else gradient_norm(self.params)
         n = targets.numel()
         loss_sum = self.ranks.sum_(loss.detach().to(torch.float64) * n)  # a new tensor: summed in place
         tokens = n * self.ranks.world  # every rank reads an equal share of the columns
         if self.watch is not None:
-            self._skip_if(self.watch.note(loss_sum / tokens, norm, step))
+            if self.clips_in_step:  # one norm; the fused step clips (grad_scale) and skips a bad step (found_inf)
+                norm = gradient_norm(self.params)
+                bad = self.watch.note(loss_sum, norm, step)
+                self.optimizer.found_inf = bad.float()  # 0-dim, as a GradScaler gives it
+                if self.clip is not None:
+                    self.optimizer.grad_scale = clip_scale(norm, self.clip)
+            else:
+                norm = clip_gradients(self.params, self.clip) if self.clip is not None else gradient_norm(self.params)
+                self._skip_if(self.watch.note(loss_sum, norm, step))
             try:
                 stepped = self.precision.step(self.optimizer)
             finally:
                 vars(self.optimizer).pop("found_inf", None)
+                vars(self.optimizer).pop("grad_scale", None)
             return StepResult(loss_sum, tokens, not stepped)
+        norm = clip_gradients(self.params, self.clip) if self.clip is not None else gradient_norm(self.params)
         overflow_ok = self.precision.skips_overflow()
         check_step(loss_sum / tokens, torch.zeros(()) if overflow_ok else norm, step)
         stepped = self.precision.step(self.optimizer)

@@ -202,6 +202,15 @@ class Task(ABC):
     def hidden_states(self, model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
         """``(hidden [*, d], targets [*])`` of a batch: the rows the head scores (padding left out)."""
 
+    def carried_state(self) -> tuple[Tensor, ...] | None:
+        """What the next training step reads from the steps before it and replaces (an LSTM's state across the
+        windows of truncated BPTT), or ``None``: nothing (the default), or nothing yet. A captured step
+        (:mod:`sohsm.train.step_graph`) reads it from fixed buffers and gives it back by :meth:`set_carried_state`."""
+        return None
+
+    def set_carried_state(self, state: tuple[Tensor, ...] | None) -> None:
+        """Carry ``state`` (as :meth:`carried_state` gives it) into the next step."""
+
     def end_epoch(self) -> None:
         """Forget what was carried across the batches of the epoch that ended."""
 

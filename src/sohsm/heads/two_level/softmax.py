@@ -242,6 +242,19 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         for buffer in self._grads:
             buffer.invalidate()
 
+    def graph_refusal(self, device: torch.device) -> str | None:
+        """``None`` with a sync-free backend on ``device`` (Triton's kernels on CUDA); the per-cluster one reads its
+        batch's clusters back."""
+        backend = self.backend_for(device)
+        if backend.sync_free:
+            return None
+        return (f"the {type(self).__name__} head's {backend.name!r} backend reads its batch back to the host "
+                "(backend='triton' or 'grouped_torch' does not)")
+
+    def static_fingerprint(self) -> tuple:
+        """The layout object (a re-clustering or a load makes a new one) and the assignment's version."""
+        return (id(self._layout_cache), self.assignment._version)
+
     def clusters(self) -> list[Tensor]:
         """Word ids of each cluster (ascending), one tensor per cluster; empty clusters give empty tensors."""
         layout = self._layout

@@ -25,11 +25,12 @@ from sohsm.data.subwords import bpe_size
 from sohsm.fields import FieldError, escape, has
 from sohsm.head_catalogue import head_names
 from sohsm.models.transformer_shape import POSITIONS, check_sizes
-from sohsm.train.config import AMP_CHOICES, CLUSTERS_FORMATS, HeadConfig, OptimConfig, RunConfig, check_clusters_source
+from sohsm.train.config import (AMP_CHOICES, CLUSTERS_FORMATS, STEP_GRAPH_CHOICES, HeadConfig, OptimConfig, RunConfig,
+                               check_clusters_source)
 
 #: fields that may differ between a run and its resumption (budgets, logging, locations);
 #: everything else must match the checkpoint
-RESUMABLE_FIELDS = RunConfig.resumable_fields | {"data.data_dir", "data.cache_dir", "compile"}
+RESUMABLE_FIELDS = RunConfig.resumable_fields | {"data.data_dir", "data.cache_dir", "compile", "step_graph"}
 
 @dataclass
 class DataConfig:
@@ -196,6 +197,9 @@ class LMConfig(RunConfig):
     amp: str | None = field(default=None, metadata={"choices": AMP_CHOICES})
     #: run model and head through ``torch.compile`` (speed only; the head's target check is dropped)
     compile: bool = False
+    #: capture the ordinary training step (model, head, backward, clipping, optimizer) as one CUDA graph and replay
+    #: it: ``auto`` where CUDA is and the head and optimizer allow it, ``on`` (refused where they do not), ``off``
+    step_graph: str = field(default="auto", metadata={"choices": STEP_GRAPH_CHOICES})
 
     @classmethod
     def from_overrides(cls, overrides: typing.Mapping[str, typing.Any]) -> LMConfig:
@@ -225,6 +229,11 @@ class LMConfig(RunConfig):
             raise FieldError("set {}, not head.options['update_every']", "head.update_every")
         if self.amp is not None and self.amp not in AMP_CHOICES:
             raise FieldError.on("amp", f"must be one of {', '.join(AMP_CHOICES)} (or none: float32), got {self.amp!r}")
+        if self.step_graph not in STEP_GRAPH_CHOICES:
+            raise FieldError.on("step_graph", f"must be one of {', '.join(STEP_GRAPH_CHOICES)}, got {self.step_graph!r}")
+        if self.step_graph == "on" and not str(self.device).startswith("cuda"):
+            raise FieldError.on("step_graph", f"'on' captures a CUDA graph, and the run's device is {self.device}; "
+                                              "use auto or off")
         if self.data.min_count is not None and self.data.min_count < 1:
             raise FieldError.on("data.min_count",
                                 f"must be >= 1 (or none: the corpus's default), got {self.data.min_count}")

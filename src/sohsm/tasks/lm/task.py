@@ -168,6 +168,13 @@ class LMTask(Task):
         hidden, self.state = model(inputs, self.state)  # [t, B, d]; the head flattens it to [t*B, d]
         return hidden, targets
 
+    def carried_state(self) -> tuple[Tensor, ...] | None:
+        """The LSTM's state after the last window (``None`` for a transformer, and at an epoch's start)."""
+        return None if self.state is None else tuple(self.state)
+
+    def set_carried_state(self, state: tuple[Tensor, ...] | None) -> None:
+        self.state = state
+
     def end_epoch(self) -> None:
         self.state = None
 

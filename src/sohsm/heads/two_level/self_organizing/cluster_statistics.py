@@ -172,8 +172,9 @@ class ClusterStatistics:
 
     def _apply(self, fn, recurse=True):
         result = super()._apply(fn, recurse)
-        for name, tensor in self._statistics().items():
+        for name, tensor in self._statistics().items():  # reading q folded what waited
             setattr(self, name, fn(tensor))
+        self._waiting_ring = None  # empty now; the next static step makes one where the head now is
         return result
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):

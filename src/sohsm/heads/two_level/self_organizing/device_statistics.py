@@ -75,6 +75,48 @@ def update_statistics(head, target: Tensor, cluster_log_probs: Tensor) -> None:
     q.index_add_(0, word_sorted, update)
 
 
+class WaitingRing:
+    """The batches waiting to be folded into ``q`` in fixed device buffers, in the order seen (a static step).
+
+    A captured CUDA graph replays a step on the same storage, so in a static step
+    (:meth:`SelfOrganizedSoftmax.set_static`) a batch does not join a Python list: it is copied into the next
+    ``rows`` rows of two buffers of :data:`FOLD_EVERY` batches, at a position kept on the device (three ops
+    a step). The host counts the batches waiting; the fold runs after the optimizer step that fills the ring
+    (:func:`fold_if_full`), outside any graph.
+    """
+
+    def __init__(self, rows: int, columns: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.rows, self.capacity = rows, max(1, FOLD_EVERY)
+        self.targets = torch.zeros(self.capacity * rows, dtype=torch.long, device=device)
+        self.log_probs = torch.zeros(self.capacity * rows, columns, dtype=dtype, device=device)
+        self.start = torch.arange(rows, device=device)
+        self.positions = self.start.clone()  # where the next batch goes
+        self.waiting = 0  # batches written since the last fold (host count)
+
+    def fits(self, target: Tensor, cluster_log_probs: Tensor) -> bool:
+        """Whether a batch has the ring's shape and dtype (a short batch or another dtype is folded on its own)."""
+        return (target.numel() == self.rows and cluster_log_probs.shape[1] == self.log_probs.shape[1]
+                and cluster_log_probs.dtype == self.log_probs.dtype and cluster_log_probs.device == self.start.device)
+
+    def write(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        """Copy a batch into the next rows (device ops only); the host's count follows in :meth:`wrote`."""
+        self.targets.index_copy_(0, self.positions, target.reshape(-1))
+        self.log_probs.index_copy_(0, self.positions, cluster_log_probs)
+        self.positions.add_(self.rows)
+
+    def wrote(self) -> None:
+        self.waiting += 1
+
+    def take(self) -> tuple[Tensor, Tensor] | None:
+        """The waiting batches, oldest first, and an empty ring (its position back at the start)."""
+        if not self.waiting:
+            return None
+        used = self.waiting * self.rows
+        self.waiting = 0
+        self.positions.copy_(self.start)
+        return self.targets[:used], self.log_probs[:used]
+
+
 def observe(head, target: Tensor, cluster_log_probs: Tensor) -> None:
     """What ``SelfOrganizedSoftmax._observe`` does, read nothing back: fold the batch into ``q``.
 
@@ -82,6 +124,7 @@ def observe(head, target: Tensor, cluster_log_probs: Tensor) -> None:
     the batch size) waits for the next optimizer step (:func:`after_step`). With
     several processes the statistics go through the head's own merging (which
     reads sizes back) in eager mode; inside ``torch.compile`` one process is assumed.
+    In a static step the batch goes to the head's :class:`WaitingRing`.
     """
     compiling = torch.compiler.is_compiling()
     if not compiling:
@@ -96,14 +139,46 @@ def observe(head, target: Tensor, cluster_log_probs: Tensor) -> None:
     if compiling or not head.counts_given:  # a graph folds at once; counting targets, the counts must not wait
         update_statistics(head, target, cluster_log_probs)
         return
+    if head._static:
+        ring = head._waiting_ring
+        if ring is None or not ring.fits(target, cluster_log_probs):
+            fold_waiting(head)
+            if ring is not None or target.numel() == 0:  # a short batch: on its own
+                update_statistics(head, target, cluster_log_probs)
+                return
+            ring = head._waiting_ring = WaitingRing(target.numel(), cluster_log_probs.shape[1],
+                                                    cluster_log_probs.dtype, cluster_log_probs.device)
+        ring.write(target, cluster_log_probs)
+        ring.wrote()
+        return
     waiting = head.__dict__.setdefault("_unfolded", [])
     waiting.append((target.reshape(-1).clone(), cluster_log_probs))
     if len(waiting) >= FOLD_EVERY or sum(lp.numel() for _, lp in waiting) > WAITING_ENTRIES:
         fold_waiting(head)
 
 
+def replayed(head, rows: int) -> None:
+    """The host side of :func:`observe` for a forward that ran in a replayed graph (the ring was written there)."""
+    if head.frozen or not head._static or head._waiting_ring is None:
+        return
+    head._device_tokens.append(rows)
+    head._waiting_ring.wrote()
+
+
+def fold_if_full(head) -> None:
+    """After an optimizer step: fold the ring once it holds :data:`FOLD_EVERY` batches (outside any graph)."""
+    ring = head._waiting_ring
+    if ring is not None and ring.waiting >= ring.capacity:
+        fold_waiting(head)
+
+
 def fold_waiting(head) -> None:
-    """Fold the batches :func:`observe` kept waiting into ``q``, in the order they were seen."""
+    """Fold the batches :func:`observe` kept waiting (in a list, or in the ring) into ``q``, in the order seen."""
+    ring = head.__dict__.get("_waiting_ring")
+    if ring is not None:
+        taken = ring.take()
+        if taken is not None:
+            update_statistics(head, *taken)
     waiting = head.__dict__.pop("_unfolded", None)
     if not waiting:
         return

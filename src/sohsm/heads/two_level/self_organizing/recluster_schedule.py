@@ -51,6 +51,7 @@ class ReclusterSchedule:
             return
         self.merge_statistics()
         device_statistics.after_step(self)  # the sync-free path's host-side bookkeeping
+        device_statistics.fold_if_full(self)  # a static step's ring of waiting batches, once full
         step = device_statistics.count_step(self)  # self.steps += 1, counted on the host
         if self.frozen:
             return

@@ -239,6 +239,34 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         self._pending: list[tuple[Tensor, Tensor]] = []  # observations not yet merged across ranks
         self._device_tokens: list[int] = []  # tokens of the batches the sync-free path folded since the last step
         self._width = max(self.max_cluster_size, self._layout_cache.max_size)  # see _sync_free_width
+        #: a static step (:meth:`set_static`): batches wait in fixed buffers (``device_statistics.WaitingRing``)
+        self._static = False
+        self._waiting_ring: device_statistics.WaitingRing | None = None
+
+    def set_static(self, static: bool) -> None:
+        """In a static step the sync-free path's waiting batches go to a fixed ring on the device, folded after the
+        optimizer step that fills it (a captured graph replays the copy into the ring, never the fold)."""
+        if not static:
+            device_statistics.fold_waiting(self)
+            self._waiting_ring = None
+        self._static = bool(static)
+
+    def replayed(self, rows: int) -> None:
+        device_statistics.replayed(self, rows)
+
+    def static_fingerprint(self) -> tuple:
+        return (*super().static_fingerprint(), id(self._waiting_ring))
+
+    def host_state(self):
+        ring = self._waiting_ring
+        return list(self._device_tokens), ring, None if ring is None else ring.waiting
+
+    def restore_host_state(self, state) -> None:
+        tokens, ring, waiting = state
+        self._device_tokens[:] = tokens
+        self._waiting_ring = ring
+        if ring is not None:
+            ring.waiting = waiting
 
     def _sync_free_width(self) -> int:
         """Static width of the sync-free path's logits: the largest cluster Algorithm 1 may make.

@@ -1,0 +1,270 @@
+"""The whole training step as one CUDA graph: captured once, replayed every ordinary step.
+
+A small model's step on a GPU is bound by the ops the host issues (tens of microseconds each, whatever
+their size; ``benchmarks/step_ops.py``). A CUDA graph issues them all in one launch. :class:`StepGraph`
+runs a :class:`~sohsm.train.step.TrainStep` in its static form (gradients kept, a self-organized head's
+waiting statistics in a fixed ring, the divergence flag, the step count and the rate on the device: every
+ordinary step issues the same ops on the same storage) and::
+
+    eager warm-up steps (the allocator, Triton's autotuning)   ->  capture: model forward, head, backward,
+    clipping and the optimizer step as one graph                ->  replay it, step after step
+
+A step runs eagerly instead where a replay would be wrong or the graph does not fit: the first steps after
+anything the graph reads was replaced (a re-clustering's new layout, a loaded checkpoint, a gradient set to
+``None``), a batch of another shape (an epoch's short last batch), the first window of an epoch (no carried
+state yet). Re-clusterings, the fold of the waiting statistics, evaluation and checkpoints run outside the
+graph, after the step, as they do eagerly: the optimizer's post-step hooks are called after each replay, and
+the head redoes the host-side part of its forward (:meth:`~sohsm.heads.Head.replayed`).
+
+A capture that fails falls back to eager steps for the rest of the session, with one warning naming why.
+``step_graph`` of a run's config: ``"auto"`` (on where CUDA is and the head and optimizer allow it),
+``"on"`` (refused, before anything is written, where they do not), ``"off"``.
+"""
+from __future__ import annotations
+
+import collections
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from sohsm.heads import Head
+from sohsm.train.config import STEP_GRAPH_CHOICES
+from sohsm.train.device_adagrad import DeviceAdagrad
+from sohsm.train.step import StepResult, TrainStep
+
+#: eager steps with unchanged tensors before a capture (the allocator settles, Triton's kernels are tuned)
+WARMUP_STEPS = 3
+
+
+def optimizer_refusal(optimizer: torch.optim.Optimizer) -> str | None:
+    """Why ``optimizer``'s step cannot be captured (``None``: it can): torch's fused steps (Adam, AdamW, SGD) and
+    :class:`~sohsm.train.device_adagrad.DeviceAdagrad` read nothing back and take the rate as a device tensor."""
+    if isinstance(optimizer, DeviceAdagrad) or all(group.get("fused") for group in optimizer.param_groups):
+        return None
+    return (f"the {type(optimizer).__name__} step is not fused and reads its step counts on the host "
+            "(a fused Adam, AdamW or SGD step, or Adagrad, can be captured)")
+
+
+#: ``(graph class, capture context, synchronize)``; ``None``: torch's CUDA graphs (tests put a CPU stand-in here)
+GRAPH_API = None
+
+
+def device_refusal(device: torch.device) -> str | None:
+    """Why ``device`` cannot replay a CUDA graph (``None``: it can)."""
+    if device.type != "cuda":
+        return f"a CUDA graph needs a CUDA device, and the run's device is {device}"
+    return None
+
+
+def graph_refusal(device: torch.device, head: Head, *, world: int = 1, amp: str | None = None,
+                  compile: bool = False, optimizer: torch.optim.Optimizer | None = None) -> str | None:
+    """Why a run's training step cannot be captured as one CUDA graph (``None``: it can), in one clause."""
+    device = torch.device(device)
+    reason = device_refusal(device)
+    if reason is not None:
+        return reason
+    if world > 1:
+        return "a run of several processes all-reduces its gradients between the steps' ops"
+    if amp == "fp16":
+        return "fp16's loss scaler reads its overflow flag back every step (bf16 does not)"
+    if compile:
+        return "torch.compile captures graphs of its own (mode='reduce-overhead')"
+    if head.sparse:
+        return "the head hands out row-sparse gradients, whose shapes change from step to step"
+    reason = head.graph_refusal(device)
+    if reason is None and optimizer is not None:
+        reason = optimizer_refusal(optimizer)
+    return reason
+
+
+def resolve_step_graph(setting: str, refusal: str | None) -> bool:
+    """Whether a run captures its step: ``"off"`` never, ``"auto"`` where nothing refuses, ``"on"`` or an error.
+
+    Raises:
+        ValueError: ``"on"`` where ``refusal`` says why not (one line).
+    """
+    if setting not in STEP_GRAPH_CHOICES:
+        raise ValueError(f"step_graph must be one of {', '.join(STEP_GRAPH_CHOICES)}, got {setting!r}")
+    if setting == "on" and refusal is not None:
+        raise ValueError(f"step_graph 'on' cannot capture this run's step: {refusal}")
+    return setting != "off" and refusal is None
+
+
+def step_graph_refusal(config: Any, head: Head, optimizer: torch.optim.Optimizer, ranks: Any,
+                       device: torch.device) -> str | None:
+    """Why a run (its config's ``step_graph``, ``amp``, ``compile``) cannot capture its step (``None``: it can, or
+    it does not ask to).
+
+    Raises:
+        ValueError: ``step_graph`` is ``"on"`` and the step cannot be captured (one line saying why).
+    """
+    setting = getattr(config, "step_graph", "off")
+    refusal = graph_refusal(device, head, world=ranks.world, amp=getattr(config, "amp", None),
+                            compile=getattr(config, "compile", False), optimizer=optimizer)
+    resolve_step_graph(setting, refusal)
+    return refusal
+
+
+def device_rates(optimizer: torch.optim.Optimizer) -> None:
+    """Keep each group's rate as a 0-dim float32 tensor on the parameters' device, so that a replayed step reads
+    the rate the loop last wrote into it (``set_rate`` writes in place), not the rate of its capture."""
+    for group in optimizer.param_groups:
+        device = group["params"][0].device
+        lr = group["lr"]
+        if not isinstance(lr, Tensor) or lr.device != device:
+            group["lr"] = torch.tensor(float(lr), dtype=torch.float32, device=device)
+
+
+def host_rates(optimizer: torch.optim.Optimizer) -> None:
+    """Undo :func:`device_rates` (a checkpoint of a graphed run resumed without a graph)."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], Tensor):
+            group["lr"] = float(group["lr"])
+
+
+class _Captured:
+    """One captured step: the graph, its fixed inputs and outputs, and the key it is valid for."""
+
+    def __init__(self, key, graph, batch, spec, state_in, state_out, result) -> None:
+        self.key, self.graph, self.batch, self.spec = key, graph, batch, spec
+        self.state_in, self.state_out, self.result = state_in, state_out, result
+
+
+class StepGraph:
+    """A :class:`~sohsm.train.step.TrainStep` whose ordinary steps replay one captured CUDA graph (module docstring).
+
+    Args:
+        train_step: the run's step; made static here.
+        task: the run's task (its carried state goes through fixed buffers).
+        warmup: eager steps with unchanged tensors before a capture (default :data:`WARMUP_STEPS`).
+        graph_class, capture: ``torch.cuda.CUDAGraph`` and ``torch.cuda.graph`` (a test passes stand-ins).
+        synchronize: waits for the device before a capture (``torch.cuda.synchronize``).
+
+    Attributes:
+        captures, replays, eager_steps: how the session's steps ran.
+        failed: why the capture failed (the session then runs eagerly), or ``None``.
+    """
+
+    def __init__(self, train_step: TrainStep, task: Any, *, warmup: int | None = None,
+                 graph_class: Callable[[], Any] | None = None, capture: Callable[[Any], Any] | None = None,
+                 synchronize: Callable[[], None] | None = None) -> None:
+        self.train_step, self.task = train_step, task
+        self.optimizer, self.head = train_step.optimizer, train_step.head
+        self.warmup = WARMUP_STEPS if warmup is None else warmup
+        api = GRAPH_API or (torch.cuda.CUDAGraph, torch.cuda.graph, torch.cuda.synchronize)
+        self.graph_class, self.capture, self.synchronize = graph_class or api[0], capture or api[1], synchronize or api[2]
+        train_step.set_static(True)
+        device_rates(self.optimizer)
+        self.captured: _Captured | None = None
+        self.failed: str | None = None
+        self.captures = self.replays = self.eager_steps = 0
+        self._key_seen, self._steps_with_key = None, 0
+
+    # -- the step ---------------------------------------------------------------------------------
+    def __call__(self, batch: Any, step: int) -> StepResult:
+        """Train on ``batch`` as step ``step``: by a replay, a capture and its first replay, or eagerly."""
+        key = self._key(batch)
+        if self.failed is None and key is not None:
+            if self.captured is not None and self.captured.key == key:
+                return self._replay(batch, step)
+            if key != self._key_seen:
+                self._key_seen, self._steps_with_key = key, 0
+            if self._steps_with_key >= self.warmup:
+                return self._capture(batch, step, key)
+        self.eager_steps += 1
+        result = self.train_step(batch, step)
+        self._steps_with_key += 1
+        return result
+
+    def release(self) -> None:
+        """Drop the captured graph and its memory (at the end of a session)."""
+        self.captured = None
+
+    # -- what a graph is valid for ------------------------------------------------------------------
+    def _key(self, batch: Any) -> tuple | None:
+        """What must equal the capture's for a replay to be right; ``None``: the step cannot be captured (a batch
+        that is not tensors, or no carried state yet where the task carries one)."""
+        leaves, spec = tree_flatten(batch)
+        if not leaves or not all(isinstance(t, Tensor) for t in leaves):
+            return None
+        state = self.task.carried_state()  # None at an epoch's start where one is carried: another key
+        params = tuple((p.data_ptr(), p.grad.data_ptr() if p.grad is not None else None)
+                       for p in self.train_step.params)
+        if any(grad is None for _, grad in params):
+            return None  # gradients not (or no longer) allocated: the next eager step allocates them
+        optimizer_state = tuple(t.data_ptr() for s in self.optimizer.state.values() for t in s.values()
+                                if isinstance(t, Tensor))
+        rates = tuple(g["lr"].data_ptr() if isinstance(g["lr"], Tensor) else g["lr"]
+                      for g in self.optimizer.param_groups)
+        buffers = tuple(b.data_ptr() for m in (self.train_step.forward, self.head) for b in m.buffers())
+        return (spec, tuple((t.shape, t.dtype, t.device) for t in leaves),
+                None if state is None else tuple((s.shape, s.dtype) for s in state),
+                params, optimizer_state, rates, buffers, self.head.static_fingerprint())
+
+    # -- capture and replay -------------------------------------------------------------------------
+    def _capture(self, batch: Any, step: int, key: tuple) -> StepResult:
+        leaves, spec = tree_flatten(batch)
+        static_batch = [t.clone() for t in leaves]
+        state = self.task.carried_state()
+        state_in = None if state is None else tuple(s.clone() for s in state)
+        self.task.set_carried_state(state_in)
+        watch = self.train_step.watch
+        if watch is not None:
+            watch.at_step(step)  # outside the capture: a fill there would be replayed every step
+        hooks = self.optimizer._optimizer_step_post_hooks
+        host = self.head.host_state()
+        self.captured = None
+        graph = self.graph_class()
+        self.synchronize()
+        try:
+            self.optimizer._optimizer_step_post_hooks = collections.OrderedDict()  # run after each replay instead
+            try:
+                with self.capture(graph):
+                    result = self.train_step(tree_unflatten(static_batch, spec), step)
+            finally:
+                self.optimizer._optimizer_step_post_hooks = hooks
+        except Exception as error:  # noqa: BLE001 - any failure of a capture means: train eagerly
+            self.failed = f"{type(error).__name__}: {error}".splitlines()[0]
+            warnings.warn(f"the training step could not be captured as a CUDA graph ({self.failed}); "
+                          "the run goes on with eager steps", RuntimeWarning, stacklevel=2)
+            self.head.restore_host_state(host)
+            self.task.set_carried_state(state)
+            if watch is not None:
+                watch.at_step(step)
+            self.eager_steps += 1
+            return self.train_step(batch, step)
+        self.captures += 1
+        self.captured = _Captured(key, graph, static_batch, spec, state_in, self.task.carried_state(), result)
+        # the capture ran the step's host side once (the head's bookkeeping, the watch's mirror): its replay does not
+        graph.replay()
+        self._after_replay(step)
+        return result
+
+    def _replay(self, batch: Any, step: int) -> StepResult:
+        captured = self.captured
+        for static, value in zip(captured.batch, tree_flatten(batch)[0]):
+            static.copy_(value)
+        state = self.task.carried_state()
+        if captured.state_in is not None:
+            for static, value in zip(captured.state_in, state):
+                if static is not value:
+                    static.copy_(value)
+        watch = self.train_step.watch
+        if watch is not None:
+            watch.at_step(step)
+        captured.graph.replay()
+        self.replays += 1
+        if watch is not None:
+            watch.replayed(step)
+        self.head.replayed(int(captured.result.tokens // max(self.train_step.ranks.world, 1)))
+        self._after_replay(step)
+        return captured.result
+
+    def _after_replay(self, step: int) -> None:
+        """What the step's eager tail does: the carried state moves on, the optimizer's post-step hooks run."""
+        self.task.set_carried_state(self.captured.state_out)
+        for hook in list(self.optimizer._optimizer_step_post_hooks.values()):
+            hook(self.optimizer, (), {})
