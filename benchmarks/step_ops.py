@@ -19,6 +19,13 @@ count is the GPU step's shape, not its CPU time.
 """
 from __future__ import annotations
 
+import os
+
+import torch
+
+if not torch.cuda.is_available():  # the Triton kernels run under Triton's interpreter (set before Triton is imported)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import argparse
 import collections
 import shlex
@@ -26,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 #: ops that launch no kernel: views, aliases, allocations, metadata
 FREE = {"aten::as_strided", "aten::resolve_conj", "aten::alias", "aten::view", "aten::lift_fresh", "aten::detach",
@@ -36,12 +43,56 @@ FREE = {"aten::as_strided", "aten::resolve_conj", "aten::alias", "aten::view", "
         "aten::reshape", "aten::unbind", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::is_nonzero",
         "aten::item", "aten::_unsafe_view", "aten::result_type", "aten::_values", "aten::_indices",
         "aten::is_coalesced", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::flatten", "aten::movedim",
-        "aten::conj", "aten::_conj", "aten::set_"}
+        "aten::conj", "aten::_conj", "aten::set_",
+        # a dtype's promotion, and a Python number wrapped as a 0-dim CPU tensor (torch.where(c, x, 0.0)): no launch
+        "aten::promote_types", "aten::scalar_tensor"}
 PROFILED = range(6, 22)  # sixteen steps: two folds of the statistics on the sync-free path (device_statistics)
 
 
 class _Enough(Exception):
     """Raised after the last profiled step: the rest of the run is not needed."""
+
+
+def _one_launch(name: str) -> bool:
+    """Ops a GPU runs as one launch (or a few, over many tensors at once) whatever the CPU does for them: sohsm's own
+    operators (Triton kernels; on the CPU Triton's interpreter runs them), torch's foreach and fused ops (on the
+    CPU a loop over the tensors), dropout (on CUDA one fused kernel, ``native_dropout``; on the CPU four ops) and a
+    replayed CUDA graph (:data:`GRAPH_LAUNCH`)."""
+    return name.startswith(("sohsm::", "aten::_foreach_", "aten::_fused_", GRAPH_LAUNCH)) or name == "aten::dropout"
+
+
+#: what a replayed step graph is named in the profile: one launch (``cudaGraphLaunch``), whatever it holds
+GRAPH_LAUNCH = "cudaGraphLaunch"
+
+
+class _CountedGraph:
+    """A step graph for counting only: the capture runs the step once, a replay is one named launch and computes
+    nothing (a count of sixteen steps does not need their values)."""
+
+    def replay(self) -> None:
+        with record_function(GRAPH_LAUNCH):
+            pass
+
+
+def _inside_kernel(event) -> bool:
+    """Whether ``event`` runs inside an op of :func:`_one_launch`."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if _one_launch(parent.name):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def _launches(event) -> bool:
+    """Whether an event is one launch: an op of :func:`_one_launch`, or an aten op that does work and calls no
+    other such op, outside those."""
+    if _inside_kernel(event):
+        return False
+    if _one_launch(event.name):
+        return True
+    return event.name.startswith("aten::") and event.name not in FREE and not any(
+        c.name.startswith("aten::") and c.name not in FREE for c in event.cpu_children)
 
 
 def _stage(event) -> str:
@@ -59,38 +110,49 @@ def _stage(event) -> str:
     return "forward"
 
 
-def count(train_args: list[str]) -> tuple[float, collections.Counter]:
-    """Ops per profiled step, and per stage, of one ``sohsm lm train`` run."""
+def count(train_args: list[str], graph: bool = False) -> tuple[float, collections.Counter]:
+    """Ops per profiled step, and per stage, of one ``sohsm lm train`` run: everything the loop's ``train_step``
+    issues (the rate, the step, its counting). ``graph``: the step captured as one graph
+    (:mod:`sohsm.train.step_graph`; its replays counted as one launch each, see :class:`_CountedGraph`)."""
+    import contextlib
+
     from sohsm.cli.main import main
-    from sohsm.train.step import TrainStep
+    from sohsm.train import step_graph
+    from sohsm.train.session import TrainingLoop
 
-    original, profiles = TrainStep.__call__, []
+    original, profiles = TrainingLoop.train_step, []
 
-    def profiled(self, batch, step):
+    def profiled(self, batch, cursor):
+        step = self.state.step + 1
         if step > PROFILED[-1]:
             raise _Enough
         if step not in PROFILED:
-            return original(self, batch, step)
+            return original(self, batch, cursor)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            out = original(self, batch, step)
+            out = original(self, batch, cursor)
         profiles.append(prof.events())
         return out
 
-    TrainStep.__call__ = profiled
+    saved = step_graph.GRAPH_API, step_graph.device_refusal
+    TrainingLoop.train_step = profiled
+    if graph:  # on the CPU: capture by running, replay as one launch
+        step_graph.GRAPH_API = (_CountedGraph, lambda g: contextlib.nullcontext(), lambda: None)
+        step_graph.device_refusal = lambda device: None
     try:
         with tempfile.TemporaryDirectory() as run_dir:
-            rc = main(["lm", "train", *train_args, "--run-dir", str(Path(run_dir) / "run"), "--quiet"])
+            rc = main(["lm", "train", *train_args, "--run-dir", str(Path(run_dir) / "run"), "--quiet",
+                       "--step-graph", "auto" if graph else "off"])
     except _Enough:
         rc = 0
     finally:
-        TrainStep.__call__ = original
+        TrainingLoop.train_step = original
+        step_graph.GRAPH_API, step_graph.device_refusal = saved
     if rc != 0 or len(profiles) != len(PROFILED):
         raise SystemExit(f"sohsm lm train {' '.join(train_args)}: exit {rc}, {len(profiles)} steps profiled")
     stages = collections.Counter()
     for events in profiles:
         for e in events:
-            if e.name.startswith("aten::") and e.name not in FREE and not any(
-                    c.name.startswith("aten::") and c.name not in FREE for c in e.cpu_children):
+            if _launches(e):
                 stages[_stage(e)] += 1
     return sum(stages.values()) / len(profiles), collections.Counter(
         {k: v / len(profiles) for k, v in stages.items()})
@@ -102,31 +164,40 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--head", action="append", required=True,
                         help="a head and its options as on the command line (repeat for each row)")
-    parser.add_argument("--fold-every", type=int, nargs="+", default=[device_statistics.FOLD_EVERY],
-                        help="batches folded into q at once on the sync-free path: a row of each self-organized "
-                             f"head for each value (default: the library's, {device_statistics.FOLD_EVERY})")
+    parser.add_argument("--fold-every", type=int, default=device_statistics.FOLD_EVERY,
+                        help="batches folded into q at once on the sync-free path "
+                             f"(default: the library's, {device_statistics.FOLD_EVERY})")
+    parser.add_argument("--graph", action="store_true",
+                        help="also count each head's step captured as one CUDA graph (--step-graph; a column)")
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "benchmarks"
                         / "step-ops.md", help="where the table is written (default: docs/benchmarks/step-ops.md)")
     args, rest = parser.parse_known_args()
+    device_statistics.FOLD_EVERY = args.fold_every
     common = [*rest, "--eval-every", "0", "--checkpoint-every", "0"]
     rows = []
     for head in args.head:
-        for fold in (args.fold_every if head.split()[0] == "self_organized" else [None]):
-            if fold is not None:
-                device_statistics.FOLD_EVERY = fold
-            total, stages = count([*common, "--head", *shlex.split(head)])
-            rows.append((head, fold, total, stages))
-            print(f"{head} (q folded every {fold}): {total:.0f} ops a step", file=sys.stderr, flush=True)
-    lines = [f"# Torch ops a training step, head by head\n",
+        total, stages = count([*common, "--head", *shlex.split(head)])
+        graphed = count([*common, "--head", *shlex.split(head)], graph=True)[0] if args.graph else None
+        rows.append((head, total, stages, graphed))
+        print(f"{head}: {total:.0f} ops a step" + (f", {graphed:.0f} as one graph" if args.graph else ""),
+              file=sys.stderr, flush=True)
+    reference = {head.split()[0]: total for head, total, _, _ in rows}
+    lines = ["# Ops a training step issues, head by head\n",
              f"`python benchmarks/{Path(__file__).name} {shlex.join(sys.argv[1:])}`\n",
-             f"`sohsm lm train {' '.join(rest)}`, steps {PROFILED.start}-{PROFILED.stop - 1}: ops that do work "
-             "(views, aliases and allocations left out), by stage. A GPU launches a kernel for about each; on the CPU "
-             "clipping and the optimizer are counted per parameter, where a GPU groups them (foreach).\n",
-             "| head | q folded every | ops a step | forward | backward | optimizer |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for head, fold, total, stages in rows:
-        lines.append(f"| `{head}` | {fold or '-'} | {total:.0f} | {stages['forward']:.0f} | {stages['backward']:.0f} | "
-                     f"{stages['optimizer']:.0f} |")
+             f"`sohsm lm train {' '.join(rest)}`, steps {PROFILED.start}-{PROFILED.stop - 1}, q folded every "
+             f"{args.fold_every} batches: the ops the loop's step issues (the rate, forward, backward, clipping, the "
+             "checks, the optimizer, the counting), views, aliases and allocations left out, each counted as a GPU "
+             "launches it: a Triton kernel (run here by Triton's interpreter), a foreach or fused op, dropout "
+             "(one fused kernel on CUDA) and a replayed graph count one. A GPU's step is bound by these launches "
+             "(docs/benchmarks/gpu.md); the count does not depend on the model's size.\n",
+             "| head | ops a step | forward | backward | optimizer | x full | x adaptive |"
+             + (" captured as one graph |" if args.graph else ""),
+             "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if args.graph else "")]
+    for head, total, stages, graphed in rows:
+        ratios = [f"{total / reference[name]:.2f}" if name in reference else "-" for name in ("full", "adaptive")]
+        lines.append(f"| `{head}` | {total:.0f} | {stages['forward']:.0f} | {stages['backward']:.0f} | "
+                     f"{stages['optimizer']:.0f} | {ratios[0]} | {ratios[1]} |"
+                     + (f" {graphed:.0f} |" if args.graph else ""))
     text = "\n".join(lines) + "\n"
     print(text)
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -30,3 +30,20 @@ def run_files(run_dir) -> dict[str, bytes]:
 
     root = Path(run_dir)
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def zipf_corpus(folder, words: int = 300, tokens: int = 5000):
+    """A made-up corpus in ``folder`` (train.txt, valid.txt, test.txt): ``words`` word types drawn by Zipf's law,
+    ``tokens`` training tokens, lines of 20 words; the same every time."""
+    from pathlib import Path
+
+    rng = np.random.default_rng(0)
+    names = [f"w{i}" for i in range(words)]
+    p = 1.0 / np.arange(1, words + 1)
+    p /= p.sum()
+    folder = Path(folder)
+    for name, n in (("train.txt", tokens), ("valid.txt", 600), ("test.txt", 600)):
+        ids = rng.choice(words, size=n, p=p)
+        lines = [" ".join(names[i] for i in ids[k: k + 20]) for k in range(0, n, 20)]
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder

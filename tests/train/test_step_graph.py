@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import graph_emulator
+from small_run import zipf_corpus
 from sohsm.cli.main import main
 from sohsm.train import step_graph as step_graph_module
 from sohsm.train.step import TrainStep
@@ -43,16 +43,7 @@ SMALL = ["--emb-size", "16", "--hidden-size", "16", "--batch-size", "4", "--bptt
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """A made-up corpus: 300 word types drawn by Zipf's law, 5,000 training tokens."""
-    rng = np.random.default_rng(0)
-    words = [f"w{i}" for i in range(300)]
-    p = 1.0 / np.arange(1, 301)
-    p /= p.sum()
-    folder = tmp_path_factory.mktemp("zipf")
-    for name, n in (("train.txt", 5000), ("valid.txt", 600), ("test.txt", 600)):
-        ids = rng.choice(300, size=n, p=p)
-        lines = [" ".join(words[i] for i in ids[k: k + 20]) for k in range(0, n, 20)]
-        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder
+    return zipf_corpus(tmp_path_factory.mktemp("zipf"))
 
 
 @pytest.fixture(autouse=True)

@@ -239,7 +239,7 @@ class DivergenceWatch:
                               grad_norm.detach().reshape(()).to(self.step.device, torch.float64)])
         total = values[1] + values[2]
         bad = (total - total) != 0
-        self.record.copy_(torch.where(bad & (self.record[0] < 0), values, self.record))
+        torch.where(bad & (self.record[0] < 0), values, self.record, out=self.record)
         return bad
 
     def raise_if_diverged(self) -> None:

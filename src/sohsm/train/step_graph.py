@@ -35,8 +35,10 @@ from sohsm.train.config import STEP_GRAPH_CHOICES
 from sohsm.train.device_adagrad import DeviceAdagrad
 from sohsm.train.step import StepResult, TrainStep
 
-#: eager steps with unchanged tensors before a capture (the allocator settles, Triton's kernels are tuned)
+#: eager steps with unchanged tensors before the first capture (the allocator settles, Triton's kernels are tuned)
 WARMUP_STEPS = 3
+#: eager steps with unchanged tensors before a later capture (after a re-clustering: its first step allocates anew)
+RECAPTURE_WARMUP_STEPS = 1
 
 
 def optimizer_refusal(optimizer: torch.optim.Optimizer) -> str | None:
@@ -172,7 +174,8 @@ class StepGraph:
                 return self._replay(batch, step)
             if key != self._key_seen:
                 self._key_seen, self._steps_with_key = key, 0
-            if self._steps_with_key >= self.warmup:
+            warmup = self.warmup if not self.captures else min(self.warmup, RECAPTURE_WARMUP_STEPS)
+            if self._steps_with_key >= warmup:
                 return self._capture(batch, step, key)
         self.eager_steps += 1
         result = self.train_step(batch, step)

@@ -283,14 +283,19 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         params = self._word_params()
         sparse = (torch.is_grad_enabled() and params[0].requires_grad and not torch.compiler.is_compiling()
                   and self.backend_for(ids.device).writes_gradient)
-        slots = self._layout.slot_of_word[ids]
         if self.band_projections is None:
-            return F.embedding(slots, self.weight, sparse=sparse)
+            return F.embedding(self._layout.slot_of_word[ids], self.weight, sparse=sparse)
         # adaptive input (Baevski & Auli 2019): a band-i word's d_i entries are read back up to d through the band's
         # own projection, P_i^T u_w, the very vector its score h . P_i^T u_w is taken with. Every id reads a row of
         # every band (its own row in its band, row 0 elsewhere) and the other bands' reads are multiplied by 0, so
         # each band's weight gets a gradient in its own words' rows only
         bands = self._band_rows()
+        if not sparse and self.backend_for(ids.device).sync_free:
+            # every band's vectors read up to d at once (a GPU's step is bound by the ops it issues, not by this
+            # N x d product), then one gather: the same vectors as the loop below, in a handful of ops
+            table = torch.cat([params[0], *(w @ p.weight for w, p in zip(params[1:], self.band_projections))])
+            return F.embedding(bands.stacked_row_of_word[ids], table)
+        slots = self._layout.slot_of_word[ids]
         band, row = bands.band_of_slot[slots], bands.row_of_slot[slots]
         out = None
         for b, weight in enumerate(params):
@@ -418,7 +423,8 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
         hidden_c, hidden_w = self._split_hidden(hidden)
         backend = self.backend_for(hidden_w.device, compute_dtype(hidden_w, self._word_params()[0]))
-        cluster_logits = F.linear(hidden_c, self.cluster_weight)
+        layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
+        cluster_logits = F.linear(hidden_c, self.cluster_weight, layout.empty_bias.to(self.cluster_weight.dtype))
         score = self._score if backend.sync_free else self._score_eagerly
         return score(cluster_logits, hidden_w, target, backend)
 

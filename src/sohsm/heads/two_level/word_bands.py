@@ -91,6 +91,8 @@ class BandRows:
         groups: ``groups[c]``, one :class:`BandGroup` per band present in cluster ``c``.
         columns: each band's block of columns of the widened hidden state (:func:`band_slices`).
         sizes: ``[n_b]`` for each band, the rows its weight must have.
+        stacked_row_of_slot / stacked_row_of_word: the row of each slot's (word's) vector when the bands' weights
+            are stacked, band 0's rows first (what :func:`widen` and a tied embedding read in one gather).
     """
 
     def __init__(self, band_of_word: Tensor, layout, dims: Sequence[int]) -> None:
@@ -105,6 +107,10 @@ class BandRows:
         for slots in self.slots:
             self.row_of_slot[slots] = torch.arange(slots.numel(), device=slots.device)
         self.columns = band_slices(dims)
+        # the bands' rows stacked (band 0's, then band 1's, ...): where each slot's and each word's row is there
+        first = torch.tensor([0, *itertools.accumulate(self.sizes)][:-1], device=band_of_slot.device)
+        self.stacked_row_of_slot = self.row_of_slot + first[band_of_slot]
+        self.stacked_row_of_word = self.stacked_row_of_slot[layout.slot_of_word]
         # slots sorted by (cluster, band), slot order kept: a group's slots are consecutive in this order
         key = layout.cluster_of_slot * n_bands + band_of_slot
         order = torch.sort(key, stable=True).indices
@@ -132,10 +138,11 @@ class BandRows:
                 self.groups[c].append(BandGroup(positions, b, first_row[k], first_row[k] + n))
 
 
-def widen(weights: Sequence[Tensor], slots: Sequence[Tensor], n_words: int) -> Tensor:
+def widen(weights: Sequence[Tensor], rows: BandRows) -> Tensor:
     """``[N, d + d/div + ...]``: the band weights as one matrix in slot order, each row zero outside its band's block
-    (differentiable: the gradient reaches each band's weight from its own block only)."""
-    return torch.cat([w.new_zeros(n_words, w.size(1)).index_copy(0, s, w) for w, s in zip(weights, slots)], dim=1)
+    (differentiable: the gradient reaches each band's weight from its own block only). One block-diagonal matrix of
+    the bands' rows stacked, then its rows in slot order: two ops, whatever the number of bands."""
+    return torch.block_diag(*weights)[rows.stacked_row_of_slot]
 
 
 class BandedWords(nn.Module):
@@ -196,7 +203,7 @@ class BandedWords(nn.Module):
             self._invalidate_gradients()
         if self.band_projections is None:
             return self.weight
-        return widen(list(self.band_weights), self._band_rows().slots, self.n_classes)
+        return widen(list(self.band_weights), self._band_rows())
 
     def _reset_banded_weight(self) -> None:
         """Each band's vectors uniform in ``+-d_i**-0.5`` (``nn.Linear``'s scale for its width)."""

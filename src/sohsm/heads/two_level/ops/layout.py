@@ -26,7 +26,8 @@ class ClusterLayout:
         max_size: the largest cluster (the one value a layout reads back when it is built).
         cluster_of_slot: ``[N]`` cluster of each row.
         position_of_word: ``[N]`` position of each word inside its cluster's block.
-        empty_clusters: ``[C]`` bool, clusters without words (kept on the device, never read back).
+        empty_clusters: ``[C]`` bool, clusters without words (kept on the device, never read back); ``empty_bias``
+            the same as a ``[C]`` bias (0, or ``-inf``).
         retired: set by the owner once another layout replaces this one (the rows moved): a backward
             that saved this layout then refuses to write a gradient for rows that are no longer there.
         bands: set by the owner of word vectors with differentiated dimensions (``div_value``), with the version
@@ -53,8 +54,12 @@ class ClusterLayout:
         self.cluster_of_slot = assignment[self.word_of_slot]
         #: [C] True for clusters without words (their P(c | h) must be 0)
         self.empty_clusters = sizes == 0
+        #: [C] 0, or -inf for a cluster without words: the cluster scores' bias (masks them in the product itself)
+        self.empty_bias = torch.zeros(n_clusters, device=device).masked_fill_(self.empty_clusters, float("-inf"))
         #: position of each word inside its cluster's block
         self.position_of_word = self.slot_of_word - offsets[assignment]
+        #: ``[2, N]``: each word's cluster and its position there, read for a batch's targets in one gather
+        self.cluster_and_position = torch.stack([assignment, self.position_of_word])
         self.retired = False
         self.bands = None
         self.bands_version = -1

@@ -49,7 +49,8 @@ def two_level_log_prob(cluster_logits: Tensor, hidden_w: Tensor, weight: Tensor,
     """``log P(target | h)`` in its two parts, the in-cluster one by ``backend``.
 
     Args:
-        cluster_logits: ``[B, C]`` ``h_c . U^C``.
+        cluster_logits: ``[B, C]`` ``h_c . U^C + layout.empty_bias`` (a cluster without words already at ``-inf``:
+            the bias of the product, one op fewer than masking it after).
         hidden_w: ``[B, d_w]`` the input of the in-cluster softmax.
         weight: ``[N, d_w]`` word vectors, rows grouped by cluster as ``layout`` says.
         target: ``[B]`` word ids.
@@ -59,10 +60,10 @@ def two_level_log_prob(cluster_logits: Tensor, hidden_w: Tensor, weight: Tensor,
         width: the static width of a sync-free backend's scores (at least the largest cluster).
         sink: where a backend that writes the weight's gradient puts it.
     """
-    cluster_log_probs = cluster_log_softmax(cluster_logits, layout.empty_clusters)  # [B, C]
-    target_cluster = assignment[target]
+    cluster_log_probs = cluster_log_softmax(cluster_logits, None)  # [B, C]
+    target_cluster, target_position = layout.cluster_and_position[:, target]  # of ``assignment``, by the layout
     cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
-    word_part = backend.kernel(hidden_w, weight, target_cluster, layout.position_of_word[target], layout, width, sink)
+    word_part = backend.kernel(hidden_w, weight, target_cluster, target_position, layout, width, sink)
     return TwoLevelLogProb(cluster_log_probs, cluster_part, word_part)
 
 

@@ -200,12 +200,13 @@ def grouped_forward(
     hidden: Tensor, weight: Tensor, tile_rows: Tensor, tile_cluster: Tensor, offsets: Tensor, sizes: Tensor,
     row_target: Tensor, width: int, block_m: int, compute: str,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(log-prob [B], log-sum-exp [B], logits [B, width])`` of every row in its cluster (float32)."""
+    """``(log-prob [B], log-sum-exp [B], logits [B, width])`` of every row in its cluster (float32; ``-inf`` past the
+    cluster's words)."""
     batch, d = hidden.shape
     hidden, weight = hidden.contiguous(), weight.contiguous()
     out = hidden.new_empty(batch, dtype=torch.float32)
     lse = hidden.new_empty(batch, dtype=torch.float32)
-    logits = hidden.new_empty(batch, width, dtype=torch.float32)
+    logits = hidden.new_full((batch, width), float("-inf"), dtype=torch.float32)  # past a cluster's words: p = 0
     n_tiles = tile_cluster.numel()
     if n_tiles:
         block_n, block_k = _blocks(compute)
@@ -287,7 +288,7 @@ class _GroupedInCluster(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, row_cluster, row_target, offsets, sizes, width, block_m, compute):
-        tiles = tile_map(row_cluster, sizes.numel(), block_m)
+        tiles = tile_map(row_cluster, sizes.numel(), block_m, positions=False)
         out, lse, logits = grouped_forward(hidden, weight, tiles.tile_rows, tiles.tile_cluster, offsets, sizes,
                                            row_target, width, block_m, compute)
         ctx.save_for_backward(hidden, weight, row_cluster, row_target, offsets, sizes, lse, logits, *tiles)
@@ -298,11 +299,9 @@ class _GroupedInCluster(torch.autograd.Function):
     def backward(ctx, grad_out):
         hidden, weight, row_cluster, row_target, offsets, sizes, lse, logits, *tiles = ctx.saved_tensors
         tile_rows, tile_cluster, _, cluster_tile_start, cluster_tiles = tiles
-        columns = torch.arange(logits.size(1), device=logits.device)
-        inside = columns < sizes[row_cluster][:, None]
-        probs = torch.where(inside, (logits - lse[:, None]).exp(), 0.0)
+        # g (onehot - p): the logits past a row's cluster are -inf (grouped_forward), so their p is 0
         g = grad_out.float()[:, None]
-        grad_logits = torch.where(columns == row_target[:, None], 1.0 - probs, -probs) * g  # [B, width]
+        grad_logits = (logits - lse[:, None]).exp().mul_(-g).scatter_add_(1, row_target[:, None], g)  # [B, width]
         grad_hidden = grad_weight = None
         if ctx.needs_input_grad[0]:
             grad_hidden = grouped_grad_hidden(grad_logits, weight, tile_rows, tile_cluster, offsets, sizes,

@@ -9,7 +9,8 @@ the step count is mirrored on the host, so a training step reads nothing back.
 
 The fold itself is some sixty small ops, a kernel launch each, and a small model's step on a GPU is bound by its
 launches (``benchmarks/step_ops.py``). So with the corpus counts given (the language models' case) the batches
-wait, up to :data:`FOLD_EVERY` of them, and are folded in one go: the same ``q`` (a batch sequence folded at
+wait, up to :data:`FOLD_EVERY` of them (fewer where they would hold more than :data:`WAITING_ENTRIES` entries), and
+are folded in one go: the same ``q`` (a batch sequence folded at
 once is folded token by token in the same order), with the ops paid once for several steps. Whatever reads ``q``
 (the property, Algorithm 1, the state dict, ``.to()``) folds what waits first.
 """
@@ -23,7 +24,7 @@ from torch import Tensor
 _LN2 = math.log(2.0)
 #: batches that wait to be folded into ``q`` together (with the corpus counts given), and the most entries
 #: (rows x clusters) their log-probabilities may hold while they wait
-FOLD_EVERY = 8
+FOLD_EVERY = 16
 WAITING_ENTRIES = 1 << 24
 
 
@@ -80,13 +81,14 @@ class WaitingRing:
 
     A captured CUDA graph replays a step on the same storage, so in a static step
     (:meth:`SelfOrganizedSoftmax.set_static`) a batch does not join a Python list: it is copied into the next
-    ``rows`` rows of two buffers of :data:`FOLD_EVERY` batches, at a position kept on the device (three ops
+    ``rows`` rows of two buffers of :data:`FOLD_EVERY` batches (fewer where they would pass
+    :data:`WAITING_ENTRIES`), at a position kept on the device (three ops
     a step). The host counts the batches waiting; the fold runs after the optimizer step that fills the ring
     (:func:`fold_if_full`), outside any graph.
     """
 
     def __init__(self, rows: int, columns: int, dtype: torch.dtype, device: torch.device) -> None:
-        self.rows, self.capacity = rows, max(1, FOLD_EVERY)
+        self.rows, self.capacity = rows, max(1, min(FOLD_EVERY, WAITING_ENTRIES // max(rows * columns, 1)))
         self.targets = torch.zeros(self.capacity * rows, dtype=torch.long, device=device)
         self.log_probs = torch.zeros(self.capacity * rows, columns, dtype=dtype, device=device)
         self.start = torch.arange(rows, device=device)
