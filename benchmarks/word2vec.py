@@ -68,7 +68,7 @@ def config_for(args, architecture: str, head: str):
     text_mode = "running" if Path(args.corpus).is_file() else None  # your own text: one running text
     return W2VConfig(data=W2VDataConfig(corpus=args.corpus, min_count=5, sample=1e-3, text_mode=text_mode,
                                         eval_rows=2000),
-                     model=W2VModelConfig(architecture=architecture, dim=100, window=5),
+                     model=W2VModelConfig(architecture=architecture, dim=100, window=5, init_range=args.init_range),
                      head=HeadConfig(name=head), epochs=args.epochs, batch_words=args.batch_words,
                      row_cap=None if args.row_cap <= 0 else args.row_cap, fast_path=not args.generic,
                      kernel=args.kernel,
@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="both libraries' seed (default 1)")
     parser.add_argument("--lr", type=float, default=None,
                         help="sohsm: the starting rate (default: word2vec.c's, 0.05 CBOW, 0.025 skip-gram)")
+    parser.add_argument("--init-range", type=float, default=1.0,
+                        help="sohsm: --init-range, the vectors' start +-X/dim (default 1, gensim's; word2vec.c: 0.5)")
     parser.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated, of {', '.join(ROWS)}")
     parser.add_argument("--runs", default="runs/word2vec-benchmark", help="where sohsm's run directories go")
     parser.add_argument("--batch-words", type=int, default=1000, help="sohsm: corpus words per step (default 1000)")
@@ -227,7 +229,10 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         "`sohsm w2v train --model cbow|skipgram --head ...` defaults ("
         + ("rate 0.05 for CBOW, 0.025 for skip-gram, word2vec.c's" if args.lr is None else f"rate {args.lr:g} (`--lr`)")
         + ", falling linearly "
-        "to 0; output weights starting at 0; "
+        f"to 0; input vectors starting uniform in +-{args.init_range:g}/dim"
+        + (" (gensim's start)" if args.init_range == 1 else " (`--init-range`)" if args.init_range != 0.5
+           else " (word2vec.c's start, `--init-range 0.5`)")
+        + "; output weights starting at 0; "
         + (f"{args.batch_words} words a step, a vector moving by at most {args.row_cap:g} rows' worth of update a step, "
            "through autograd (`--no-fast-path`))." if args.generic else
            "the binary tree and `pmi` trained by word2vec's own loop compiled by Numba (`--kernel numba`: one row "
