@@ -167,3 +167,55 @@ def train_rows(syn0: np.ndarray, syn1: np.ndarray, inputs: np.ndarray, offsets: 
     kernel = compiled_train_rows()
     return float(kernel(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_start, pair_length, float(lr),
                         int(done), int(total), float(floor), float(offset), bool(divide), hidden, error))
+
+
+def _window_rows(kept, spans, window, cbow, inputs, counts, targets):  # pragma: no cover - compiled
+    """:func:`sohsm.tasks.w2v.data.window_examples`'s rows, written into ``inputs``, ``counts``, ``targets``
+    (each at least ``[n * 2 * window]`` long); returns ``(inputs used, rows)``."""
+    n = kept.shape[0]
+    used = 0
+    rows = 0
+    for i in range(n):
+        span = spans[i]
+        first = used
+        for d in range(-window, window + 1):
+            j = i + d
+            if d != 0 and -span <= d <= span and 0 <= j < n:
+                inputs[used] = kept[j]
+                used += 1
+                if not cbow:
+                    targets[rows] = kept[i]
+                    rows += 1
+        if cbow and used > first:
+            counts[rows] = used - first
+            targets[rows] = kept[i]
+            rows += 1
+    return used, rows
+
+
+_compiled_windows: Callable | None = None
+
+
+def window_rows(kept: np.ndarray, spans: np.ndarray, window: int, cbow: bool):
+    """A piece's CBOW rows or skip-gram pairs by a compiled loop: ``(inputs, offsets, counts, targets)``,
+    equal to :func:`sohsm.tasks.w2v.data.window_examples` (``offsets`` and ``counts`` ``None`` for skip-gram).
+
+    Raises:
+        ImportError: Numba is not installed.
+    """
+    global _compiled_windows
+    if _compiled_windows is None:
+        import numba
+
+        _compiled_windows = numba.njit(cache=True, nogil=True)(_window_rows)
+    kept = np.ascontiguousarray(kept, dtype=np.int64)
+    spans = np.ascontiguousarray(spans, dtype=np.int64)
+    size = kept.shape[0] * 2 * int(window)
+    inputs, counts, targets = np.empty(size, np.int64), np.empty(kept.shape[0], np.int64), np.empty(size, np.int64)
+    used, rows = _compiled_windows(kept, spans, int(window), bool(cbow), inputs, counts, targets)
+    if not cbow:
+        return inputs[:used], None, None, targets[:rows]
+    counts = counts[:rows]
+    offsets = np.zeros(rows, np.int64)
+    np.cumsum(counts[:-1], out=offsets[1:])
+    return inputs[:used], offsets, counts, targets[:rows]
