@@ -33,10 +33,10 @@ INSTALL_HINT = "pip install 'sohsm[w2v]'"
 _compiled: Callable | None = None
 
 #: LLVM's freedoms for the loop: reassociate sums (the dot products run in SIMD lanes, as BLAS's ``sdot`` that
-#: gensim calls) and fuse multiply-adds; not ``nnan``/``ninf`` (the loss's tail handles infinities) nor
-#: approximate divisions. The order is fixed at compile time, so a run and its resumption on one CPU agree
-#: exactly; another CPU (another vector width) may round the last bits differently. 1.5x the speed of the
-#: loop compiled without them (text8, CBOW with the Huffman tree, docs/results/word2vec.md).
+#: gensim calls), fuse multiply-adds, ignore the sign of zero and divide by multiplying with a reciprocal; not
+#: ``nnan``/``ninf`` (the loss's tail handles infinities). The order is fixed at compile time, so a run and its
+#: resumption on one CPU agree exactly; another CPU (another vector width) may round the last bits differently.
+#: 1.5x the speed of the loop compiled without them (text8, CBOW with the Huffman tree, docs/results/word2vec.md).
 FASTMATH = frozenset({"reassoc", "contract", "nsz", "arcp"})
 
 
