@@ -68,7 +68,7 @@ class W2VModelConfig:
     #: ``"zeros"``: the head's weights start at 0, as word2vec's output layer; ``"head"``: the head's own start
     head_init: str = field(default="zeros", metadata={"choices": ("zeros", "head")})
     #: the input vectors start uniform in +-init_range/dim: 1 is gensim's start, 0.5 word2vec.c's (text8, CBOW with
-    #: the tree, seeds 1-9: analogies 6.67% against 6.54%, rho 0.445 against 0.450; docs/results/word2vec.md)
+    #: the tree, seeds 1-9: analogy accuracy 0.0667 against 0.0654, rho 0.445 against 0.450; docs/results/word2vec.md)
     init_range: float = 1.0
 
     @property
