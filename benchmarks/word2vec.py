@@ -22,6 +22,7 @@ Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/word2vec.py                      # writes docs/results/word2vec.md
     python benchmarks/word2vec.py --rows gensim-hs,sohsm-hs --epochs 1 --out w2v-one-epoch.md
+    python benchmarks/word2vec.py --rows gensim-hs,sohsm-hs --seeds 1,2,3 --out w2v-three-seeds.md  # + their means
 """
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ ROWS = {
     "sohsm-so": ("sohsm", "cbow", "self_organized"),
     "gensim-sg-hs": ("gensim", "skipgram", {"hs": 1, "negative": 0}),
     "sohsm-sg-hs": ("sohsm", "skipgram", "tree_huffman"),
+    # gensim with one of its settings moved, to measure what a difference between the loops is worth
+    "gensim-hs-init0.5": ("gensim", "cbow", {"hs": 1, "negative": 0, "init_range": 0.5}),  # word2vec.c's start
+    "gensim-hs-jobs1000": ("gensim", "cbow", {"hs": 1, "negative": 0, "batch_words": 1000}),  # rate, draws per job
 }
 DEFAULT_ROWS = "gensim-hs,sohsm-hs,gensim-neg,sohsm-neg,sohsm-so"
 
@@ -68,7 +72,7 @@ def config_for(args, architecture: str, head: str):
     text_mode = "running" if Path(args.corpus).is_file() else None  # your own text: one running text
     return W2VConfig(data=W2VDataConfig(corpus=args.corpus, min_count=5, sample=1e-3, text_mode=text_mode,
                                         eval_rows=2000),
-                     model=W2VModelConfig(architecture=architecture, dim=100, window=5),
+                     model=W2VModelConfig(architecture=architecture, dim=100, window=5, init_range=args.init_range),
                      head=HeadConfig(name=head), epochs=args.epochs, batch_words=args.batch_words,
                      row_cap=None if args.row_cap <= 0 else args.row_cap, fast_path=not args.generic,
                      kernel=args.kernel,
@@ -120,9 +124,13 @@ def run_gensim(args, name: str, architecture: str, settings: dict) -> dict:
     from sohsm.tasks.w2v.vectors import WordVectors
 
     sentences = stream_words(args)
+    settings = dict(settings)
+    init_range = settings.pop("init_range", None)
     model = Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, sg=int(architecture == "skipgram"),
                      workers=1, epochs=args.epochs, seed=args.seed, cbow_mean=1, **settings)
     model.build_vocab(sentences)
+    if init_range is not None:  # gensim starts its vectors in +-1/dim: the same draws, scaled
+        model.wv.vectors *= init_range
     start, cpu = time.perf_counter(), time.process_time()
     model.train(sentences, total_examples=len(sentences), epochs=args.epochs)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -167,8 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", default="text8-small")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1, help="both libraries' seed (default 1)")
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated seeds: every row with each, and a table of the means (instead of --seed)")
     parser.add_argument("--lr", type=float, default=None,
                         help="sohsm: the starting rate (default: word2vec.c's, 0.05 CBOW, 0.025 skip-gram)")
+    parser.add_argument("--init-range", type=float, default=1.0,
+                        help="sohsm: --init-range, the vectors' start +-X/dim (default 1, gensim's; word2vec.c: 0.5)")
     parser.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated, of {', '.join(ROWS)}")
     parser.add_argument("--runs", default="runs/word2vec-benchmark", help="where sohsm's run directories go")
     parser.add_argument("--batch-words", type=int, default=1000, help="sohsm: corpus words per step (default 1000)")
@@ -190,20 +202,42 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown rows {', '.join(unknown)}; known: {', '.join(ROWS)}")
     qw, ws = gensim_data() / "questions-words.txt", gensim_data() / "wordsim353.tsv"
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
     results = {}
-    for name in names:
+    for seed, name in [(seed, name) for seed in seeds for name in names]:
         library, architecture, what = ROWS[name]
-        print(f"{name} ...", file=sys.stderr, flush=True)
+        print(f"{name} seed {seed} ...", file=sys.stderr, flush=True)
+        args.seed = seed
         r = (run_gensim if library == "gensim" else run_sohsm)(args, name, architecture, what)
+        r["name"], r["seed"] = name, seed
+        name = f"{name}@{seed}" if args.seeds else name
         a, s = analogy_accuracy(r["vectors"], qw), similarity_correlation(r["vectors"], ws)
         r.update(analogy=a, similarity=s, words_per_s=r["words"] / r["cpu_seconds"])
         results[name] = r
-        write_report(args, results, argv if argv is not None else sys.argv[1:], done=len(results) == len(names))
+        write_report(args, results, argv if argv is not None else sys.argv[1:],
+                     done=len(results) == len(names) * len(seeds))
         print(f"{name}: {r['words_per_s']:,.0f} words/s ({r['cpu_seconds']:.0f} CPU s, {r['seconds']:.0f} s), analogies {a.accuracy:.2%} ({a.answered} asked), "
               f"rho {s.spearman:.3f}" + (f", gensim's own evaluators {r['gensim_own'][0]:.2%} / "
                                          f"{r['gensim_own'][1]:.3f}" if "gensim_own" in r else ""),
               file=sys.stderr, flush=True)
     return 0
+
+
+def means_table(results: dict) -> list[str]:
+    """Each row's means over its seeds, with every seed's analogies and rho (the page's lines)."""
+    by_row: dict[str, list[dict]] = {}
+    for r in results.values():
+        by_row.setdefault(r["name"], []).append(r)
+    lines = ["", "Means over the seeds (each seed's value in seed order):", "",
+             "| row | seeds | analogy accuracy | per seed | WordSim-353 rho | per seed | words/s (CPU) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, runs in by_row.items():
+        acc = [100 * r["analogy"].accuracy for r in runs]
+        rho = [r["similarity"].spearman for r in runs]
+        speed = [r["words_per_s"] for r in runs]
+        lines.append(f"| {name} | {len(runs)} | {np.mean(acc):.2f}% | {' / '.join(f'{x:.2f}' for x in acc)} | "
+                     f"{np.mean(rho):.3f} | {' / '.join(f'{x:.3f}' for x in rho)} | {np.mean(speed):,.0f} |")
+    return lines
 
 
 def write_report(args, results: dict, argv: list[str], done: bool = True) -> None:
@@ -222,12 +256,18 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         f"{first['words'] // args.epochs:,} words a pass, {len(first['vectors']):,} words in the vocabulary; "
         f"CBOW or skip-gram (the model column), dim 100, window 5 (each word draws its own in 1..5), sub-sampling 1e-3, {args.epochs} epochs, "
         "pieces of 1000 words (windows stop at their borders, as at word2vec's sentences). "
-        f"gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs={args.epochs}, seed={args.seed}, "
-        "sg=0|1, cbow_mean=1, hs=..., negative=...)`, its default rate 0.025; sohsm: "
+        f"gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs={args.epochs}, "
+        + ("seed=S, " if args.seeds else f"seed={args.seed}, ")
+        + "sg=0|1, cbow_mean=1, hs=..., negative=...)`"
+        + (f" with S each of the seeds {args.seeds} (sohsm's `--seed S`)" if args.seeds else "")
+        + ", its default rate 0.025; sohsm: "
         "`sohsm w2v train --model cbow|skipgram --head ...` defaults ("
         + ("rate 0.05 for CBOW, 0.025 for skip-gram, word2vec.c's" if args.lr is None else f"rate {args.lr:g} (`--lr`)")
         + ", falling linearly "
-        "to 0; output weights starting at 0; "
+        f"to 0; input vectors starting uniform in +-{args.init_range:g}/dim"
+        + (" (gensim's start)" if args.init_range == 1 else " (`--init-range`)" if args.init_range != 0.5
+           else " (word2vec.c's start, `--init-range 0.5`)")
+        + "; output weights starting at 0; "
         + (f"{args.batch_words} words a step, a vector moving by at most {args.row_cap:g} rows' worth of update a step, "
            "through autograd (`--no-fast-path`))." if args.generic else
            "the binary tree and `pmi` trained by word2vec's own loop compiled by Numba (`--kernel numba`: one row "
@@ -251,13 +291,15 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
-        library, architecture, what = ROWS[name]
+        library, architecture, what = ROWS[r["name"]]
         layer = (", ".join(f"{k}={v}" for k, v in what.items()) if isinstance(what, dict) else f"--head {what}")
         a, s = r["analogy"], r["similarity"]
         lines.append(f"| {name} | {library} {architecture} | {layer} | {r['words_per_s']:,.0f} | {a.accuracy:.2%} "
                      f"({a.answered:,} of {a.total:,}) | {s.spearman:.3f} ({s.pairs} of {s.total}) | "
                      + (f"{r['dev_ppl']:.1f}" if r["dev_ppl"] is not None else "-")
                      + f" | {r['cpu_seconds']:.0f} | {r['seconds']:.0f} |")
+    if args.seeds:
+        lines += means_table(results)
     checks = [f"{n}: {r['gensim_own'][0]:.2%} analogies, rho {r['gensim_own'][1]:.3f}"
               for n, r in results.items() if "gensim_own" in r]
     if checks:
@@ -272,7 +314,7 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     json_out = Path(args.out).with_suffix(".json")
-    json_out.write_text(json.dumps({n: {"words_per_s": r["words_per_s"], "analogy": r["analogy"].accuracy,
+    json_out.write_text(json.dumps({n: {"row": r["name"], "seed": r["seed"], "words_per_s": r["words_per_s"], "analogy": r["analogy"].accuracy,
                                         "analogy_asked": r["analogy"].answered, "rho": r["similarity"].spearman,
                                         "dev_ppl": r["dev_ppl"], "seconds": r["seconds"],
                                         "cpu_seconds": r["cpu_seconds"]}

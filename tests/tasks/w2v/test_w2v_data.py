@@ -56,6 +56,31 @@ def test_window_examples_match_naive_loop(architecture, dynamic):
         assert got == naive_examples(kept.tolist(), 3, None if spans is None else spans.tolist(), architecture)
 
 
+@pytest.mark.skipif(not __import__("sohsm.tasks.w2v.kernel", fromlist=["x"]).numba_available(),
+                    reason="numba (the w2v and dev extras) is not installed")
+@pytest.mark.parametrize("architecture", ["cbow", "skipgram"])
+def test_the_compiled_windows_equal_window_examples(architecture):
+    """The compiled loop that builds a piece's rows gives window_examples' arrays, value for value."""
+    from sohsm.tasks.w2v.kernel import window_rows
+
+    rng = np.random.default_rng(2)
+    for n in (0, 1, 2, 7, 40, 700):
+        kept = rng.integers(0, 50, size=n)
+        spans = rng.integers(1, 6, size=n)
+        for got, expected in zip(window_rows(kept, spans, 5, architecture == "cbow"),
+                                 window_examples(kept, 5, spans, architecture)):
+            if expected is None:
+                assert got is None
+            else:
+                np.testing.assert_array_equal(got, np.asarray(expected, dtype=np.int64))
+    stream = rng.integers(0, 30, size=3000)
+    fast = EpochStream(stream, np.bincount(stream, minlength=30), architecture, 5, 1e-2, 500, seed=1)
+    slow = EpochStream(stream, np.bincount(stream, minlength=30), architecture, 5, 1e-2, 500, seed=1)
+    slow.compiled = False
+    for a, b in zip(fast.batches(1, 0), slow.batches(1, 0)):
+        assert all(x is y is None or torch.equal(x, y) for x, y in zip(a[:4], b[:4])) and a.words == b.words
+
+
 def test_batches_are_fixed_by_seed_epoch_and_piece():
     stream = np.random.default_rng(1).integers(0, 30, size=5000)
     counts = np.bincount(stream, minlength=30)

@@ -32,14 +32,30 @@ def test_cbow_is_the_context_mean_and_word2vec_passes_the_gradient_undivided(exa
     torch.testing.assert_close(grad, expected)
 
 
+@pytest.mark.parametrize("init_range", [0.5, 1.0])
+def test_the_vectors_start_uniform_in_init_range_over_dim(init_range):
+    """gensim's start by default (+-1/d); word2vec.c's is 0.5/d: the same draws, scaled."""
+    torch.manual_seed(0)
+    weight = Word2Vec(2000, 50, init_range=init_range).embedding.weight.detach()
+    bound = init_range / 50
+    assert float(weight.abs().max()) <= bound and float(weight.abs().max()) > 0.99 * bound
+    assert abs(float(weight.mean())) < 0.01 * bound
+    torch.manual_seed(0)
+    torch.testing.assert_close(Word2Vec(2000, 50).embedding.weight.detach(), weight / init_range)  # draws, scaled
+    with pytest.raises(ValueError, match="init_range must be positive, got 0"):
+        Word2Vec(4, 2, init_range=0)
+
+
 def test_skipgram_hidden_is_the_context_word_vector():
     model = Word2Vec(8, 4, "skipgram")
     batch = W2VBatch(torch.tensor([3, 1]), None, None, torch.tensor([0, 2]), 2)
     torch.testing.assert_close(model(batch), model.embedding.weight[[3, 1]])
 
 
-def test_start_is_word2vecs():
-    model = Word2Vec(50, 10)
+def test_start_is_gensims_by_default_and_word2vecs_on_request():
+    model = Word2Vec(50, 10)  # gensim: +-1/d
+    assert model.vectors.abs().max() <= 0.1 and model.vectors.abs().max() > 0.05
+    model = Word2Vec(50, 10, init_range=0.5)  # word2vec.c: +-0.5/d
     assert model.vectors.abs().max() <= 0.05 and model.vectors.abs().max() > 0.02
     with pytest.raises(ValueError, match="architecture must be one of cbow, skipgram, got 'glove'"):
         Word2Vec(5, 2, "glove")
@@ -105,3 +121,12 @@ def test_bad_optimizer_arguments_are_refused():
         LinearDecaySGD(w, lr=0.1, total_steps=0, rows=lambda: 1)
     with pytest.raises(ValueError, match="row_cap must be positive or None, got 0"):
         LinearDecaySGD(w, lr=0.1, total_steps=1, rows=lambda: 1, row_cap=0)
+
+
+def test_the_config_refuses_a_start_range_that_is_not_positive():
+    from sohsm.fields import FieldError
+    from sohsm.tasks.w2v.config import W2VConfig, W2VModelConfig
+
+    assert W2VConfig().model.init_range == 1.0
+    with pytest.raises(FieldError, match="init_range"):
+        W2VConfig(model=W2VModelConfig(init_range=0.0)).validate()

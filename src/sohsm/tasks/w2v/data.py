@@ -26,6 +26,7 @@ from torch import Tensor
 
 from sohsm.data.vocab import UNK, Vocabulary
 from sohsm.tasks.w2v.config import ARCHITECTURES  # noqa: F401  (exported here too)
+from sohsm.tasks.w2v.kernel import numba_available
 
 
 def keep_probabilities(counts: np.ndarray, sample: float) -> np.ndarray:
@@ -151,6 +152,8 @@ class EpochStream:
         self.batch_words, self.seed = int(batch_words), int(seed)
         #: pieces (= steps) per epoch
         self.pieces = -(-self.stream.shape[0] // self.batch_words)
+        #: build the rows by the compiled loop (:func:`sohsm.tasks.w2v.kernel.window_rows`) where Numba imports
+        self.compiled = numba_available()
 
     def expected_rows(self) -> int:
         """About how many rows an epoch gives (for plans and progress bars, not exact)."""
@@ -164,7 +167,12 @@ class EpochStream:
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, epoch, index])))
         kept = words[rng.random(words.shape[0]) < self.keep[words]] if self.sample > 0 else words
         spans = rng.integers(1, self.window + 1, size=kept.shape[0])
-        inputs, offsets, counts, targets = window_examples(kept, self.window, spans, self.architecture)
+        if self.compiled:  # the same rows by a compiled loop (a tenth of the time)
+            from sohsm.tasks.w2v.kernel import window_rows
+
+            inputs, offsets, counts, targets = window_rows(kept, spans, self.window, self.architecture == "cbow")
+        else:
+            inputs, offsets, counts, targets = window_examples(kept, self.window, spans, self.architecture)
         as_tensor = (lambda a: None if a is None else torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)))
         return W2VBatch(as_tensor(inputs), as_tensor(offsets), as_tensor(counts), as_tensor(targets),
                         int(words.shape[0]))

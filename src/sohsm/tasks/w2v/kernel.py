@@ -32,6 +32,13 @@ INSTALL_HINT = "pip install 'sohsm[w2v]'"
 
 _compiled: Callable | None = None
 
+#: LLVM's freedoms for the loop: reassociate sums (the dot products run in SIMD lanes, as BLAS's ``sdot`` that
+#: gensim calls), fuse multiply-adds, ignore the sign of zero and divide by multiplying with a reciprocal; not
+#: ``nnan``/``ninf`` (the loss's tail handles infinities). The order is fixed at compile time, so a run and its
+#: resumption on one CPU agree exactly; another CPU (another vector width) may round the last bits differently.
+#: 1.5x the speed of the loop compiled without them (text8, CBOW with the Huffman tree, docs/results/word2vec.md).
+FASTMATH = frozenset({"reassoc", "contract", "nsz", "arcp"})
+
 
 def numba_available() -> bool:
     """Whether Numba can be imported (the compiled path's only dependency)."""
@@ -43,25 +50,24 @@ def numba_available() -> bool:
 
 
 def _train_rows(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_start, pair_length, lr, done, total,
-                floor, offset, divide, hidden, error, cell):  # pragma: no cover - compiled
+                floor, offset, divide, hidden, error):  # pragma: no cover - compiled
     """Train the rows in order, in place; returns the summed loss ``-log sigma(+-f)`` (float64).
 
     Row ``r``'s pairs are ``nodes[pair_start[k]: pair_start[k] + pair_length[k]]`` with ``k = keys[r]``.
-    ``hidden``, ``error`` ``[d]`` and ``cell`` ``[1]`` are scratch arrays of the weights' dtype
-    (``cell`` casts a float64 value to it, so the vector loops run in the weights' dtype).
-    The dot products sum in eight lanes, in a fixed order (the same result on every run).
+    ``hidden``, ``error`` ``[d]`` are scratch arrays of the weights' dtype; the rate, ``1 / |context|``
+    and ``g`` are cast to it, so the vector loops run in the weights' dtype.
+    Compiled with :data:`FASTMATH`: the vector loops may be reordered and fused into SIMD
+    multiply-adds, an order fixed when the loop is compiled (the same result on every run on one CPU).
     """
     rows = offsets.shape[0]
     dim = syn0.shape[1]
-    wide = dim - dim % 8
     loss = 0.0
     kept = 1.0  # the product of the pairs' probabilities not yet in loss (one log per many pairs)
-    cell[0] = 0.0
-    zero = cell[0]
+    real = syn0.dtype.type  # float32 or float64: the weights' own
+    zero = real(0.0)
     for r in range(rows):
         start, count = offsets[r], counts[r]
-        cell[0] = lr * max(1.0 - (done + r / rows) / total, floor)
-        alpha = cell[0]
+        alpha = real(lr * max(1.0 - (done + r / rows) / total, floor))
         for k in range(dim):
             hidden[k] = zero
             error[k] = zero
@@ -69,27 +75,17 @@ def _train_rows(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_s
             w = inputs[c]
             for k in range(dim):
                 hidden[k] += syn0[w, k]
-        cell[0] = 1.0 / count if count > 0 else 0.0  # no context (no such row in a piece): h = 0, as an empty mean
-        inv = cell[0]
+        inv = real(1.0 / count if count > 0 else 0.0)  # no context (no such row in a piece): h = 0, an empty mean
         if count > 1:
             for k in range(dim):
                 hidden[k] *= inv
         key = keys[r]
         for p in range(pair_start[key], pair_start[key] + pair_length[key]):
             n = nodes[p]
-            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
-            for k in range(0, wide, 8):
-                s0 += hidden[k] * syn1[n, k]
-                s1 += hidden[k + 1] * syn1[n, k + 1]
-                s2 += hidden[k + 2] * syn1[n, k + 2]
-                s3 += hidden[k + 3] * syn1[n, k + 3]
-                s4 += hidden[k + 4] * syn1[n, k + 4]
-                s5 += hidden[k + 5] * syn1[n, k + 5]
-                s6 += hidden[k + 6] * syn1[n, k + 6]
-                s7 += hidden[k + 7] * syn1[n, k + 7]
-            for k in range(wide, dim):
-                s0 += hidden[k] * syn1[n, k]
-            f = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) - offset
+            s = zero
+            for k in range(dim):
+                s += hidden[k] * syn1[n, k]
+            f = s - offset
             y = labels[p]
             sigma = 1.0 / (1.0 + math.exp(-f))
             chance = sigma if y > 0.5 else 1.0 - sigma  # the probability of the pair's label
@@ -101,8 +97,7 @@ def _train_rows(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_s
             else:  # far in the tail: -log sigma(x) directly, without overflow
                 x = -f if y > 0.5 else f
                 loss += max(x, 0.0) + math.log1p(math.exp(-abs(x)))
-            cell[0] = alpha * (y - sigma)
-            g = cell[0]
+            g = real(alpha * (y - sigma))
             for k in range(dim):
                 error[k] += g * syn1[n, k]
                 syn1[n, k] += g * hidden[k]
@@ -128,7 +123,7 @@ def compiled_train_rows() -> Callable:
             import numba
         except ImportError as error:
             raise ImportError(f"the compiled word2vec loop needs numba: {INSTALL_HINT}") from error
-        _compiled = numba.njit(cache=True, nogil=True, fastmath=False)(_train_rows)
+        _compiled = numba.njit(cache=True, nogil=True, fastmath=set(FASTMATH))(_train_rows)
     return _compiled
 
 
@@ -169,7 +164,58 @@ def train_rows(syn0: np.ndarray, syn1: np.ndarray, inputs: np.ndarray, offsets: 
     dim = syn0.shape[1]
     hidden = np.zeros(dim, dtype=syn0.dtype)
     error = np.zeros(dim, dtype=syn0.dtype)
-    cell = np.zeros(1, dtype=syn0.dtype)
     kernel = compiled_train_rows()
     return float(kernel(syn0, syn1, inputs, offsets, counts, keys, nodes, labels, pair_start, pair_length, float(lr),
-                        int(done), int(total), float(floor), float(offset), bool(divide), hidden, error, cell))
+                        int(done), int(total), float(floor), float(offset), bool(divide), hidden, error))
+
+
+def _window_rows(kept, spans, window, cbow, inputs, counts, targets):  # pragma: no cover - compiled
+    """:func:`sohsm.tasks.w2v.data.window_examples`'s rows, written into ``inputs``, ``counts``, ``targets``
+    (each at least ``[n * 2 * window]`` long); returns ``(inputs used, rows)``."""
+    n = kept.shape[0]
+    used = 0
+    rows = 0
+    for i in range(n):
+        span = spans[i]
+        first = used
+        for d in range(-window, window + 1):
+            j = i + d
+            if d != 0 and -span <= d <= span and 0 <= j < n:
+                inputs[used] = kept[j]
+                used += 1
+                if not cbow:
+                    targets[rows] = kept[i]
+                    rows += 1
+        if cbow and used > first:
+            counts[rows] = used - first
+            targets[rows] = kept[i]
+            rows += 1
+    return used, rows
+
+
+_compiled_windows: Callable | None = None
+
+
+def window_rows(kept: np.ndarray, spans: np.ndarray, window: int, cbow: bool):
+    """A piece's CBOW rows or skip-gram pairs by a compiled loop: ``(inputs, offsets, counts, targets)``,
+    equal to :func:`sohsm.tasks.w2v.data.window_examples` (``offsets`` and ``counts`` ``None`` for skip-gram).
+
+    Raises:
+        ImportError: Numba is not installed.
+    """
+    global _compiled_windows
+    if _compiled_windows is None:
+        import numba
+
+        _compiled_windows = numba.njit(cache=True, nogil=True)(_window_rows)
+    kept = np.ascontiguousarray(kept, dtype=np.int64)
+    spans = np.ascontiguousarray(spans, dtype=np.int64)
+    size = kept.shape[0] * 2 * int(window)
+    inputs, counts, targets = np.empty(size, np.int64), np.empty(kept.shape[0], np.int64), np.empty(size, np.int64)
+    used, rows = _compiled_windows(kept, spans, int(window), bool(cbow), inputs, counts, targets)
+    if not cbow:
+        return inputs[:used], None, None, targets[:rows]
+    counts = counts[:rows]
+    offsets = np.zeros(rows, np.int64)
+    np.cumsum(counts[:-1], out=offsets[1:])
+    return inputs[:used], offsets, counts, targets[:rows]

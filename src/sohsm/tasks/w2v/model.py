@@ -49,9 +49,10 @@ class Word2Vec(nn.Module):
         exact_mean_gradient: CBOW only: back-propagate the mean exactly (each context word
             gets ``1/|context|`` of the gradient) instead of word2vec's undivided update.
             Default: ``False``.
+        init_range: the vectors start uniform in ``[-init_range/d, init_range/d]``. Default: 1,
+            gensim's start (``word2vec.c`` starts at 0.5: half as wide).
 
-    The vectors start uniform in ``[-0.5/d, 0.5/d]`` (word2vec's start) and have
-    row-sparse gradients (only the rows a batch touches).
+    The vectors have row-sparse gradients (only the rows a batch touches).
 
     Shape:
         - forward: a :class:`~sohsm.tasks.w2v.data.W2VBatch` of ``B`` rows -> ``[B, d]``
@@ -65,17 +66,21 @@ class Word2Vec(nn.Module):
         torch.Size([2, 4])
     """
 
-    def __init__(self, n_words: int, dim: int, architecture: str = "cbow", exact_mean_gradient: bool = False) -> None:
+    def __init__(self, n_words: int, dim: int, architecture: str = "cbow", exact_mean_gradient: bool = False,
+                 init_range: float = 1.0) -> None:
         super().__init__()
         if architecture not in ARCHITECTURES:
             raise ValueError(f"architecture must be one of {', '.join(ARCHITECTURES)}, got {architecture!r}")
+        if not init_range > 0:
+            raise ValueError(f"init_range must be positive, got {init_range}")
         self.architecture = architecture
         self.exact_mean_gradient = bool(exact_mean_gradient)
+        self.init_range = float(init_range)
         self.embedding = nn.Embedding(n_words, dim, sparse=True)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 0.5 / self.embedding.embedding_dim
+        bound = self.init_range / self.embedding.embedding_dim
         nn.init.uniform_(self.embedding.weight, -bound, bound)
 
     @property

@@ -113,7 +113,7 @@ class W2VTask(Task):
     def build(self, device: torch.device) -> tuple[Word2Vec, Head]:
         torch.manual_seed(self.config.seed)
         m = self.config.model
-        model = Word2Vec(len(self.vocab), m.dim, m.architecture, m.exact_mean_gradient)
+        model = Word2Vec(len(self.vocab), m.dim, m.architecture, m.exact_mean_gradient, m.init_range)
         head = build_w2v_head(self.config, self.vocab, self.epoch_length)
         return model.to(device), head.to(device)
 
@@ -123,7 +123,7 @@ class W2VTask(Task):
         """The model and head of a checkpoint (their weights come from its state dicts, so the head's
         re-clustering interval, which follows from the corpus, is left at the head's own)."""
         m = config.model
-        model = Word2Vec(len(vocab), m.dim, m.architecture, m.exact_mean_gradient)
+        model = Word2Vec(len(vocab), m.dim, m.architecture, m.exact_mean_gradient, m.init_range)
         return model.to(device), build_w2v_head(config, vocab).to(device)
 
     def build_optimizer(self, model: nn.Module, head: Head) -> LinearDecaySGD:
