@@ -4,9 +4,14 @@
 
     loss = ddp(Forward(task, model, head))(batch)     # autocast inside; DDP averages the gradients
     precision.backward(loss); precision.unscale_(optimizer)
-    norm = clip(params)                               # the same on every rank
     loss_sum = all-reduce(loss x tokens)              # for the records and the check
-    bad = watch.note(loss, norm); precision.step(optimizer)  # a bad step changes nothing, on every rank
+    norm = gradient norm                              # the same on every rank
+    bad = watch.note(loss_sum, norm)                  # one finiteness check, on the device
+    optimizer.step(grad_scale=clip factor, found_inf=bad)   # a fused step clips and skips inside its kernel;
+                                                      # another is clipped and zeroed before it
+
+A bad step changes nothing, on every rank. In its static form (:meth:`TrainStep.set_static`) every ordinary step
+issues the same ops on the same storage, which :mod:`sohsm.train.step_graph` captures as one CUDA graph.
 
 With one process the collective is skipped and nothing else changes. Nothing in a
 step reads a value back to the host (on a GPU each read is a synchronisation): the

@@ -23,6 +23,7 @@ A capture that fails falls back to eager steps for the rest of the session, with
 from __future__ import annotations
 
 import collections
+import contextlib
 import warnings
 from typing import Any, Callable
 
@@ -158,6 +159,10 @@ class StepGraph:
         self.warmup = WARMUP_STEPS if warmup is None else warmup
         api = GRAPH_API or (torch.cuda.CUDAGraph, torch.cuda.graph, torch.cuda.synchronize)
         self.graph_class, self.capture, self.synchronize = graph_class or api[0], capture or api[1], synchronize or api[2]
+        #: CUDA's graphs want the eager warm-up off the default stream (torch's "whole network capture"): the
+        #: eager steps run on this side stream, ordered both ways against the default one
+        real = api[0] is torch.cuda.CUDAGraph and graph_class is None and torch.cuda.is_available()
+        self.stream = torch.cuda.Stream() if real else None
         train_step.set_static(True)
         device_rates(self.optimizer)
         self.captured: _Captured | None = None
@@ -178,9 +183,21 @@ class StepGraph:
             if self._steps_with_key >= warmup:
                 return self._capture(batch, step, key)
         self.eager_steps += 1
-        result = self.train_step(batch, step)
+        with self._side_stream():
+            result = self.train_step(batch, step)
         self._steps_with_key += 1
         return result
+
+    @contextlib.contextmanager
+    def _side_stream(self):
+        if self.stream is None:
+            yield
+            return
+        current = torch.cuda.current_stream()
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
+            yield
+        current.wait_stream(self.stream)
 
     def release(self) -> None:
         """Drop the captured graph and its memory (at the end of a session)."""
@@ -222,13 +239,19 @@ class StepGraph:
         self.captured = None
         graph = self.graph_class()
         self.synchronize()
+        # torch's Adam and AdamW refuse a capture unless their groups say capturable (their fused step is the same)
+        capturable = [(g, g["capturable"]) for g in self.optimizer.param_groups if "capturable" in g]
         try:
             self.optimizer._optimizer_step_post_hooks = collections.OrderedDict()  # run after each replay instead
+            for group, _ in capturable:
+                group["capturable"] = True
             try:
                 with self.capture(graph):
                     result = self.train_step(tree_unflatten(static_batch, spec), step)
             finally:
                 self.optimizer._optimizer_step_post_hooks = hooks
+                for group, flag in capturable:
+                    group["capturable"] = flag
         except Exception as error:  # noqa: BLE001 - any failure of a capture means: train eagerly
             self.failed = f"{type(error).__name__}: {error}".splitlines()[0]
             warnings.warn(f"the training step could not be captured as a CUDA graph ({self.failed}); "
@@ -238,7 +261,8 @@ class StepGraph:
             if watch is not None:
                 watch.at_step(step)
             self.eager_steps += 1
-            return self.train_step(batch, step)
+            with self._side_stream():
+                return self.train_step(batch, step)
         self.captures += 1
         self.captured = _Captured(key, graph, static_batch, spec, state_in, self.task.carried_state(), result)
         # the capture ran the step's host side once (the head's bookkeeping, the watch's mirror): its replay does not
