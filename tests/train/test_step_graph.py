@@ -35,6 +35,10 @@ HEADS = {
     "self_organized-banded": ["--head", "self_organized", *SYNC_FREE, "--head-option", "div_value=4"],
     "self_organized-banded-untied": ["--head", "self_organized", *SYNC_FREE, "--head-option", "div_value=4",
                                      "--no-tie-weights"],
+    # the path CUDA takes: Triton's kernels (here under its interpreter), registered as torch operators
+    "self_organized-banded-triton": ["--head", "self_organized", "--head-option", "backend=triton",
+                                     "--head-option", "div_value=4"],
+    "frequency-triton": ["--head", "two_level_frequency", "--head-option", "backend=triton"],
 }
 SMALL = ["--emb-size", "16", "--hidden-size", "16", "--batch-size", "4", "--bptt", "6", "--quiet",
          "--eval-every", "0", "--checkpoint-every", "0", "--log-every", "1", "--seed", "3"]
