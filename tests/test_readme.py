@@ -84,3 +84,23 @@ def test_the_set_up_is_the_core_and_an_extra_per_need():
     set_up = README.read_text().split("## Set up and run", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     assert "pip install torch==2.13.0 --index-url \"$TORCH_CPU_INDEX\"" in set_up
     assert re.search(r"^pip install -e \.\s", set_up, flags=re.M), set_up
+
+
+def test_the_op_counts_readme_and_gpu_md_quote_are_those_of_step_ops_md():
+    """README's and gpu.md's op counts of a step are step-ops.md's (written by benchmarks/step_ops.py): the page and its
+    quotes cannot drift apart."""
+    docs = README.parent / "docs" / "benchmarks"
+    rows = {}
+    for line in (docs / "step-ops.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 6:
+            rows[cells[0].strip("`")] = cells
+    default, every, adaptive, full = (rows["self_organized --head-option backend=triton"],
+                                      rows["self_organized --head-option backend=triton --head-option div_value=null"],
+                                      rows["adaptive"], rows["full"])
+    quote = f"the default {default[1]} ops against adaptive softmax's {adaptive[1]} and the full softmax's {full[1]}"
+    assert quote in " ".join(README.read_text().split())
+    gpu = " ".join((docs / "gpu.md").read_text().split())
+    assert (f"the default {default[1]} ops a step, every word at d {every[1]}, adaptive softmax {adaptive[1]}, "
+            f"the full softmax {full[1]}") in gpu
+    assert f"{default[-1]} a step captured as one graph" in gpu
