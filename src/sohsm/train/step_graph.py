@@ -158,7 +158,8 @@ class StepGraph:
         self.optimizer, self.head = train_step.optimizer, train_step.head
         self.warmup = WARMUP_STEPS if warmup is None else warmup
         api = GRAPH_API or (torch.cuda.CUDAGraph, torch.cuda.graph, torch.cuda.synchronize)
-        self.graph_class, self.capture, self.synchronize = graph_class or api[0], capture or api[1], synchronize or api[2]
+        self.graph_class, self.capture = graph_class or api[0], capture or api[1]
+        self.synchronize = synchronize or api[2]
         #: CUDA's graphs want the eager warm-up off the default stream (torch's "whole network capture"): the
         #: eager steps run on this side stream, ordered both ways against the default one
         real = api[0] is torch.cuda.CUDAGraph and graph_class is None and torch.cuda.is_available()
