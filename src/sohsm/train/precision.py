@@ -52,11 +52,15 @@ class Precision:
         self.dtype = AMP_DTYPES.get(amp)
         self.scaler = torch.amp.GradScaler(self.device_type) if amp == "fp16" else None
 
+    #: keep autocast's cache of low-precision weights within a forward; off for a step captured as a CUDA graph
+    #: (as torch's ``make_graphed_callables`` requires: a cached cast must not outlive the capture)
+    cache_enabled: bool = True
+
     def autocast(self) -> contextlib.AbstractContextManager:
         """The forward's context: autocast in :attr:`dtype`, or nothing for float32."""
         if self.dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device_type, dtype=self.dtype)
+        return torch.autocast(self.device_type, dtype=self.dtype, cache_enabled=self.cache_enabled)
 
     def backward(self, loss: Tensor) -> None:
         """``loss.backward()``, the loss scaled first under fp16."""

@@ -117,6 +117,7 @@ class TrainStep:
         (:meth:`~sohsm.heads.Head.set_static`)."""
         self.static = bool(static)
         self.head.set_static(self.static)
+        self.precision.cache_enabled = not self.static
 
     @property
     def clips_in_step(self) -> bool:
