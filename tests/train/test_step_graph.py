@@ -15,6 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import graph_emulator
+from needs import need_bf16_lstm
 from small_run import zipf_corpus
 from sohsm.cli.main import main
 from sohsm.train import step_graph as step_graph_module
@@ -255,3 +256,14 @@ def test_two_ordinary_steps_issue_the_same_ops_on_the_same_storage(tmp_path, cor
     for k, (a, b) in enumerate(zip(first, second)):
         assert a == b, f"op {k} differs:\n{a}\n{b}"
     assert len(first) == len(second)
+
+
+def test_a_replayed_bf16_step_trains_exactly_as_the_eager_one(tmp_path, corpus, emulated):
+    """Under autocast (bf16; autocast's weight cache off in a static step) the banded default replays as it runs."""
+    need_bf16_lstm()
+    extra = ["--amp", "bf16", "--max-tokens", str(30 * 24), "--update-every", "12"]
+    eager_losses, _ = _static_eager(tmp_path / "eager", corpus, "self_organized-banded", *extra)
+    graph_losses, _ = _train(tmp_path / "graph", corpus, "self_organized-banded", *extra)
+    graph = emulated[1]
+    assert graph.failed is None and graph.captures >= 2 and graph.replays >= 15, vars(graph)
+    assert graph_losses == eager_losses
