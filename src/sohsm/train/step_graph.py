@@ -207,7 +207,8 @@ class StepGraph:
     # -- what a graph is valid for ------------------------------------------------------------------
     def _key(self, batch: Any) -> tuple | None:
         """What must equal the capture's for a replay to be right; ``None``: the step cannot be captured (a batch
-        that is not tensors, or no carried state yet where the task carries one)."""
+        that is not tensors, or gradients not allocated). An epoch's first window (no carried state) has a key of
+        its own."""
         leaves, spec = tree_flatten(batch)
         if not leaves or not all(isinstance(t, Tensor) for t in leaves):
             return None
@@ -220,7 +221,7 @@ class StepGraph:
                                 if isinstance(t, Tensor))
         rates = tuple(g["lr"].data_ptr() if isinstance(g["lr"], Tensor) else g["lr"]
                       for g in self.optimizer.param_groups)
-        buffers = tuple(b.data_ptr() for m in (self.train_step.forward, self.head) for b in m.buffers())
+        buffers = tuple(b.data_ptr() for b in self.train_step.forward.buffers())  # the model's and the head's
         return (spec, tuple((t.shape, t.dtype, t.device) for t in leaves),
                 None if state is None else tuple((s.shape, s.dtype) for s in state),
                 params, optimizer_state, rates, buffers, self.head.static_fingerprint())
