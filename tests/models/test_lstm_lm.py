@@ -58,8 +58,18 @@ def test_lstm_parameters_are_the_lstm_only(model):
     assert "embedding.weight" not in {names[id(p)] for p in model.lstm_parameters()}
 
 
+@pytest.mark.parametrize("tied", [False, True])
+def test_word_vectors_start_in_the_init_range(tied):
+    torch.manual_seed(0)
+    model = LSTMLanguageModel(400, emb_size=D, hidden_size=D, init_range=0.03)
+    if tied:
+        model.tie_weights(sohsm.build_head("full", D, 400))
+    weight = model.embedding.weight
+    assert weight.abs().max() <= 0.03 and weight.abs().max() > 0.029  # drawn again at the new scale when tied
+
+
 @pytest.mark.parametrize("bad", [dict(vocab_size=1), dict(emb_size=0), dict(layers=0), dict(dropout=1.0),
-                                 dict(hidden_size=2.5)])
+                                 dict(hidden_size=2.5), dict(init_range=0.0)])
 def test_constructor_checks(bad):
     kwargs = dict(vocab_size=N, emb_size=D, hidden_size=D)
     kwargs.update(bad)

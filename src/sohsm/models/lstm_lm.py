@@ -52,7 +52,7 @@ class LSTMLanguageModel(nn.Module):
     """
 
     def __init__(self, vocab_size: int, emb_size: int = 512, hidden_size: int = 512, layers: int = 1,
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, init_range: float = 0.1) -> None:
         super().__init__()
         for name, value, low in (("vocab_size", vocab_size, 2), ("emb_size", emb_size, 1),
                                  ("hidden_size", hidden_size, 1), ("layers", layers, 1)):
@@ -60,6 +60,9 @@ class LSTMLanguageModel(nn.Module):
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         if not 0.0 <= float(dropout) < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        if isinstance(init_range, bool) or not float(init_range) > 0:
+            raise ValueError(f"init_range must be positive, got {init_range!r}")
+        self.init_range = float(init_range)
         self.vocab_size, self.emb_size, self.hidden_size = vocab_size, emb_size, hidden_size
         self.layers, self.dropout_p = layers, float(dropout)
         self.embedding = nn.Embedding(vocab_size, emb_size)
@@ -73,10 +76,10 @@ class LSTMLanguageModel(nn.Module):
             self.init_embedding(self.embedding.weight)
         self.lstm.reset_parameters()
 
-    @staticmethod
-    def init_embedding(weight: Tensor) -> Tensor:
-        """``U(-0.1, 0.1)``, the word LM's usual start (Zaremba et al.; pytorch/examples), tied or not."""
-        return nn.init.uniform_(weight, -0.1, 0.1)
+    def init_embedding(self, weight: Tensor) -> Tensor:
+        """``U(-r, r)`` with ``r = init_range``: 0.1 is the word LM's usual start (Zaremba et al.; pytorch/examples),
+        tied or not."""
+        return nn.init.uniform_(weight, -self.init_range, self.init_range)
 
     def forward(self, input: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
         if not isinstance(input, Tensor) or input.dim() != 2 or input.dtype != torch.long:

@@ -103,6 +103,9 @@ class ModelConfig:
     #: dropout on the LSTM's input and output (a transformer: its embeddings, attention weights and residual
     #: branches); 0 is the paper's text8 model, 0.2 lowered PTB dev ppl for every head measured (docs/results/lm.md)
     dropout: float = field(default=0.2, metadata={"metavar": "P"})
+    #: LSTM only: the word vectors of the embedding (tied or not) start uniform in +-init_range; 0.1 is the word LM's
+    #: usual start (docs/results/first-steps.md), 1/sqrt(d) a head's own
+    init_range: float = field(default=0.1, metadata={"metavar": "R"})
     #: share the embedding with the head's output word vectors (Press & Wolf 2017); needs emb_size = hidden_size and
     #: a head with word vectors (full, two-level, adaptive), not trees, sampled heads or dsoftmax
     tie_weights: bool = field(default=False, metadata={

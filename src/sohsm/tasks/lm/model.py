@@ -18,7 +18,7 @@ def build_model(m: ModelConfig, n_words: int, context: int) -> LSTMLanguageModel
         return TransformerLM(n_words, hidden_size=m.hidden_size, layers=m.layers, attention_heads=m.attention_heads,
                              context=context, dropout=m.dropout, positions=m.positions)
     return LSTMLanguageModel(n_words, emb_size=m.emb_size, hidden_size=m.hidden_size, layers=m.layers,
-                             dropout=m.dropout)
+                             dropout=m.dropout, init_range=m.init_range)
 
 
 def build_model_and_head(config: LMConfig, vocab: Vocabulary, device: torch.device | str = "cpu", *,
