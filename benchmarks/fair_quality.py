@@ -250,18 +250,25 @@ def _number(value: float | None) -> str:
 
 
 def _paired(a: list[float], b: list[float]) -> str:
-    """Mean of the per-seed ratios a/b - 1 and a paired t-test on log perplexity (two-sided)."""
+    """Mean of the per-seed ratios a/b - 1, on how many seeds a is lower and the range of the ratios; from three
+    seeds on, a paired t-test on log perplexity (two-sided): with two, one degree of freedom says nothing."""
     diffs = [math.log(x) - math.log(y) for x, y in zip(a, b)]
     mean = sum(diffs) / len(diffs)
     text = f"{math.expm1(mean) * 100:+.2f}%"
     if len(diffs) < 2:
         return text + " (one seed)"
+    lower, higher = sum(d < 0 for d in diffs), sum(d > 0 for d in diffs)
+    seeds = (f"lower on {lower} of {len(diffs)} seeds" if lower >= higher else
+             f"higher on {higher} of {len(diffs)} seeds")
+    seeds += f", {math.expm1(min(diffs)) * 100:+.2f}% to {math.expm1(max(diffs)) * 100:+.2f}%"
+    if len(diffs) < 3:
+        return text + f" ({seeds})"
     from scipy import stats  # the dev extra brings scipy; only the report's test needs it
 
     result = stats.ttest_rel([math.log(x) for x in a], [math.log(y) for y in b])
     if math.isnan(result.statistic):
         return text + f" (every seed the same, {len(diffs)} seeds)"
-    return text + f" (t {result.statistic:+.2f}, p {result.pvalue:.3f}, {len(diffs)} seeds)"
+    return text + f" ({seeds}; t {result.statistic:+.2f}, p {result.pvalue:.3f})"
 
 
 def report(output: Path = REPORT, results: Path = RESULTS) -> str:
@@ -272,7 +279,9 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
              "`python benchmarks/fair_quality.py train PROTOCOL --seeds ...` (its source lists every protocol's",
              "settings). Perplexity is the best dev perplexity of the run and the test perplexity of that",
              "same checkpoint (`best.pt`). Differences are taken seed by seed (same seed, same data order) as",
-             "ratios of perplexities; p is a paired two-sided t-test on log perplexity over the seeds.",
+             "ratios of perplexities: their mean, on how many seeds the run is lower or higher, and the range of the",
+             "ratios; from three seeds on, t and p of a paired two-sided t-test on log perplexity (with two seeds it",
+             "says nothing; with three, little).",
              "*tokens/s* is each run's own, trained beside other jobs on a two-core machine: a guide, not a speed",
              "comparison (`benchmarks/heads.py` measures the heads side by side).",
              ""]
@@ -283,7 +292,7 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
         lines += ["Runs with head options: " + "; ".join(variants) + ". Every word of `self_organized-tied` is scored "
                   "in d dimensions, on every corpus: the head's default below 20,000 words. Over 20,000 words or more "
                   "a new tied LSTM run of `--head self_organized` takes `div_value=4` (rarer words in fewer "
-                  "dimensions, from this release; `sohsm.tasks.lm.config.vocabulary_head_options`): the "
+                  "dimensions, from commit 61719df; `sohsm.tasks.lm.config.vocabulary_head_options`): the "
                   "`self_organized_div4-tied` row is then the default. The runs kept from earlier releases were "
                   "trained without the option, when no option meant every word at d.", ""]
     tables = [table for protocol, (corpus, settings, title) in PROTOCOLS.items()  # each protocol's GPU table after its own

@@ -219,16 +219,15 @@ def final(corpus: str, heads: list[str], seeds: list[int], workers: int, runs_di
 def _paired(a: list[float], b: list[float]) -> dict:
     """Seed by seed ratios ``a / b - 1`` in percent: how many lower, the mean of the log ratios, the range."""
     ratios = [math.log(x / y) for x, y in zip(a, b)]
-    return {"seeds": len(ratios), "lower": sum(r < 0 for r in ratios),
+    return {"seeds": len(ratios), "lower": sum(r < 0 for r in ratios), "higher": sum(r > 0 for r in ratios),
             "mean_pct": round(math.expm1(sum(ratios) / len(ratios)) * 100, 2),
             "low_pct": round(math.expm1(min(ratios)) * 100, 2), "high_pct": round(math.expm1(max(ratios)) * 100, 2)}
 
 
 def _words(p: dict, name: str, other: str) -> str:
     """The claim the seeds allow: lower or higher on k of n seeds, the mean and the range."""
-    lower = p["lower"]
-    side = f"lower on {lower} of {p['seeds']} seeds" if lower * 2 >= p["seeds"] else \
-        f"higher on {p['seeds'] - lower} of {p['seeds']} seeds"
+    side = (f"lower on {p['lower']} of {p['seeds']} seeds" if p["lower"] >= p["higher"] else
+            f"higher on {p['higher']} of {p['seeds']} seeds")
     return (f"`{name}` against `{other}`: {side}, mean {p['mean_pct']:+.2f}% "
             f"(range {p['low_pct']:+.2f}% to {p['high_pct']:+.2f}%)")
 
