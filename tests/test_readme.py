@@ -71,7 +71,8 @@ def test_every_head_flattens_its_output_as_the_table_says(name, training):
 
 def test_the_set_up_is_the_core_and_an_extra_per_need():
     """`pip install -e .` is enough for the core; Triton, Numba, gensim, transformers and pytest come with the extra
-    that needs them, and the README writes out the CPU-only torch step as a command."""
+    that needs them, and README's first screen gives the two set-up commands, which work as pasted (no variable a
+    new shell leaves unset)."""
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
     names = lambda requirements: {re.split(r"[<>=\[ ]", r)[0] for r in requirements}  # noqa: E731
@@ -81,9 +82,11 @@ def test_the_set_up_is_the_core_and_an_extra_per_need():
     assert names(extras["gpu"]) == {"triton"} and names(extras["w2v"]) == {"numba", "gensim"}
     assert names(extras["hf"]) == {"transformers", "tokenizers", "accelerate"}
     assert "pytest>=7" in extras["dev"] and "sohsm[gpu,w2v,hf]" in extras["dev"]
-    set_up = README.read_text().split("## Set up and run", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    assert "pip install torch==2.13.0 --index-url \"$TORCH_CPU_INDEX\"" in set_up
+    first_screen = README.read_text().split("## Which head to pick", 1)[0]
+    set_up = first_screen.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert re.search(r"^pip install torch==2\.13\.0\s", set_up, flags=re.M), set_up
     assert re.search(r"^pip install -e \.\s", set_up, flags=re.M), set_up
+    assert "$" not in set_up.split("#")[0] and all("$" not in line.split("#")[0] for line in set_up.splitlines())
 
 
 def test_the_op_counts_readme_and_gpu_md_quote_are_those_of_step_ops_md():
