@@ -29,10 +29,10 @@ import argparse
 import json
 import math
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+import kept_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "fair"
@@ -176,11 +176,9 @@ MAIN_RUNS = tuple(name for name in RUNS if name not in VARIANTS)
 #: the runs every other is compared with, seed by seed
 REFERENCES = ("full-tied", "full-untied", "adaptive-untied", "adaptive-tied", "two_level_frequency-tied",
               "two_level_frequency-untied", "self_organized-tied")
-KEPT = ("config.json", "metrics.jsonl", "test.json")
-
-
-def _sohsm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sohsm", *args], capture_output=True, text=True)
+KEPT = (*kept_runs.KEPT, "test.json")
+#: corpora with a training and a dev split only: their runs are compared on dev
+NO_TEST_SPLIT = ("text8-small",)
 
 
 def _folder(protocol: str, device: str) -> str:
@@ -199,33 +197,22 @@ def train(protocol: str, seeds: list[int], runs: list[str], runs_dir: Path, devi
             if (kept / "test.json").exists():
                 continue
             run = runs_dir / folder / f"seed-{seed}" / name
-            if (run / "last.pt").exists():
-                args = ["lm", "train", "--run-dir", str(run), "--resume"]
-            else:
-                args = ["lm", "train", "--corpus", corpus, *settings, "--head", head,
-                        *(arg for option in options for arg in ("--head-option", option)),
-                        "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed),
-                        "--run-dir", str(run), "--checkpoint-every", "200", "--device", device, "--quiet"]
-            print(f"{folder} seed {seed} {name}: {' '.join(args)}", flush=True)
-            done = _sohsm(*args)
-            if done.returncode != 0:
-                print(f"  failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}", flush=True)
+            new_run = ["--corpus", corpus, *settings, "--head", head,
+                       *(arg for option in options for arg in ("--head-option", option)),
+                       "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed),
+                       "--checkpoint-every", "200", "--device", device, "--quiet"]
+            label = f"{folder} seed {seed} {name}"
+            if not kept_runs.train(run, new_run, label):
                 failed += 1
                 continue
-            test = _sohsm("lm", "eval", str(run), "--split", "test", "--device", device, "--json")
-            if test.returncode != 0 and "has no test split" in test.stderr:  # the text8 prefix: train and valid only
+            if corpus in NO_TEST_SPLIT:  # the text8 prefix: train and valid only
                 result = {"split": "test", "ppl": None, "step": None, "missing": f"corpus {corpus!r} has no test split"}
-            elif test.returncode != 0:
-                print(f"  test evaluation failed: {test.stderr.strip().splitlines()[-1:]}", flush=True)
-                failed += 1
-                continue
             else:
-                result = json.loads(test.stdout)
-                result["checkpoint"] = Path(result["checkpoint"]).name  # no machine's path in the repository
-            kept.mkdir(parents=True, exist_ok=True)
-            for file in KEPT[:2]:
-                shutil.copyfile(run / file, kept / file)
-            (kept / "test.json").write_text(json.dumps(result, indent=1) + "\n")
+                result = kept_runs.evaluate(run, "test", label, device)
+                if result is None:
+                    failed += 1
+                    continue
+            kept_runs.keep(run, kept, {"test": result})
             print(f"  test ppl {result['ppl']:.2f}" if result["ppl"] is not None else "  no test split: dev only",
                   flush=True)
     return 1 if failed else 0

@@ -27,11 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
 import fair_quality
+import kept_runs
 from fair_quality import PROTOCOLS, RUNS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,13 +49,7 @@ REFERENCE = "full-tied"
 #: no dropout, which Llama has not on embeddings or residual branches), kept apart from the protocol's runs
 MATCHED_FLAGS = ("--dropout", "0", "--positions", "rotary")
 MATCHED_RESULTS = ROOT / "docs" / "results" / "subword-matched"
-KEPT = ("config.json", "metrics.jsonl")
 SPLITS = ("valid", "test")
-
-
-def _sohsm(*args: str):
-    """``sohsm ARGS`` (``fair_quality``'s runner: a subprocess, its output captured)."""
-    return fair_quality._sohsm(*args)
 
 
 def _folder_name(vocabulary: str) -> str:
@@ -77,35 +71,23 @@ def train(vocabularies: list[str], seeds: list[int], runs: list[str], runs_dir: 
                 if all((kept / f"{split}.json").exists() for split in SPLITS):
                     continue
                 run = runs_dir / _folder_name(vocabulary) / f"seed-{seed}" / name
-                if (run / "last.pt").exists():
-                    args = ["lm", "train", "--run-dir", str(run), "--resume"]
-                else:
-                    args = ["lm", "train", "--corpus", corpus, *settings, "--tokenizer", vocabulary, "--head", head,
-                            *(arg for option in options for arg in ("--head-option", option)),
-                            "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed),
-                            "--run-dir", str(run), "--checkpoint-every", "200", "--quiet", *(extra or [])]
-                print(f"{vocabulary} seed {seed} {name}: {' '.join(args)}", flush=True)
-                done = _sohsm(*args)
-                if done.returncode != 0:
-                    print(f"  failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}", flush=True)
+                new_run = ["--corpus", corpus, *settings, "--tokenizer", vocabulary, "--head", head,
+                           *(arg for option in options for arg in ("--head-option", option)),
+                           "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed),
+                           "--checkpoint-every", "200", "--quiet", *(extra or [])]
+                label = f"{vocabulary} seed {seed} {name}"
+                if not kept_runs.train(run, new_run, label):
                     failed += 1
                     continue
                 scores = {}
                 for split in SPLITS:
-                    evaluated = _sohsm("lm", "eval", str(run), "--split", split, "--json")
-                    if evaluated.returncode != 0:
-                        print(f"  {split} evaluation failed: {evaluated.stderr.strip().splitlines()[-1:]}", flush=True)
+                    scores[split] = kept_runs.evaluate(run, split, label)
+                    if scores[split] is None:
                         break
-                    scores[split] = json.loads(evaluated.stdout)
-                    scores[split]["checkpoint"] = Path(scores[split]["checkpoint"]).name  # no machine's path here
-                if len(scores) < len(SPLITS):
+                if any(score is None for score in scores.values()):
                     failed += 1
                     continue
-                kept.mkdir(parents=True, exist_ok=True)
-                for file in KEPT:
-                    shutil.copyfile(run / file, kept / file)
-                for split, result in scores.items():
-                    (kept / f"{split}.json").write_text(json.dumps(result, indent=1) + "\n")
+                kept_runs.keep(run, kept, scores)
                 test = scores["test"]
                 print(f"  test ppl per word {test['ppl_word']:.2f}, {test['bits_per_byte']:.4f} bits per byte",
                       flush=True)

@@ -33,11 +33,11 @@ import concurrent.futures
 import json
 import math
 import os
-import shutil
-import subprocess
 import sys
 import threading
 from pathlib import Path
+
+import kept_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "tuning"
@@ -97,10 +97,6 @@ def command(head: str, corpus: str, setting: dict, seed: int) -> list[str]:
             "--init-range", str(setting.get("init_range", INIT_RANGES[0])), "--seed", str(seed)]
 
 
-def _sohsm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sohsm", *args], check=False, capture_output=True, text=True)
-
-
 def best_dev(kept: Path) -> float | None:
     metrics = kept / "metrics.jsonl"
     if not metrics.exists():
@@ -122,30 +118,19 @@ def run_one(head: str, corpus: str, setting: dict, seed: int, kept: Path, runs_d
     """Train (or resume) one run, keep its files, return its best dev perplexity (None: it failed)."""
     if best_dev(kept) is not None and (not test or (kept / "test.json").exists()):
         return best_dev(kept)
-    run = runs_dir / kept.relative_to(RESULTS)
-    args = (["lm", "train", "--run-dir", str(run), "--resume"] if (run / "last.pt").exists() else
-            ["lm", "train", *command(head, corpus, setting, seed), "--run-dir", str(run), "--checkpoint-every", "100",
-             "--quiet"])
-    if not (run / "test.json").exists() and not (run / "done").exists():
-        _say(f"{kept.relative_to(RESULTS)}: sohsm {' '.join(args)}")
-        done = _sohsm(*args)
-        if done.returncode != 0:
-            _say(f"  {kept.relative_to(RESULTS)} failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
-            return None
-        (run / "done").touch()
-    kept.mkdir(parents=True, exist_ok=True)
-    for file in ("config.json", "metrics.jsonl"):
-        shutil.copyfile(run / file, kept / file)
+    label = str(kept.relative_to(RESULTS))
+    run = runs_dir / label
+    if not kept_runs.train(run, [*command(head, corpus, setting, seed), "--checkpoint-every", "100", "--quiet"],
+                           label):
+        return None
+    evaluations = {}
     if test:
-        result = _sohsm("lm", "eval", str(run), "--split", "test", "--json")
-        if result.returncode != 0:
-            _say(f"  {kept.relative_to(RESULTS)} test evaluation failed: {result.stderr.strip().splitlines()[-1:]}")
+        evaluations["test"] = kept_runs.evaluate(run, "test", label)
+        if evaluations["test"] is None:
             return None
-        record = json.loads(result.stdout)
-        record["checkpoint"] = Path(record["checkpoint"]).name  # no machine's path in the repository
-        (kept / "test.json").write_text(json.dumps(record, indent=1) + "\n")
+    kept_runs.keep(run, kept, evaluations)
     (kept / "setting.json").write_text(json.dumps({"head": head, "seed": seed, **setting}, indent=1) + "\n")
-    _say(f"  {kept.relative_to(RESULTS)}: best dev ppl {best_dev(kept):.2f}")
+    _say(f"  {label}: best dev ppl {best_dev(kept):.2f}")
     return best_dev(kept)
 
 

@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,11 @@ pytest.importorskip("scipy")
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "fair_quality.py"
 _spec = importlib.util.spec_from_file_location("fair_quality", _PATH)
 fair = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fair)
+sys.path.insert(0, str(_PATH.parent))  # the script imports kept_runs beside it
+try:
+    _spec.loader.exec_module(fair)
+finally:
+    sys.path.remove(str(_PATH.parent))
 
 
 def _keep(folder: Path, dev: list[float], test: float) -> None:
@@ -73,7 +78,7 @@ def test_a_gpu_run_is_kept_and_tabled_apart_from_the_cpu_runs(tmp_path, monkeypa
                                                        "ppl": 95.0}) + "\n")
         return type("Done", (), {"returncode": 0, "stdout": "", "stderr": ""})
 
-    monkeypatch.setattr(fair, "_sohsm", sohsm)
+    monkeypatch.setattr(fair.kept_runs, "sohsm", sohsm)
     monkeypatch.setattr(fair, "RESULTS", tmp_path / "fair")
     assert fair.train("lstm256-ptb", [1], ["full-tied"], tmp_path / "runs", "cuda") == 0
     train, evaluate = calls

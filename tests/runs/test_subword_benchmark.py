@@ -38,7 +38,7 @@ def _in_process(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def corpus(tmp_path, monkeypatch):
     monkeypatch.setenv("SOHSM_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(subword, "_sohsm", _in_process)
+    monkeypatch.setattr(subword.kept_runs, "sohsm", _in_process)
     folder = tmp_path / "text"
     folder.mkdir()
     for name, lines in (("train.txt", 200), ("valid.txt", 40), ("test.txt", 40)):
