@@ -1,0 +1,220 @@
+"""The figures README's "Which head to pick" and docs/results/which-head.md quote are those of the pages they link,
+and the generated result pages are what their scripts write from the committed runs: a page and its quotes cannot
+drift apart.
+
+A quoting text is split into units: a paragraph, a list item (a nested one is a unit of its own), a table row, a
+heading; fenced code (commands) is left out. A figure is a number with one decimal point as printed (104.07, 2.28 of
+"2.28%", 1.17 of "1.17x", 1,907.63), its sign left out; numbers with two or more points (versions such as 2.11.0) and
+numbers glued to a letter before them (v0.3) are not figures. Every figure of a unit must be a figure of at least one
+docs/*.md page that the unit links (relative links resolved from the quoting file's folder, anchors dropped); a unit
+with figures and no such link fails.
+"""
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+BENCHMARKS = ROOT / "benchmarks"
+README = ROOT / "README.md"
+WHICH_HEAD = DOCS / "results" / "which-head.md"
+SECTION = "Which head to pick"
+
+NUMBER = re.compile(r"\d(?:[\d,.]*\d)?")            # a run of digits, commas and points, from a digit to a digit
+LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
+LIST_ITEM = re.compile(r"\s*(?:[-*+]|\d+[.)])\s")
+FENCE = re.compile(r"\s*(```|~~~)")
+
+
+def figures(text: str, glued: bool = False) -> list[str]:
+    """The decimal figures of ``text`` as printed; ``glued``: also those right after a letter (a page's own)."""
+    found = []
+    for match in NUMBER.finditer(text):
+        if match.group().count(".") != 1:
+            continue
+        if not glued and match.start() and text[match.start() - 1].isalpha():
+            continue
+        found.append(match.group())
+    return found
+
+
+def units(text: str) -> list[str]:
+    """The paragraphs, list items, table rows and headings of markdown ``text``, each joined into one line."""
+    found, current, fenced = [], [], False
+
+    def close():
+        if current:
+            found.append(" ".join(current))
+            current.clear()
+
+    for line in text.splitlines():
+        if FENCE.match(line):
+            close()
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        stripped = line.strip()
+        while stripped.startswith(">"):                 # a quoted block reads as its text
+            stripped = stripped[1:].strip()
+        if not stripped:
+            close()
+        elif stripped.startswith(("|", "#")):
+            close()
+            found.append(stripped)
+        else:
+            if LIST_ITEM.match(line):
+                close()
+            current.append(stripped)
+    close()
+    return found
+
+
+def linked_pages(unit: str, folder: Path) -> list[Path]:
+    """The docs/*.md pages ``unit`` links, resolved from ``folder`` (the quoting file's)."""
+    pages = []
+    for target in LINK.findall(unit):
+        path = target.split("#", 1)[0]
+        if not path or "://" in path or path.startswith("mailto:"):
+            continue
+        page = (folder / path).resolve()
+        if page.suffix == ".md" and page.is_relative_to(DOCS.resolve()) and page not in pages:
+            pages.append(page)
+    return pages
+
+
+def unquoted(text: str, folder: Path, name: str) -> list[str]:
+    """What in ``text`` (of the file ``name``, in ``folder``) is not quoted from a page it links: one line each."""
+    problems, cache = [], {}
+    for unit in units(text):
+        shown = LINK.sub(lambda m: m.group(0).split("](", 1)[0] + "]", unit)   # a link's target holds no figure
+        wanted = figures(shown)
+        if not wanted:
+            continue
+        start = " ".join(unit.split()[:8])
+        pages = linked_pages(unit, folder)
+        if not pages:
+            problems.append(f"{name}: «{start} ...» quotes {', '.join(wanted)} and links no docs/*.md page")
+            continue
+        have = set()
+        for page in pages:
+            if page not in cache:
+                cache[page] = set(figures(page.read_text(), glued=True)) if page.is_file() else None
+            if cache[page] is None:
+                problems.append(f"{name}: «{start} ...» links {page.relative_to(ROOT)}, which does not exist")
+            else:
+                have |= cache[page]
+        for figure in wanted:
+            if figure not in have:
+                named = ", ".join(str(p.relative_to(ROOT)) for p in pages)
+                problems.append(f"{name}: «{start} ...» quotes {figure}, found in none of {named}")
+    return problems
+
+
+def readme_section(text: str) -> str | None:
+    """README's section "Which head to pick": from its heading to the next ``## `` heading (None without one)."""
+    match = re.search(rf"^## {re.escape(SECTION)}[^\n]*\n(.*?)(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
+    return match.group(1) if match else None
+
+
+def test_which_head_md_quotes_only_what_its_linked_pages_say():
+    problems = unquoted(WHICH_HEAD.read_text(), WHICH_HEAD.parent, "docs/results/which-head.md")
+    assert not problems, "\n".join(problems)
+
+
+def test_readme_which_head_section_quotes_only_what_its_linked_pages_say():
+    section = readme_section(README.read_text())
+    if section is None:
+        pytest.skip(f"README.md has no '## {SECTION}' heading")
+    problems = unquoted(section, README.parent, "README.md")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_check_finds_a_figure_its_page_lacks_and_a_figure_with_no_link(tmp_path, monkeypatch):
+    docs = tmp_path / "docs"
+    (docs / "results").mkdir(parents=True)
+    (docs / "results" / "fair.md").write_text("| run | 104.07 / 98.10 |\n\n- full-tied: -0.23% (t -0.27, p 0.813)\n")
+    monkeypatch.setattr(sys.modules[__name__], "DOCS", docs)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    text = ("The head scored 104.07, level (0.23%, [fair](results/fair.md#x)); torch 2.11.0, v0.3 and `1e5e578`.\n\n"
+            "- It was 2.28% lower\n  ([fair.md](results/fair.md)).\n"
+            "  - nested, 104.07 and no link\n\n"
+            "| row | 98.10 | [page](results/fair.md) |\n"
+            "| row | 0.81 | [page](results/fair.md) |\n\n"
+            "```bash\nsohsm lm train --lr 0.35\n```\n\n"
+            "See [the missing page](results/none.md): 1.5x.\n\n"
+            "p 0.81 [fair](https://example.org/fair.md)\n")
+    problems = unquoted(text, docs, "quoting.md")
+    fair, none = "docs/results/fair.md", "docs/results/none.md"
+    assert problems == [
+        f"quoting.md: «- It was 2.28% lower ([fair.md](results/fair.md)). ...» quotes 2.28, found in none of {fair}",
+        "quoting.md: «- nested, 104.07 and no link ...» quotes 104.07 and links no docs/*.md page",
+        f"quoting.md: «| row | 0.81 | [page](results/fair.md) | ...» quotes 0.81, found in none of {fair}",
+        f"quoting.md: «See [the missing page](results/none.md): 1.5x. ...» links {none}, which does not exist",
+        f"quoting.md: «See [the missing page](results/none.md): 1.5x. ...» quotes 1.5, found in none of {none}",
+        "quoting.md: «p 0.81 [fair](https://example.org/fair.md) ...» quotes 0.81 and links no docs/*.md page",
+    ]
+
+
+def test_readme_section_runs_to_the_next_second_level_heading():
+    text = "# t\n\n## Which head to pick\n\nA 1.5x.\n\n### Sub\n\nB 2.5x.\n\n## Set up and run\n\nC 3.5x.\n"
+    assert readme_section(text) == "\nA 1.5x.\n\n### Sub\n\nB 2.5x.\n\n"
+    assert readme_section("**Which head to pick.** 1.5x\n\n## Set up\n") is None
+
+
+# ---- the generated pages, written again from the committed runs --------------------------------------------------
+
+
+def _script(name: str):
+    """A benchmarks/ script as a module; the scripts import their neighbours (fair_quality, subword) by name."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+def _fair(output):
+    fair = _script("fair_quality")
+    return fair.report(output=output, results=fair.RESULTS), fair.REPORT
+
+
+def _subword(output):
+    subword = _script("subword")
+    return subword.report(output=output, results=subword.RESULTS), subword.REPORT
+
+
+def _subword_hf(output):
+    hf = _script("subword_hf")
+    return hf.report(output=output, results=hf.RESULTS, sohsm_results=hf.subword.RESULTS), hf.REPORT
+
+
+def _subword_hf_matched(output):
+    hf = _script("subword_hf")
+    return (hf.report(output=output, results=hf.MATCHED_RESULTS, sohsm_results=hf.subword.MATCHED_RESULTS,
+                      matched=True), hf.MATCHED_REPORT)
+
+
+def _tuning(output):
+    tuning = _script("tuning")
+    if not tuning.REPORT.is_file():
+        pytest.skip("docs/results/tuning.md is not committed yet")
+    return tuning.report(output=output, results=tuning.RESULTS), tuning.REPORT
+
+
+@pytest.mark.parametrize("write", [_fair, _subword, _subword_hf, _subword_hf_matched, _tuning],
+                         ids=["fair.md", "subword.md", "subword-hf.md", "subword-hf-matched.md", "tuning.md"])
+def test_a_generated_page_is_what_its_script_writes_from_the_committed_runs(write, tmp_path):
+    pytest.importorskip("scipy")   # the reports' paired t-tests
+    output = tmp_path / "page.md"
+    text, committed = write(output)
+    assert output.read_text() == text
+    assert output.read_bytes() == committed.read_bytes(), (
+        f"{committed.relative_to(ROOT)} differs from what its script writes from the committed runs: "
+        "regenerate it (python benchmarks/SCRIPT.py report) and commit both")
