@@ -28,7 +28,7 @@ import numbers
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Union
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Union
 
 from sohsm.fields import did_you_mean
 from sohsm.heads.base import Head, HeadMemory, SelfOrganizingHead, check_counts, check_size
@@ -49,19 +49,61 @@ class HeadOption:
 
 
 @dataclass(frozen=True)
+class HeadSetting:
+    """What a new run's head options may follow from: the model that feeds the head and the words it scores.
+
+    Attributes:
+        model: the model's kind (``"lstm"``, ``"transformer"``, ...: ``model.architecture`` where a task has one).
+        hidden_size: the width of the hidden states the head scores (``in_features``).
+        tied: whether the model's input embedding is the head's word vectors.
+        n_words: the vocabulary's size (``n_classes``).
+        subwords: whether the vocabulary is a subword tokenizer's rather than words.
+    """
+
+    model: str
+    hidden_size: int
+    tied: bool
+    n_words: int
+    subwords: bool = False
+
+
+class HeadDefaults(NamedTuple):
+    """Options a head takes in a setting where a run's own leave them open, and why (a sentence for the run's
+    start; empty when there are none)."""
+
+    options: dict[str, Any]
+    reason: str = ""
+
+
+#: what a head knows about itself beyond its options (given at registration, see :func:`register_head`)
+@dataclass(frozen=True)
+class _Hooks:
+    defaults: Callable[[str, Mapping[str, Any], HeadSetting], HeadDefaults] | None = None
+    legacy_options: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    resume_refusal: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
+    update_every: Callable[[Mapping[str, Any], int], int] | None = None
+    presets: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class _Entry:
     factory: HeadFactory
     #: ``None``: the factory takes ``**options`` for a class it does not name, so options cannot be checked
     options: dict[str, HeadOption] | None
     #: the class the factory builds (``builds=``, else its return annotation); ``None`` when neither says
     head_class: type[Head] | None
+    hooks: _Hooks = _Hooks()
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
-def register_head(name: str, builds: type | None = None,
-                  fixed: Iterable[str] = ()) -> Callable[[HeadFactory], HeadFactory]:
+def register_head(name: str, builds: type | None = None, fixed: Iterable[str] = (), *,
+                  defaults: Callable[[str, Mapping[str, Any], HeadSetting], HeadDefaults] | None = None,
+                  legacy_options: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
+                  resume_refusal: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None,
+                  update_every: Callable[[Mapping[str, Any], int], int] | None = None,
+                  presets: Mapping[str, Mapping[str, Any]] | None = None) -> Callable[[HeadFactory], HeadFactory]:
     """Decorator: register ``factory`` under ``name``; a duplicate name is an error.
 
     Args:
@@ -73,16 +115,31 @@ def register_head(name: str, builds: type | None = None,
         fixed: arguments of ``builds`` that the factory sets itself (e.g. the
             ``assignment`` of a two-level head with frequency clusters).
 
+    What the head knows of itself beyond its options, so that no caller needs its name (each optional):
+
+        defaults: ``defaults(name, options, setting)`` -> :class:`HeadDefaults`, the options a new run in a
+            :class:`HeadSetting` takes where its own leave them open (:func:`setting_defaults`).
+        legacy_options: ``legacy_options(options)`` -> the options a run saved by an earlier release (a config
+            without ``optim.fused``) was trained with (:func:`legacy_options`).
+        resume_refusal: ``resume_refusal(options, head_state)`` -> why a checkpoint's head state, written by an
+            earlier release, cannot be trained on (:func:`resume_refusal`).
+        update_every: ``update_every(options, steps_per_epoch)`` -> the steps between re-clusterings of a run
+            whose epoch is ``steps_per_epoch`` steps, ``options`` with every default filled in
+            (:func:`update_every_for`).
+        presets: named sets of options (``{"word2vec": {...}}``: :func:`preset`).
+
     The class built (``builds``, else the factory's return annotation) answers whether the
     head can be tied to a model's embedding (:func:`tying_refusal`).
     """
+    hooks = _Hooks(defaults, legacy_options, resume_refusal, update_every, dict(presets or {}))
 
     def decorate(factory: HeadFactory) -> HeadFactory:
         if name in _REGISTRY:
             raise ValueError(f"a head named {name!r} is already registered")
         if not callable(factory):
             raise TypeError(f"head factory for {name!r} must be callable")
-        _REGISTRY[name] = _Entry(factory, _options_of(factory, builds, frozenset(fixed)), _class_of(factory, builds))
+        _REGISTRY[name] = _Entry(factory, _options_of(factory, builds, frozenset(fixed)), _class_of(factory, builds),
+                                 hooks)
         return factory
 
     return decorate
@@ -159,6 +216,112 @@ def memory_estimate(name: str, in_features: int, n_classes: int, options: Mappin
     if head_class is None:
         return HeadMemory(parameters=int(n_classes) * int(in_features), word_vectors=int(n_classes) * int(in_features))
     return head_class.memory_estimate(int(in_features), int(n_classes), dict(options), int(rows))
+
+
+def setting_defaults(name: str, options: Mapping[str, Any], setting: HeadSetting) -> HeadDefaults:
+    """The options head ``name`` takes in ``setting`` (a model and a vocabulary) where ``options`` leave them open,
+    and why: a new run writes them into its config (the self-organized head's ``div_value=4`` for a tied LSTM over
+    20,000 words or more). Empty for a head that has no such defaults.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    hook = _entry(name).hooks.defaults
+    return HeadDefaults({}) if hook is None else hook(name, dict(options), setting)
+
+
+def legacy_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` of a run saved by an earlier release (a config without ``optim.fused``) with what head ``name``
+    was then built with where its defaults have changed since (the self-organized head had no shortlist), so that
+    such a run resumes and evaluates as it was trained. An unknown name keeps its options (the config refuses it).
+    """
+    entry = _REGISTRY.get(name)
+    hook = None if entry is None else entry.hooks.legacy_options
+    return dict(options) if hook is None else hook(dict(options))
+
+
+def resume_refusal(name: str, options: Mapping[str, Any], head_state: Mapping[str, Any]) -> str | None:
+    """Why head ``name`` with ``options`` cannot train on from ``head_state`` (a checkpoint's, written by an
+    earlier release), as the rest of a sentence naming the checkpoint; ``None`` where it can.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    hook = _entry(name).hooks.resume_refusal
+    return None if hook is None else hook(dict(options), head_state)
+
+
+def update_every_for(name: str, options: Mapping[str, Any], steps_per_epoch: int) -> int | None:
+    """The steps between re-clusterings head ``name`` takes in a run of ``steps_per_epoch`` steps an epoch
+    (``options`` naming none), or ``None`` for a head that does not re-cluster.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    entry = _entry(name)
+    if entry.hooks.update_every is None:
+        return None
+    defaults = {key: option.default for key, option in (entry.options or {}).items()}
+    return entry.hooks.update_every({**defaults, **options}, int(steps_per_epoch))
+
+
+def preset(name: str, preset_name: str) -> dict[str, Any]:
+    """Head ``name``'s options of the preset ``preset_name`` (``"word2vec"``: word2vec's negative sampling for
+    ``pmi``, row-sparse gradients for the tree and sampled heads); empty where the head has none of that name.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    return dict(_entry(name).hooks.presets.get(preset_name, {}))
+
+
+def takes_tree(name: str) -> bool:
+    """Whether head ``name`` takes a whole hierarchy (a ``tree`` option) rather than clusters.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    return "tree" in (head_options(name) or {})
+
+
+def tree_heads() -> list[str]:
+    """The registered heads that take a whole hierarchy of any depth, sorted."""
+    return [name for name in head_names() if takes_tree(name)]
+
+
+def hierarchy_options(name: str, options: Mapping[str, Any], *, tree: list | None = None,
+                      n_clusters: int | None = None) -> dict[str, Any]:
+    """``options`` with what head ``name`` takes of a given hierarchy: the ``tree`` head its whole ``tree``, a
+    two-level head its number of clusters (``n_clusters``; and no shortlist of its own, which would add clusters
+    no word is in: the clusters given hold every word).
+
+    Raises:
+        ValueError: the head takes no such hierarchy, or has another number of clusters.
+    """
+    options, takes = dict(options), head_options(name) or {}
+    others = " or ".join(f"the {head!r} head" for head in tree_heads())
+    if tree is not None:
+        if not takes_tree(name):
+            raise ValueError(f"head {name!r} takes no tree; use {others}")
+        options["tree"] = tree
+    if n_clusters is not None:
+        if "n_clusters" not in takes:
+            raise ValueError(f"head {name!r} has no word clusters and takes no hierarchy; "
+                             f"use {others} or a two-level head")
+        if options.setdefault("n_clusters", n_clusters) != n_clusters:
+            raise ValueError(f"head {name!r} has {options['n_clusters']} clusters but the hierarchy {n_clusters}")
+        if "shortlist" in takes:
+            options.setdefault("shortlist", 0)
+    return options
+
+
+def with_seed(name: str, options: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """``options`` with a run's ``seed`` where head ``name`` takes one (random clusters, noise, trees) and
+    ``options`` set none."""
+    options = dict(options)
+    if "seed" not in options and "seed" in (head_options(name) or {}):
+        options["seed"] = seed
+    return options
 
 
 def build_head(name: str, in_features: int, n_classes: int, counts=None, **options) -> Head:
