@@ -38,6 +38,7 @@ from typing import Any, Mapping
 import torch
 
 from sohsm.fields import FieldError
+from sohsm.heads import resume_refusal
 from sohsm.train.builders import resolve_device
 from sohsm.train.checkpoint import (
     CONFIG_FILE,
@@ -248,11 +249,9 @@ def _resume(task_class: type[Task], config: RunConfig, saved: RunConfig, run_dir
     task.check_checkpoint(checkpoint, path)
     task.check_fits(device)
     model, head, optimizer = _model_head_optimizer(task, config, ranks, device)
-    if getattr(head, "band_projections", None) is not None and "weight" in checkpoint["head"]:
-        raise ValueError(f"{path} was written by an earlier sohsm whose banded head (div_value) kept its word vectors "
-                         "in one widened weight: its weights load (sohsm lm eval and generate read it), but its "
-                         "optimizer state does not fit the band weights of this release; resume it with the release "
-                         "that wrote it, or start a new run")
+    refusal = resume_refusal(config.head.name, config.head.options, checkpoint["head"])
+    if refusal is not None:  # an earlier release's head state the head can load but not train on
+        raise ValueError(f"{path} {refusal}")
     with reading_checkpoint(path):
         model.load_state_dict(checkpoint["model"])
         head.load_state_dict(checkpoint["head"])
