@@ -23,56 +23,19 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import numbers
+import functools
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Union
+from typing import Any, Callable, Iterable, Mapping
 
 from sohsm.fields import did_you_mean
 from sohsm.heads.base import Head, HeadMemory, SelfOrganizingHead, check_counts, check_size
+from sohsm.heads.options import (HeadDefaults, HeadOption, HeadSetting, class_of, describe, fits, option_of,
+                                 options_class, options_of)
 
 HeadFactory = Callable[..., Head]
 
-#: arguments every factory gets from the caller: never options
-_CALL_ARGUMENTS = frozenset({"self", "in_features", "n_classes", "counts"})
-
-
-@dataclass(frozen=True)
-class HeadOption:
-    """One keyword argument a head takes: its name, default and annotated type (``None`` when not annotated)."""
-
-    name: str
-    default: Any
-    type: Any
-
-
-@dataclass(frozen=True)
-class HeadSetting:
-    """What a new run's head options may follow from: the model that feeds the head and the words it scores.
-
-    Attributes:
-        model: the model's kind (``"lstm"``, ``"transformer"``, ...: ``model.architecture`` where a task has one).
-        hidden_size: the width of the hidden states the head scores (``in_features``).
-        tied: whether the model's input embedding is the head's word vectors.
-        n_words: the vocabulary's size (``n_classes``).
-        subwords: whether the vocabulary is a subword tokenizer's rather than words.
-    """
-
-    model: str
-    hidden_size: int
-    tied: bool
-    n_words: int
-    subwords: bool = False
-
-
-class HeadDefaults(NamedTuple):
-    """Options a head takes in a setting where a run's own leave them open, and why (a sentence for the run's
-    start; empty when there are none)."""
-
-    options: dict[str, Any]
-    reason: str = ""
 
 
 #: what a head knows about itself beyond its options (given at registration, see :func:`register_head`)
@@ -88,11 +51,20 @@ class _Hooks:
 @dataclass(frozen=True)
 class _Entry:
     factory: HeadFactory
-    #: ``None``: the factory takes ``**options`` for a class it does not name, so options cannot be checked
-    options: dict[str, HeadOption] | None
+    #: the head's options as one frozen dataclass (:func:`~sohsm.heads.options.options_class`); ``None``: the
+    #: factory takes ``**options`` for a class it does not name, so options cannot be checked
+    values: type | None
     #: the class the factory builds (``builds=``, else its return annotation); ``None`` when neither says
     head_class: type[Head] | None
     hooks: _Hooks = _Hooks()
+
+    @functools.cached_property
+    def options(self) -> dict[str, HeadOption] | None:
+        """The fields of :attr:`values` as options (what :func:`head_options` and ``--help`` list)."""
+        if self.values is None:
+            return None
+        hints = typing.get_type_hints(self.values)
+        return {f.name: option_of(f, hints) for f in dataclasses.fields(self.values)}
 
 
 _REGISTRY: dict[str, _Entry] = {}
@@ -138,8 +110,9 @@ def register_head(name: str, builds: type | None = None, fixed: Iterable[str] = 
             raise ValueError(f"a head named {name!r} is already registered")
         if not callable(factory):
             raise TypeError(f"head factory for {name!r} must be callable")
-        _REGISTRY[name] = _Entry(factory, _options_of(factory, builds, frozenset(fixed)), _class_of(factory, builds),
-                                 hooks)
+        options = options_of(factory, builds, frozenset(fixed))
+        values = None if options is None else options_class(name, options)
+        _REGISTRY[name] = _Entry(factory, values, class_of(factory, builds), hooks)
         return factory
 
     return decorate
@@ -176,8 +149,8 @@ def check_head_options(name: str, options: Mapping[str, Any]) -> None:
             raise ValueError(f"head {name!r} has no option {key!r}; {hint + ' ' if hint else ''}"
                              f"its options: {', '.join(sorted(valid)) or 'none'}")
         hint = valid[key].type
-        if hint is not None and not _fits(value, hint):
-            raise ValueError(f"head {name!r}: option {key} must be {_describe(hint)}, got {value!r} "
+        if hint is not None and not fits(value, hint):
+            raise ValueError(f"head {name!r}: option {key} must be {describe(hint)}, got {value!r} "
                              f"({type(value).__name__})")
 
 
@@ -324,8 +297,109 @@ def with_seed(name: str, options: Mapping[str, Any], seed: int) -> dict[str, Any
     return options
 
 
-def build_head(name: str, in_features: int, n_classes: int, counts=None, **options) -> Head:
-    """Build the head registered as ``name`` with ``options`` (see :func:`head_options`).
+@dataclass(frozen=True, eq=False)
+class HeadSpec:
+    """A head's name and options resolved once: what :func:`build_head` takes, and what is asked of a head before
+    it exists (tying, memory, a run's defaults, earlier releases, presets), so that no station re-reads its options.
+
+    Attributes:
+        name: the registered head.
+        given: the options as given (what a run's ``config.json`` keeps), read-only.
+        values: every option typed, given or defaulted: an instance of the head's own frozen dataclass
+            (``spec.values.div_value``); ``None`` for a factory whose options are not known.
+        checked: whether ``given`` was checked against the head's options (:func:`check_head_options`); a config
+            asks its questions before its options are checked, which building the head does.
+
+    Example::
+
+        >>> spec = HeadSpec.of("two_level_random", {"div_value": 4})
+        >>> spec.values.div_value, spec.values.n_clusters, type(spec.values).__name__
+        (4, None, 'TwoLevelRandomOptions')
+        >>> spec.tying_refusal(64) is None, spec.memory_estimate(64, 1000, rows=10).word_vectors
+        (True, 8884)
+    """
+
+    name: str
+    given: Mapping[str, Any]
+    values: Any
+    checked: bool = True
+
+    @classmethod
+    def of(cls, name: str, options: Mapping[str, Any] | None = None, *, check: bool = True) -> HeadSpec:
+        """Resolve head ``name``'s ``options``.
+
+        Raises:
+            ValueError: an unknown head; with ``check``, an option it does not take or a value of the wrong type.
+        """
+        entry, given = _entry(name), dict(options or {})
+        if check:
+            check_head_options(name, given)
+        values = None
+        if entry.values is not None:
+            try:
+                values = entry.values(**{k: v for k, v in given.items() if k in entry.options})
+            except (TypeError, ValueError):  # unchecked options: the values are unknown until they are
+                values = None
+        return cls(name, types.MappingProxyType(given), values, check)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HeadSpec) and (self.name, dict(self.given)) == (other.name, dict(other.given))
+
+    def replace(self, **options: Any) -> HeadSpec:
+        """The spec with ``options`` given as well (resolved again, checked as this one was)."""
+        return HeadSpec.of(self.name, {**self.given, **options}, check=self.checked)
+
+    # -- what is asked of the head before it exists --------------------------------------------
+    def tying_refusal(self, in_features: int) -> str | None:
+        """Why it cannot lend its word vectors to an ``in_features``-wide embedding (:func:`tying_refusal`)."""
+        return tying_refusal(self.name, in_features, self.given)
+
+    def memory_estimate(self, in_features: int, n_classes: int, rows: int) -> HeadMemory:
+        """What it holds in a training step over ``rows`` hidden states (:func:`memory_estimate`)."""
+        return memory_estimate(self.name, in_features, n_classes, self.given, rows)
+
+    def settle(self, setting: HeadSetting) -> tuple[HeadSpec, HeadDefaults]:
+        """``(the spec with the options it takes in setting, those options and why)`` (:func:`setting_defaults`)."""
+        added = setting_defaults(self.name, self.given, setting)
+        return (self.replace(**added.options) if added.options else self), added
+
+    def resume_refusal(self, head_state: Mapping[str, Any]) -> str | None:
+        """Why it cannot train on from an earlier release's ``head_state`` (:func:`resume_refusal`)."""
+        return resume_refusal(self.name, self.given, head_state)
+
+    def with_preset(self, preset_name: str) -> HeadSpec:
+        """The spec with its preset ``preset_name`` under the options given (:func:`preset`)."""
+        return HeadSpec.of(self.name, {**preset(self.name, preset_name), **self.given}, check=self.checked)
+
+    def update_every_for(self, steps_per_epoch: int) -> int | None:
+        """K in an epoch of ``steps_per_epoch`` steps, or ``None`` (:func:`update_every_for`)."""
+        return update_every_for(self.name, self.given, steps_per_epoch)
+
+    def for_run(self, seed: int, *, tree: list | None = None, n_clusters: int | None = None) -> HeadSpec:
+        """The spec a run builds: its ``seed`` where the head takes one and none is given, a hierarchy's parts
+        (:func:`with_seed`, :func:`hierarchy_options`)."""
+        options = hierarchy_options(self.name, with_seed(self.name, self.given, seed), tree=tree,
+                                    n_clusters=n_clusters)
+        return HeadSpec.of(self.name, options, check=self.checked)
+
+    @property
+    def learns_clusters(self) -> bool:
+        """Whether the head re-learns its clusters (:func:`learns_clusters`)."""
+        return learns_clusters(self.name)
+
+    @property
+    def takes_tree(self) -> bool:
+        """Whether the head takes a whole hierarchy (:func:`takes_tree`)."""
+        return takes_tree(self.name)
+
+    def build(self, in_features: int, n_classes: int, counts=None) -> Head:
+        """The head (:func:`build_head`, which checks the options)."""
+        return build_head(self, in_features, n_classes, counts=counts)
+
+
+def build_head(name: str | HeadSpec, in_features: int, n_classes: int, counts=None, **options) -> Head:
+    """Build the head registered as ``name`` with ``options`` (see :func:`head_options`), or the head of a
+    :class:`HeadSpec` (with ``options`` given as well).
 
     ``counts`` are checked for every head (:func:`~sohsm.heads.base.check_counts`), also for
     heads that do not use them, so bad counts are refused alike whichever head is chosen.
@@ -335,6 +409,8 @@ def build_head(name: str, in_features: int, n_classes: int, counts=None, **optio
             head does not take (listing its options), a value of the wrong type, or a
             value the head refuses.
     """
+    if isinstance(name, HeadSpec):
+        name, options = name.name, {**name.given, **options}
     entry = _entry(name)
     in_features = check_size("in_features", in_features, 1)
     n_classes = check_size("n_classes", n_classes, 2)
@@ -359,73 +435,3 @@ def _entry(name: str) -> _Entry:
     return _REGISTRY[name]
 
 
-def _keyword_parameters(func: Callable, skip: frozenset[str]) -> tuple[dict[str, HeadOption], bool]:
-    """The keyword arguments of ``func`` not in ``skip`` with their resolved type hints, and whether it takes ``**``."""
-    signature = inspect.signature(func)
-    try:
-        hints = typing.get_type_hints(func)
-    except Exception:  # an annotation that does not resolve: no type checks, names still known
-        hints = {}
-    out, open_ = {}, False
-    for p in signature.parameters.values():
-        if p.kind is p.VAR_KEYWORD:
-            open_ = True
-        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip:
-            group = _option_group(hints.get(p.name))
-            if group is not None:  # a typed group of options (the self-organized head's Reclustering): its fields
-                types_ = typing.get_type_hints(group)
-                out.update({f.name: HeadOption(f.name, f.default, types_.get(f.name)) for f in dataclasses.fields(group)})
-                continue
-            default = None if p.default is p.empty else p.default
-            out[p.name] = HeadOption(p.name, default, hints.get(p.name))
-    return out, open_
-
-
-def _option_group(hint: Any) -> type | None:
-    """The dataclass a parameter annotated ``Group`` or ``Group | None`` takes, whose fields are options by name."""
-    candidates = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
-    groups = [c for c in candidates if isinstance(c, type) and dataclasses.is_dataclass(c)]
-    return groups[0] if len(groups) == 1 else None
-
-
-def _class_of(factory: HeadFactory, builds: type | None) -> type[Head] | None:
-    """The head class ``factory`` builds: ``builds``, else its return annotation where that is a :class:`Head`."""
-    if builds is None:
-        try:
-            builds = typing.get_type_hints(factory).get("return")
-        except Exception:  # an annotation that does not resolve
-            return None
-    return builds if isinstance(builds, type) and issubclass(builds, Head) else None
-
-
-def _options_of(factory: HeadFactory, builds: type | None, fixed: frozenset[str]) -> dict[str, HeadOption] | None:
-    options, open_ = _keyword_parameters(factory, _CALL_ARGUMENTS)
-    if not open_:
-        return options
-    if builds is None:
-        return None
-    built, _ = _keyword_parameters(builds.__init__, _CALL_ARGUMENTS | fixed)
-    return {**built, **options}
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether ``value`` fits the annotation ``hint``; annotations other than int/float/bool/str accept anything."""
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return any(_fits(value, arg) for arg in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    return True
-
-
-def _describe(hint: Any) -> str:
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return " or ".join(_describe(arg) for arg in typing.get_args(hint))
-    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from sohsm.clustering.hierarchy import hierarchy_to_assignment
 from sohsm.data.vocab import Vocabulary
-from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead, build_head, hierarchy_options, takes_tree, with_seed
+from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead, takes_tree
 from sohsm.train.config import RunConfig
 
 __all__ = ["build_run_head", "hierarchy_parts", "saved_clusters", "set_clusters", "takes_tree"]
@@ -62,14 +62,9 @@ def build_run_head(config: RunConfig, vocab: Vocabulary, *, clusters: Tensor | N
         ValueError: the head does not take one of the options (naming it and the
             head's options), or refuses a value, or takes no hierarchy.
     """
-    name = config.head.name
-    options: dict[str, Any] = dict(config.head.options)
-    if config.head.update_every is not None:
-        options["update_every"] = config.head.update_every
-    options = hierarchy_options(name, with_seed(name, options, config.seed), tree=tree,
-                                n_clusters=None if clusters is None else int(clusters.max()) + 1)
-    head = build_head(name, config.model.hidden_size, len(vocab), counts=torch.from_numpy(vocab.counts.copy()),
-                      **options)
+    spec = config.head.spec(check=False).for_run(config.seed, tree=tree,
+                                                 n_clusters=None if clusters is None else int(clusters.max()) + 1)
+    head = spec.build(config.model.hidden_size, len(vocab), counts=torch.from_numpy(vocab.counts.copy()))
     if clusters is not None:
         set_clusters(head, clusters)
     return head

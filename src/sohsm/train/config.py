@@ -31,6 +31,9 @@ from typing import Any, Mapping, Union
 from sohsm.fields import FieldError, FieldText, escape
 from sohsm.head_catalogue import DEFAULT_HEAD, head_names
 
+if typing.TYPE_CHECKING:  # the registry imports torch, which a command's --help does without
+    from sohsm.heads import HeadSpec
+
 #: optimizers a run can use
 OPTIMIZERS = ("adagrad", "adam", "adamw", "sgd")
 
@@ -60,6 +63,17 @@ class HeadConfig:
     #: an option of the head (repeatable): gamma=2, init=frequency, n_clusters=100, projection=true; values are
     #: read as JSON where they are, else as text
     options: dict = field(default_factory=dict)
+
+    def spec(self, check: bool = True) -> HeadSpec:
+        """The head resolved once (:class:`~sohsm.heads.HeadSpec`): its options, ``update_every`` among them where it
+        is set, which every question before the head exists and its building read. ``check=False``: a question a
+        config asks before its options are checked (building the head checks them)."""
+        from sohsm.heads import HeadSpec  # the registry: imports torch
+
+        options = dict(self.options)
+        if self.update_every is not None:
+            options["update_every"] = self.update_every
+        return HeadSpec.of(self.name, options, check=check)
 
 
 @dataclass

@@ -38,7 +38,6 @@ from typing import Any, Mapping
 import torch
 
 from sohsm.fields import FieldError
-from sohsm.heads import resume_refusal
 from sohsm.train.builders import resolve_device
 from sohsm.train.checkpoint import (
     CONFIG_FILE,
@@ -249,7 +248,7 @@ def _resume(task_class: type[Task], config: RunConfig, saved: RunConfig, run_dir
     task.check_checkpoint(checkpoint, path)
     task.check_fits(device)
     model, head, optimizer = _model_head_optimizer(task, config, ranks, device)
-    refusal = resume_refusal(config.head.name, config.head.options, checkpoint["head"])
+    refusal = config.head.spec(check=False).resume_refusal(checkpoint["head"])
     if refusal is not None:  # an earlier release's head state the head can load but not train on
         raise ValueError(f"{path} {refusal}")
     with reading_checkpoint(path):

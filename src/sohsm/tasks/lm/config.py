@@ -119,23 +119,23 @@ def ties_by_default(overrides: typing.Mapping[str, typing.Any]) -> bool:
     model, head = ModelConfig(), HeadConfig()
     emb, hidden = overrides.get("model.emb_size", model.emb_size), overrides.get("model.hidden_size", model.hidden_size)
     name, options = overrides.get("head.name", head.name), overrides.get("head.options") or {}
-    from sohsm.heads import head_names as registered, tying_refusal  # the registry: imports torch
+    from sohsm.heads import HeadSpec, head_names as registered  # the registry: imports torch
 
     if emb != hidden or name not in registered() or not isinstance(options, typing.Mapping):
         return False  # an unknown head or bad options are refused by validate(), with their own message
-    return tying_refusal(name, hidden, options) is None
+    return HeadSpec.of(name, options, check=False).tying_refusal(hidden) is None
 
 
 def vocabulary_defaults(config: LMConfig, n_words: int) -> HeadDefaults:
     """The head options a new run takes from its model and its vocabulary of ``n_words`` entries where its own
-    leave them open, and why: the head's own defaults for that setting (:func:`~sohsm.heads.setting_defaults`;
+    leave them open, and why: the head's own defaults for that setting (:meth:`~sohsm.heads.HeadSpec.settle`;
     the self-organized head of a tied LSTM over 20,000 words or more scores rarer words in fewer dimensions)."""
-    from sohsm.heads import HeadSetting, setting_defaults  # the registry: imports torch
+    from sohsm.heads import HeadSetting  # the registry: imports torch
 
     model = config.model
     setting = HeadSetting(model=model.architecture, hidden_size=model.hidden_size, tied=model.tie_weights,
                           n_words=n_words, subwords=config.data.tokenizer is not None)
-    return setting_defaults(config.head.name, config.head.options, setting)
+    return config.head.spec(check=False).settle(setting)[1]
 
 
 def vocabulary_head_options(config: LMConfig, n_words: int) -> dict[str, typing.Any]:
@@ -237,9 +237,7 @@ class LMConfig(RunConfig):
         check_clusters_source(self.data)
         self._validate_model()
         if self.model.tie_weights:
-            from sohsm.heads import tying_refusal
-
-            refusal = tying_refusal(self.head.name, self.model.hidden_size, self.head.options)
+            refusal = self.head.spec(check=False).tying_refusal(self.model.hidden_size)
             if refusal is not None:
                 raise FieldError(escape(f"head {self.head.name!r} cannot be tied (") + "{}" + escape(f"): {refusal}"),
                                  "model.tie_weights")

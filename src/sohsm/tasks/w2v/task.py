@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from sohsm.data.loading import Corpus, load_corpus
 from sohsm.data.vocab import Vocabulary
-from sohsm.heads import ClusteredHead, Head, preset, update_every_for
+from sohsm.heads import ClusteredHead, Head
 from sohsm.tasks.heads import build_run_head
 from sohsm.tasks.w2v.config import W2VConfig
 from sohsm.tasks.w2v.data import EpochStream, W2VBatch, eval_examples, word2vec_vocabulary
@@ -51,11 +51,13 @@ def build_w2v_head(config: W2VConfig, vocab: Vocabulary, steps_per_epoch: int | 
     ``model.head_init = "zeros"`` every weight starts at 0. The head is then built by the head builder of every task
     (:func:`~sohsm.tasks.heads.build_run_head`), over ``model.dim`` inputs, with the run's seed.
     """
-    name = config.head.name
-    options = {**preset(name, WORD2VEC_PRESET), **config.head.options}
+    spec = config.head.spec(check=False).with_preset(WORD2VEC_PRESET)
     update_every = config.head.update_every
     if update_every is None and steps_per_epoch:
-        update_every = update_every_for(name, options, steps_per_epoch)
+        update_every = spec.update_every_for(steps_per_epoch)
+    options = dict(spec.given)
+    if config.head.update_every is not None:  # the spec's from head.update_every, which build_run_head passes on
+        del options["update_every"]
     head_config = dataclasses.replace(config.head, options=options, update_every=update_every)
     head = build_run_head(dataclasses.replace(config, head=head_config), vocab)
     if config.model.head_init == "zeros":
