@@ -11,6 +11,12 @@ type, with a ValueError naming the head, before the head is built. The CLI's
 ``--head`` choices come from :func:`head_names`, so library and command line
 cannot drift apart.
 
+A head's name and options resolve once into a :class:`HeadSpec` (every option typed in the head's own
+frozen dataclass), which :func:`build_head` takes and which answers, before the head exists, what callers
+outside ``heads/`` would otherwise decide by its name: whether it ties, what a step holds, the options a
+run's setting adds, an earlier release's options and checkpoints, presets (the hooks given at
+registration: :func:`register_head`).
+
 Example::
 
     >>> sorted(head_options("two_level_random"))
