@@ -25,6 +25,7 @@ HEAD_NAMES = (
     "FullSoftmax",
     "Head",
     "HeadOutput",
+    "HeadSpec",
     "ImportanceSamplingSoftmax",
     "NCESoftmax",
     "PMISoftmax",

@@ -4,6 +4,9 @@ The registry (:mod:`sohsm.heads.registry`) is filled by importing every head, wh
 ``sohsm lm train --help`` needs only the names. This table is written from the registry by
 ``python -m sohsm.head_catalogue`` and a test checks that the two agree, so it cannot go stale unnoticed.
 Building or checking a head always asks the registry itself.
+
+Beside the table, the roles a run or a task names a head for (its default, the reference of a comparison,
+word2vec's two output layers), so that code outside ``heads/`` never writes a head's name itself.
 """
 from __future__ import annotations
 
@@ -32,6 +35,15 @@ HEADS: dict[str, tuple[str, ...] | None] = {
     "two_level_random": ("n_clusters", "projection", "seed", "word_dim", "div_value", "cutoffs", "backend"),
     # -- end of the written table --
 }
+
+#: the head a run trains when it names none: the paper's self-organized hierarchical softmax
+DEFAULT_HEAD = "self_organized"
+#: the exact softmax over every word, which the other heads are measured against (a comparison's speed column)
+REFERENCE_HEAD = "full"
+#: word2vec's own output layer, hierarchical softmax over a Huffman tree: a word-embedding run's default head
+WORD2VEC_HEAD = "tree_huffman"
+#: word2vec's negative sampling (the head's ``"word2vec"`` preset, :func:`sohsm.heads.preset`, makes it exactly so)
+NEGATIVE_SAMPLING_HEAD = "pmi"
 
 
 def head_names() -> list[str]:

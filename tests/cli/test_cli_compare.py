@@ -201,9 +201,9 @@ def test_a_comparison_gives_its_runs_the_vocabulary_s_options_and_continues(tmp_
     comparison takes ``div_value=4`` as ``lm train`` gives it, and the same command run again finds its runs as
     they were written, skips them, and builds the banded head to check it first; a run from before (every word at
     d) is named, not trained on as the other."""
-    import sohsm.tasks.lm.config as lm_config
+    from sohsm.heads.two_level import run_defaults
 
-    monkeypatch.setattr(lm_config, "BANDED_FROM_WORDS", 50)
+    monkeypatch.setattr(run_defaults, "BANDED_FROM_WORDS", 50)
     out = tmp_path / "heads"
     argv = ["lm", "compare", "--corpus", ptb_slice, "--out", out, "--heads", "full,self_organized", *small, *BUDGET]
     code, _, err = cli(*argv)
@@ -215,9 +215,9 @@ def test_a_comparison_gives_its_runs_the_vocabulary_s_options_and_continues(tmp_
     assert stdout.count("skipped") == 2
 
     older = tmp_path / "older"  # as a release before the option wrote it: every word at d
-    monkeypatch.setattr(lm_config, "BANDED_FROM_WORDS", 10**6)
+    monkeypatch.setattr(run_defaults, "BANDED_FROM_WORDS", 10**6)
     assert cli(*[older if a == out else a for a in argv])[0] == 0
-    monkeypatch.setattr(lm_config, "BANDED_FROM_WORDS", 50)
+    monkeypatch.setattr(run_defaults, "BANDED_FROM_WORDS", 50)
     before = _mtimes(older)
     line = _one_line_error(*cli(*[older if a == out else a for a in argv])[::2])
     assert "holds a run with other settings than this comparison" in line and "div_value" in line

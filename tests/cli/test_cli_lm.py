@@ -554,9 +554,9 @@ def test_a_large_vocabulary_gives_a_tied_lstm_s_self_organized_head_bands(tmp_pa
     """From ``BANDED_FROM_WORDS`` words (lowered here to below the slice's vocabulary) a new tied LSTM run of the
     self-organized head takes ``div_value=4``: written in its config.json, said at the start, built into the head
     and kept on resume. Given ``div_value`` (``null`` too), untied, or over a smaller vocabulary, it takes none."""
-    import sohsm.tasks.lm.config as lm_config
+    from sohsm.heads.two_level import run_defaults
 
-    monkeypatch.setattr(lm_config, "BANDED_FROM_WORDS", 50)
+    monkeypatch.setattr(run_defaults, "BANDED_FROM_WORDS", 50)
     common = ["--corpus", ptb_slice, *small, "--head", "self_organized", "--update-every", 4, "--checkpoint-every", 3,
               "--log-every", 1]
     banded = tmp_path / "banded"
@@ -582,6 +582,6 @@ def test_a_large_vocabulary_gives_a_tied_lstm_s_self_organized_head_bands(tmp_pa
     for name, extra in (("null", ["--head-option", "div_value=null"]), ("untied", ["--no-tie-weights"])):
         assert cli("lm", "train", "--run-dir", tmp_path / name, *common, *extra, "--max-tokens", TOKENS_PER_STEP)[0] == 0
         assert json.loads((tmp_path / name / "config.json").read_text())["head"]["options"].get("div_value") is None
-    monkeypatch.setattr(lm_config, "BANDED_FROM_WORDS", 10**6)
+    monkeypatch.setattr(run_defaults, "BANDED_FROM_WORDS", 10**6)
     assert cli("lm", "train", "--run-dir", tmp_path / "small", *common, "--max-tokens", TOKENS_PER_STEP)[0] == 0
     assert json.loads((tmp_path / "small" / "config.json").read_text())["head"]["options"] == {}

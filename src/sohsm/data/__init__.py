@@ -2,7 +2,8 @@
 
 * :mod:`sohsm.data.corpora`: the known corpora, their files and splits; :mod:`sohsm.data.corpus_files`:
   checking and fetching those files.
-* :mod:`sohsm.data.loading`: :func:`load_corpus`, token ids and their cache.
+* :mod:`sohsm.data.loading`: :func:`load_corpus`, token ids and their cache; :mod:`sohsm.data.split_text`:
+  where each split's text is in its files, and its words as rows.
 * :mod:`sohsm.data.vocab`: :class:`Vocabulary`, frequency-sorted with counts.
 * :mod:`sohsm.data.batching`: :func:`batchify` and truncated-BPTT windows (language models).
 * :mod:`sohsm.data.headlines`, :mod:`sohsm.data.pairs`: Gigaword and DUC pairs, padded batches (headlines).

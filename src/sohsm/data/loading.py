@@ -13,7 +13,9 @@ Your own text: a file is read as utf-8 lines with ``<eos>`` after each
 separate valid file, the last ``valid_fraction`` (10%) of its lines, or of its
 characters cut at the next whitespace, is ``valid``; there is no ``test``. A
 folder must hold one file whose name contains ``train`` and may hold one with
-``valid`` (or ``dev``) and one with ``test``.
+``valid`` (or ``dev``) and one with ``test``. Where each split's text is, and its
+words as rows: :mod:`sohsm.data.split_text`; here, what they become (ids, a
+vocabulary, a cache entry).
 
 Subword vocabularies (``tokenizer="bpe:SIZE"``, a byte-level BPE trained on the
 training split and cached under ``<cache dir>/tokenizers/``, or the path of a
@@ -50,89 +52,28 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sohsm.data.corpora import CORPORA, CorpusSpec
-from sohsm.data.corpus_files import corpus_status, fetch, verify_corpus
-from sohsm.data.errors import DataError, DataFieldError
-from sohsm.fields import FieldError, did_you_mean, escape, suggest
-from sohsm.data.files import cached_sha256, data_dir_origin, remove_tree, resolve_cache_dir, resolve_data_dir
+from sohsm.data.corpora import CORPORA
+from sohsm.data.corpus_files import corpus_status, fetch
+from sohsm.data.errors import DataError
+from sohsm.data.files import data_dir_origin, remove_tree, resolve_cache_dir
+from sohsm.data.split_text import (
+    SplitPlan,
+    registry_plan,
+    row_bytes,
+    row_chunks,
+    split_texts,
+    user_plan,
+    word_tokens,
+)
 from sohsm.data.subwords import Subwords, bpe_size, tokenizer_file, tokenizers_version
 from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
+from sohsm.fields import FieldError, did_you_mean
 
 #: bumped whenever tokenisation or the cache layout changes, so old entries are ignored
 #: (2: a UTF-8 byte-order mark is no longer part of the first word; 3: each split's words and bytes are stored)
 CACHE_VERSION = 3
 #: environment variable: set to 1 to never download a missing corpus on first use
 OFFLINE_ENV = "SOHSM_OFFLINE"
-_CHUNK_CHARS = 1 << 22
-_WS = re.compile(r"\s")
-
-
-def _read_text(path: Path) -> str:
-    """The file's text; a UTF-8 byte-order mark (as some editors write) is dropped, not read as a word."""
-    try:
-        with open(path, encoding="utf-8-sig", newline=None) as handle:
-            return handle.read()
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not utf-8 text ({error.reason} at byte {error.start})") from None
-
-
-def _cut_partial_word(text: str) -> str:
-    """Drop everything after the last whitespace (a file that ends mid-word)."""
-    last = max(text.rfind(c) for c in " \t\n\r")
-    return text[:last] if last >= 0 else ""
-
-
-def _snap(text: str, pos: int, lines: bool, stop: int | None = None) -> int:
-    """Move offset ``pos`` forward to a line start (``lines``) or a whitespace, at most to ``stop``."""
-    n = len(text) if stop is None else stop
-    if pos < 0:
-        pos = max(0, n + pos)
-    if pos <= 0 or pos >= n:
-        return min(max(pos, 0), n)
-    if lines:
-        if text[pos - 1] == "\n":
-            return pos
-        nl = text.find("\n", pos, n)
-        return n if nl < 0 else nl + 1
-    if text[pos].isspace() or text[pos - 1].isspace():
-        return pos
-    match = _WS.search(text, pos, n)
-    return n if match is None else match.start()
-
-
-def _row_chunks(text: str, start: int, stop: int, lines: bool) -> Iterator[list[list[str]]]:
-    """The words of ``text[start:stop]`` in chunks of ~4M characters, as rows: the words of each line (running
-    text: one row a chunk, which ends between two words)."""
-    pos = start
-    while pos < stop:
-        end = min(stop, pos + _CHUNK_CHARS)
-        if end < stop:
-            end = _snap(text, end, lines, stop)
-        piece = text[pos:end]
-        pos = end
-        if not lines:
-            yield [piece.split()]
-            continue
-        rows = piece.split("\n")
-        if piece.endswith("\n"):
-            rows.pop()
-        yield [row.split() for row in rows]
-
-
-def _tokens(rows: list[list[str]], lines: bool) -> list[str]:
-    """The word tokens of rows (``<eos>`` after each line)."""
-    tokens: list[str] = []
-    for row in rows:
-        tokens.extend(row)
-        if lines:
-            tokens.append(EOS)
-    return tokens
-
-
-def _text_bytes(rows: list[list[str]], lines: bool) -> int:
-    """UTF-8 bytes of rows' words joined by single spaces, each line ended by a newline (running text: a space
-    after every word), see the module docstring."""
-    return sum(len(" ".join(row).encode("utf-8")) + 1 for row in rows if lines or row)
 
 
 @dataclass
@@ -184,21 +125,6 @@ class Corpus:
     def splits(self) -> dict[str, Tensor]:
         """``{"train": ..., "valid": ..., "test": ...}`` without the splits that are ``None``."""
         return {s: getattr(self, s) for s in ("train", "valid", "test") if getattr(self, s) is not None}
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """Resolved inputs of one load: which characters of which file make each split."""
-
-    name: str
-    lines: bool
-    files: dict[str, str]  # key -> sha256
-    paths: dict[str, Path]  # key -> path
-    truncated: frozenset[str]
-    # split -> (file key, start, stop, kind). kind "chars": character offsets as in
-    # corpora.Split; "head"/"tail": the file without / only its last `fraction` of
-    # lines or characters, the fraction stored in stop / start.
-    splits: dict[str, tuple[str, int | float, int | None, str]]
 
 
 def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None,
@@ -256,7 +182,7 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
         spec = CORPORA[key]
         if fetch_missing if fetch_missing is not None else os.environ.get(OFFLINE_ENV, "") in ("", "0"):
             fetch_on_first_use(spec.name, data_dir, cache)
-        plan = _registry_plan(spec, data_dir, cache)
+        plan = registry_plan(spec, data_dir, cache)
         config = config or VocabConfig(spec.min_count, spec.max_size)
     else:
         path = Path(name_or_path).expanduser()
@@ -267,7 +193,7 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
             hint = did_you_mean(key, CORPORA)
             raise DataError(f"unknown corpus {key!r}{f' ({hint})' if hint else ''}: neither a known corpus "
                             f"({', '.join(CORPORA)}) nor an existing file or folder")
-        plan = _user_plan(path, text_mode, valid_fraction, cache)
+        plan = user_plan(path, text_mode, valid_fraction, cache)
         config = config or VocabConfig()
     if tokenizer is not None:
         config = VocabConfig()
@@ -311,84 +237,7 @@ def fetch_on_first_use(name: str, data_dir: str | os.PathLike[str] | None = None
     return True
 
 
-def _registry_plan(spec: CorpusSpec, data_dir, cache: Path) -> _Plan:
-    hashes = verify_corpus(spec.name, data_dir, cache)
-    root = resolve_data_dir(data_dir)
-    splits = {}
-    for role in ("train", "valid", "test"):
-        split = getattr(spec, role)
-        if split is not None:
-            splits[role] = (split.file, split.start, split.stop, "chars")
-    return _Plan(spec.name, spec.lines, hashes, {f.path: root / f.path for f in spec.files},
-                 frozenset(f.path for f in spec.files if f.truncated), splits)
-
-
-def _find_role_file(folder: Path, words: tuple[str, ...]) -> Path | None:
-    found = [p for p in sorted(folder.iterdir())
-             if p.is_file() and not p.name.startswith(".") and any(w in p.name.lower() for w in words)]
-    if len(found) > 1:
-        raise DataError(f"{folder}: more than one file for {words[0]}: {', '.join(p.name for p in found)}")
-    return found[0] if found else None
-
-
-def _user_plan(path: Path, text_mode: str | None, valid_fraction: float, cache: Path) -> _Plan:
-    mode = text_mode or "lines"
-    if mode not in ("lines", "running"):
-        raise ValueError(f"text_mode must be 'lines' or 'running', got {text_mode!r}")
-    if not 0.0 < float(valid_fraction) < 1.0:
-        raise ValueError(f"valid_fraction must be between 0 and 1 (exclusive), got {valid_fraction!r}")
-    if path.is_dir():
-        files = {role: _find_role_file(path, words)
-                 for role, words in (("train", ("train",)), ("valid", ("valid", "dev")), ("test", ("test",)))}
-        if files["train"] is None:
-            raise DataError(f"{path}: no file whose name contains 'train'")
-        files = {role: p for role, p in files.items() if p is not None}
-        name = path.resolve().name
-    elif not path.is_file():
-        raise DataError(f"{path}: not a regular file or a folder (a device or a pipe has no end to read to)")
-    else:
-        files = {"train": path}
-        name = path.stem
-    paths = {p.name: p for p in files.values()}
-    hashes = {p.name: cached_sha256(p, cache) for p in files.values()}
-    splits: dict[str, tuple[str, int | float, int | None, str]] = {}
-    for role, p in files.items():
-        splits[role] = (p.name, 0, None, "chars")
-    if "valid" not in files:
-        train = files["train"].name
-        splits["train"] = (train, 0, float(valid_fraction), "head")
-        splits["valid"] = (train, float(valid_fraction), None, "tail")
-    return _Plan(name, mode == "lines", hashes, paths, frozenset(), splits)
-
-
-def _fraction_cut(text: str, fraction: float, lines: bool, path: Path) -> int:
-    """Offset where the last ``fraction`` of lines (or characters) of ``text`` starts."""
-    if lines:
-        n_lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-        n_valid = max(1, round(n_lines * fraction))
-        if n_lines - n_valid < 1:
-            if not text.split():
-                raise DataError(f"{path}: the file has no words (it is empty or only whitespace)")
-            if not _splits_as_running_text(text, fraction):
-                raise DataError(f"{path}: {n_lines} line(s) is too few to split into train and valid; "
-                                "give at least two lines of text")
-            raise DataFieldError(escape(f"{path}: {n_lines} line(s) is too few to split into train and valid; ")
-                                 + "give more text or use {}", suggest("text_mode", "running"))
-        pos = len(text) - 1 if text.endswith("\n") else len(text)
-        for _ in range(n_valid):
-            pos = text.rfind("\n", 0, pos)
-        return pos + 1
-    return _snap(text, len(text) - round(len(text) * fraction), False)
-
-
-def _splits_as_running_text(text: str, fraction: float) -> bool:
-    """Whether ``text`` read as running text gives words on both sides of its train/valid cut (so that
-    suggesting ``text_mode='running'`` helps)."""
-    cut = _snap(text, len(text) - round(len(text) * fraction), False)
-    return bool(text[:cut].split()) and bool(text[cut:].split())
-
-
-def _cache_key(plan: _Plan, config: VocabConfig, tokenizer: Subwords | None) -> str:
+def _cache_key(plan: SplitPlan, config: VocabConfig, tokenizer: Subwords | None) -> str:
     payload = {"version": CACHE_VERSION, "name": plan.name, "lines": plan.lines, "files": plan.files,
                "truncated": sorted(plan.truncated), "splits": plan.splits,
                "min_count": config.min_count, "max_size": config.max_size,
@@ -401,7 +250,7 @@ def _cache_folder(cache: Path, kind: str, name: str, key: str) -> Path:
     return cache / kind / f"{safe}-{key[:16]}"
 
 
-def _load(plan: _Plan, config: VocabConfig, cache: Path, use_cache: bool, tokenizer: Subwords | None) -> Corpus:
+def _load(plan: SplitPlan, config: VocabConfig, cache: Path, use_cache: bool, tokenizer: Subwords | None) -> Corpus:
     key = _cache_key(plan, config, tokenizer)
     folder = _cache_folder(cache, "corpora", plan.name, key)
     if use_cache:
@@ -414,40 +263,17 @@ def _load(plan: _Plan, config: VocabConfig, cache: Path, use_cache: bool, tokeni
     return corpus
 
 
-def _split_texts(plan: _Plan, roles: tuple[str, ...] = ("train", "valid", "test")
-                 ) -> tuple[dict[str, str], dict[str, tuple[str, int, int]]]:
-    """The texts of the plan's files, and ``{split: (file, start, stop)}`` of the splits named in ``roles``."""
-    splits = {role: split for role, split in plan.splits.items() if role in roles}
-    texts: dict[str, str] = {}
-    for file_key, path in plan.paths.items():
-        if any(s[0] == file_key for s in splits.values()):
-            text = _read_text(path)
-            texts[file_key] = _cut_partial_word(text) if file_key in plan.truncated else text
-    ranges: dict[str, tuple[str, int, int]] = {}
-    for role, (file_key, start, stop, kind) in splits.items():
-        text = texts[file_key]
-        if kind == "head":
-            a, b = 0, _fraction_cut(text, float(stop), plan.lines, plan.paths[file_key])
-        elif kind == "tail":
-            a, b = _fraction_cut(text, float(start), plan.lines, plan.paths[file_key]), len(text)
-        else:
-            a = _snap(text, int(start), plan.lines)
-            b = len(text) if stop is None else _snap(text, int(stop), plan.lines)
-        ranges[role] = (file_key, a, b)
-    return texts, ranges
-
-
-def _no_words(plan: _Plan, file_key: str) -> DataError:
+def _no_words(plan: SplitPlan, file_key: str) -> DataError:
     return DataError(f"{plan.paths[file_key]}: the train split of {plan.name!r} has no words "
                      "(it is empty or only whitespace)")
 
 
-def _tokenise(plan: _Plan, config: VocabConfig) -> Corpus:
-    texts, ranges = _split_texts(plan)
+def _tokenise(plan: SplitPlan, config: VocabConfig) -> Corpus:
+    texts, ranges = split_texts(plan)
     counter: Counter[str] = Counter()
     file_key, a, b = ranges["train"]
-    for rows in _row_chunks(texts[file_key], a, b, plan.lines):
-        counter.update(_tokens(rows, plan.lines))
+    for rows in row_chunks(texts[file_key], a, b, plan.lines):
+        counter.update(word_tokens(rows, plan.lines))
     if not any(word != EOS for word in counter):
         raise _no_words(plan, file_key)
     vocab = Vocabulary.from_counts(counter, config.min_count, config.max_size, unk=UNK,
@@ -457,9 +283,9 @@ def _tokenise(plan: _Plan, config: VocabConfig) -> Corpus:
     text_bytes: dict[str, int] = {}
     for role, (file_key, a, b) in ranges.items():
         parts, text_bytes[role] = [], 0
-        for rows in _row_chunks(texts[file_key], a, b, plan.lines):
-            parts.append(vocab.encode_numpy(_tokens(rows, plan.lines)))
-            text_bytes[role] += _text_bytes(rows, plan.lines)
+        for rows in row_chunks(texts[file_key], a, b, plan.lines):
+            parts.append(vocab.encode_numpy(word_tokens(rows, plan.lines)))
+            text_bytes[role] += row_bytes(rows, plan.lines)
         ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         if ids.size == 0:
             raise DataError(f"{plan.paths[file_key]}: the {role} split of {plan.name!r} has no tokens")
@@ -493,20 +319,20 @@ def _subword_ids(tokenizer: Subwords, rows: list[list[str]], lines: bool, eos: i
     return np.asarray(ids, dtype=np.int64)
 
 
-def _tokenise_subwords(plan: _Plan, tokenizer: Subwords) -> Corpus:
+def _tokenise_subwords(plan: SplitPlan, tokenizer: Subwords) -> Corpus:
     """Every split as subword ids: the tokenizer's ids, then the vocabulary's (by count in the training split)."""
-    texts, ranges = _split_texts(plan)
+    texts, ranges = split_texts(plan)
     eos = tokenizer.token_ids([EOS])[0]
     raw: dict[str, np.ndarray] = {}
     words: dict[str, int] = {}
     text_bytes: dict[str, int] = {}
     for role, (file_key, a, b) in ranges.items():
         parts, plain_words, lines, text_bytes[role] = [], 0, 0, 0
-        for rows in _row_chunks(texts[file_key], a, b, plan.lines):
+        for rows in row_chunks(texts[file_key], a, b, plan.lines):
             parts.append(_subword_ids(tokenizer, rows, plan.lines, eos))
             plain_words += sum(map(len, rows))
             lines += len(rows) if plan.lines else 0
-            text_bytes[role] += _text_bytes(rows, plan.lines)
+            text_bytes[role] += row_bytes(rows, plan.lines)
         if role == "train" and not plain_words:
             raise _no_words(plan, file_key)
         raw[role], words[role] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64), plain_words + lines
@@ -522,7 +348,7 @@ def _tokenise_subwords(plan: _Plan, tokenizer: Subwords) -> Corpus:
 BPE_VERSION = 1
 
 
-def _trained_bpe(plan: _Plan, size: int, cache: Path, use_cache: bool) -> Subwords:
+def _trained_bpe(plan: SplitPlan, size: int, cache: Path, use_cache: bool) -> Subwords:
     """The byte-level BPE of ``size`` tokens of the plan's training split: trained, or read from the cache where
     the same split, size and ``tokenizers`` release trained it before."""
     payload = {"version": BPE_VERSION, "name": plan.name, "lines": plan.lines, "train": plan.splits["train"],
@@ -535,11 +361,11 @@ def _trained_bpe(plan: _Plan, size: int, cache: Path, use_cache: bool) -> Subwor
             return Subwords.from_file(path)
         except DataError:
             pass  # a damaged entry: trained again and written over
-    texts, ranges = _split_texts(plan, ("train",))
+    texts, ranges = split_texts(plan, ("train",))
     file_key, a, b = ranges["train"]
 
     def pieces() -> Iterator[str]:
-        for rows in _row_chunks(texts[file_key], a, b, plan.lines):
+        for rows in row_chunks(texts[file_key], a, b, plan.lines):
             yield from (p for p in _pieces(rows, plan.lines) if p)
 
     subwords = Subwords.train_bpe(pieces(), size)
@@ -552,7 +378,7 @@ def _trained_bpe(plan: _Plan, size: int, cache: Path, use_cache: bool) -> Subwor
     return subwords
 
 
-def _read_cache(folder: Path, key: str, plan: _Plan, config: VocabConfig,
+def _read_cache(folder: Path, key: str, plan: SplitPlan, config: VocabConfig,
                 tokenizer: Subwords | None) -> Corpus | None:
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))

@@ -1,7 +1,10 @@
 """Output layers. Every head implements :class:`Head`; importing each file here fills the registry."""
 from sohsm.heads.base import ClusteredHead, ClusterScores, Head, HeadMemory, HeadOutput, HierarchicalHead, SelfOrganizingHead
-from sohsm.heads.registry import (HeadOption, build_head, check_head_options, head_names, head_options,
-                                  learns_clusters, memory_estimate, register_head, tying_refusal)
+from sohsm.heads.registry import (HeadDefaults, HeadOption, HeadSetting, HeadSpec, build_head, check_head_options,
+                                  head_names, head_options, hierarchy_options, learns_clusters, legacy_options,
+                                  memory_estimate, preset, register_head, resume_refusal, setting_defaults, takes_tree,
+                                  tree_heads, tying_refusal, update_every_for, with_seed)
+from sohsm.heads.pairs import BinaryPairs, binary_pairs
 from sohsm.heads.full import FullSoftmax
 from sohsm.heads.two_level.softmax import TopKResult, TwoLevelSoftmax
 from sohsm.heads.two_level.self_organizing.self_organized import SelfOrganizedSoftmax
@@ -14,15 +17,19 @@ from sohsm.heads.sampled import ImportanceSamplingSoftmax, NCESoftmax, PMISoftma
 
 __all__ = [
     "AdaptiveSoftmax",
+    "BinaryPairs",
     "BinaryTreeSoftmax",
     "ClusterScores",
     "ClusteredHead",
     "DifferentiatedSoftmax",
     "FullSoftmax",
     "Head",
+    "HeadDefaults",
     "HeadMemory",
     "HeadOption",
     "HeadOutput",
+    "HeadSetting",
+    "HeadSpec",
     "HierarchicalHead",
     "ImportanceSamplingSoftmax",
     "NCESoftmax",
@@ -36,12 +43,22 @@ __all__ = [
     "TreeSoftmax",
     "TreeTopK",
     "TwoLevelSoftmax",
+    "binary_pairs",
     "build_head",
     "check_head_options",
     "head_names",
     "head_options",
+    "hierarchy_options",
     "learns_clusters",
+    "legacy_options",
     "memory_estimate",
+    "preset",
     "register_head",
+    "resume_refusal",
+    "setting_defaults",
+    "takes_tree",
+    "tree_heads",
     "tying_refusal",
+    "update_every_for",
+    "with_seed",
 ]

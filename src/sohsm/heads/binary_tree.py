@@ -326,19 +326,23 @@ def _rebuild_layout_after_load(module: BinaryTreeSoftmax, incompatible_keys) -> 
     module._layout = _TreeLayout(module.tree)
 
 
-@register_head("tree_huffman")
+#: word2vec's updates touch the rows a step scores: the ``"word2vec"`` preset of the tree heads
+WORD2VEC_PRESET = {"word2vec": {"sparse": True}}
+
+
+@register_head("tree_huffman", presets=WORD2VEC_PRESET)
 def _tree_huffman(in_features: int, n_classes: int, counts=None, seed: int = 0,
                   sparse: bool = False) -> BinaryTreeSoftmax:
     return BinaryTreeSoftmax(in_features, n_classes, tree="huffman", counts=counts, seed=seed, sparse=sparse)
 
 
-@register_head("tree_random")
+@register_head("tree_random", presets=WORD2VEC_PRESET)
 def _tree_random(in_features: int, n_classes: int, counts=None, seed: int = 0,
                  sparse: bool = False) -> BinaryTreeSoftmax:
     return BinaryTreeSoftmax(in_features, n_classes, tree="random", seed=seed, sparse=sparse)
 
 
-@register_head("tree_file")
+@register_head("tree_file", presets=WORD2VEC_PRESET)
 def _tree_file(in_features: int, n_classes: int, counts=None, path: str | None = None,
                sparse: bool = False) -> BinaryTreeSoftmax:
     """A tree read from a file written by :func:`sohsm.clustering.save_tree` (e.g. a bootstrapped tree)."""

@@ -375,7 +375,7 @@ class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
                 f"max_depth={self._layout.max_length}, bias={self.bias is not None}, sparse={self.sparse}")
 
 
-@register_head("tree", builds=TreeSoftmax)
+@register_head("tree", builds=TreeSoftmax, presets={"word2vec": {"sparse": True}})
 def _tree(in_features: int, n_classes: int, counts=None, **options) -> TreeSoftmax:
     """Any tree given as nested lists of word ids (``tree=``), or a random balanced one of ``depth`` levels."""
     return TreeSoftmax(in_features, n_classes, **options)

@@ -11,6 +11,12 @@ type, with a ValueError naming the head, before the head is built. The CLI's
 ``--head`` choices come from :func:`head_names`, so library and command line
 cannot drift apart.
 
+A head's name and options resolve once into a :class:`HeadSpec` (every option typed in the head's own
+frozen dataclass), which :func:`build_head` takes and which answers, before the head exists, what callers
+outside ``heads/`` would otherwise decide by its name: whether it ties, what a step holds, the options a
+run's setting adds, an earlier release's options and checkpoints, presets (the hooks given at
+registration: :func:`register_head`).
+
 Example::
 
     >>> sorted(head_options("two_level_random"))
@@ -23,45 +29,59 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import numbers
+import functools
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Union
+from typing import Any, Callable, Iterable, Mapping
 
 from sohsm.fields import did_you_mean
 from sohsm.heads.base import Head, HeadMemory, SelfOrganizingHead, check_counts, check_size
+from sohsm.heads.options import (HeadDefaults, HeadOption, HeadSetting, class_of, describe, fits, option_of,
+                                 options_class, options_of)
 
 HeadFactory = Callable[..., Head]
 
-#: arguments every factory gets from the caller: never options
-_CALL_ARGUMENTS = frozenset({"self", "in_features", "n_classes", "counts"})
 
 
+#: what a head knows about itself beyond its options (given at registration, see :func:`register_head`)
 @dataclass(frozen=True)
-class HeadOption:
-    """One keyword argument a head takes: its name, default and annotated type (``None`` when not annotated)."""
-
-    name: str
-    default: Any
-    type: Any
+class _Hooks:
+    defaults: Callable[[str, Mapping[str, Any], HeadSetting], HeadDefaults] | None = None
+    legacy_options: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    resume_refusal: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
+    update_every: Callable[[Mapping[str, Any], int], int] | None = None
+    presets: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class _Entry:
     factory: HeadFactory
-    #: ``None``: the factory takes ``**options`` for a class it does not name, so options cannot be checked
-    options: dict[str, HeadOption] | None
+    #: the head's options as one frozen dataclass (:func:`~sohsm.heads.options.options_class`); ``None``: the
+    #: factory takes ``**options`` for a class it does not name, so options cannot be checked
+    values: type | None
     #: the class the factory builds (``builds=``, else its return annotation); ``None`` when neither says
     head_class: type[Head] | None
+    hooks: _Hooks = _Hooks()
+
+    @functools.cached_property
+    def options(self) -> dict[str, HeadOption] | None:
+        """The fields of :attr:`values` as options (what :func:`head_options` and ``--help`` list)."""
+        if self.values is None:
+            return None
+        hints = typing.get_type_hints(self.values)
+        return {f.name: option_of(f, hints) for f in dataclasses.fields(self.values)}
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
-def register_head(name: str, builds: type | None = None,
-                  fixed: Iterable[str] = ()) -> Callable[[HeadFactory], HeadFactory]:
+def register_head(name: str, builds: type | None = None, fixed: Iterable[str] = (), *,
+                  defaults: Callable[[str, Mapping[str, Any], HeadSetting], HeadDefaults] | None = None,
+                  legacy_options: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
+                  resume_refusal: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None,
+                  update_every: Callable[[Mapping[str, Any], int], int] | None = None,
+                  presets: Mapping[str, Mapping[str, Any]] | None = None) -> Callable[[HeadFactory], HeadFactory]:
     """Decorator: register ``factory`` under ``name``; a duplicate name is an error.
 
     Args:
@@ -73,16 +93,32 @@ def register_head(name: str, builds: type | None = None,
         fixed: arguments of ``builds`` that the factory sets itself (e.g. the
             ``assignment`` of a two-level head with frequency clusters).
 
+    What the head knows of itself beyond its options, so that no caller needs its name (each optional):
+
+        defaults: ``defaults(name, options, setting)`` -> :class:`HeadDefaults`, the options a new run in a
+            :class:`HeadSetting` takes where its own leave them open (:func:`setting_defaults`).
+        legacy_options: ``legacy_options(options)`` -> the options a run saved by an earlier release (a config
+            without ``optim.fused``) was trained with (:func:`legacy_options`).
+        resume_refusal: ``resume_refusal(options, head_state)`` -> why a checkpoint's head state, written by an
+            earlier release, cannot be trained on (:func:`resume_refusal`).
+        update_every: ``update_every(options, steps_per_epoch)`` -> the steps between re-clusterings of a run
+            whose epoch is ``steps_per_epoch`` steps, ``options`` with every default filled in
+            (:func:`update_every_for`).
+        presets: named sets of options (``{"word2vec": {...}}``: :func:`preset`).
+
     The class built (``builds``, else the factory's return annotation) answers whether the
     head can be tied to a model's embedding (:func:`tying_refusal`).
     """
+    hooks = _Hooks(defaults, legacy_options, resume_refusal, update_every, dict(presets or {}))
 
     def decorate(factory: HeadFactory) -> HeadFactory:
         if name in _REGISTRY:
             raise ValueError(f"a head named {name!r} is already registered")
         if not callable(factory):
             raise TypeError(f"head factory for {name!r} must be callable")
-        _REGISTRY[name] = _Entry(factory, _options_of(factory, builds, frozenset(fixed)), _class_of(factory, builds))
+        options = options_of(factory, builds, frozenset(fixed))
+        values = None if options is None else options_class(name, options)
+        _REGISTRY[name] = _Entry(factory, values, class_of(factory, builds), hooks)
         return factory
 
     return decorate
@@ -119,8 +155,8 @@ def check_head_options(name: str, options: Mapping[str, Any]) -> None:
             raise ValueError(f"head {name!r} has no option {key!r}; {hint + ' ' if hint else ''}"
                              f"its options: {', '.join(sorted(valid)) or 'none'}")
         hint = valid[key].type
-        if hint is not None and not _fits(value, hint):
-            raise ValueError(f"head {name!r}: option {key} must be {_describe(hint)}, got {value!r} "
+        if hint is not None and not fits(value, hint):
+            raise ValueError(f"head {name!r}: option {key} must be {describe(hint)}, got {value!r} "
                              f"({type(value).__name__})")
 
 
@@ -161,8 +197,215 @@ def memory_estimate(name: str, in_features: int, n_classes: int, options: Mappin
     return head_class.memory_estimate(int(in_features), int(n_classes), dict(options), int(rows))
 
 
-def build_head(name: str, in_features: int, n_classes: int, counts=None, **options) -> Head:
-    """Build the head registered as ``name`` with ``options`` (see :func:`head_options`).
+def setting_defaults(name: str, options: Mapping[str, Any], setting: HeadSetting) -> HeadDefaults:
+    """The options head ``name`` takes in ``setting`` (a model and a vocabulary) where ``options`` leave them open,
+    and why: a new run writes them into its config (the self-organized head's ``div_value=4`` for a tied LSTM over
+    20,000 words or more). Empty for a head that has no such defaults.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    hook = _entry(name).hooks.defaults
+    return HeadDefaults({}) if hook is None else hook(name, dict(options), setting)
+
+
+def legacy_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` of a run saved by an earlier release (a config without ``optim.fused``) with what head ``name``
+    was then built with where its defaults have changed since (the self-organized head had no shortlist), so that
+    such a run resumes and evaluates as it was trained. An unknown name keeps its options (the config refuses it).
+    """
+    entry = _REGISTRY.get(name)
+    hook = None if entry is None else entry.hooks.legacy_options
+    return dict(options) if hook is None else hook(dict(options))
+
+
+def resume_refusal(name: str, options: Mapping[str, Any], head_state: Mapping[str, Any]) -> str | None:
+    """Why head ``name`` with ``options`` cannot train on from ``head_state`` (a checkpoint's, written by an
+    earlier release), as the rest of a sentence naming the checkpoint; ``None`` where it can.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    hook = _entry(name).hooks.resume_refusal
+    return None if hook is None else hook(dict(options), head_state)
+
+
+def update_every_for(name: str, options: Mapping[str, Any], steps_per_epoch: int) -> int | None:
+    """The steps between re-clusterings head ``name`` takes in a run of ``steps_per_epoch`` steps an epoch
+    (``options`` naming none), or ``None`` for a head that does not re-cluster.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    entry = _entry(name)
+    if entry.hooks.update_every is None:
+        return None
+    defaults = {key: option.default for key, option in (entry.options or {}).items()}
+    return entry.hooks.update_every({**defaults, **options}, int(steps_per_epoch))
+
+
+def preset(name: str, preset_name: str) -> dict[str, Any]:
+    """Head ``name``'s options of the preset ``preset_name`` (``"word2vec"``: word2vec's negative sampling for
+    ``pmi``, row-sparse gradients for the tree and sampled heads); empty where the head has none of that name.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    return dict(_entry(name).hooks.presets.get(preset_name, {}))
+
+
+def takes_tree(name: str) -> bool:
+    """Whether head ``name`` takes a whole hierarchy (a ``tree`` option) rather than clusters.
+
+    Raises:
+        ValueError: an unknown head name.
+    """
+    return "tree" in (head_options(name) or {})
+
+
+def tree_heads() -> list[str]:
+    """The registered heads that take a whole hierarchy of any depth, sorted."""
+    return [name for name in head_names() if takes_tree(name)]
+
+
+def hierarchy_options(name: str, options: Mapping[str, Any], *, tree: list | None = None,
+                      n_clusters: int | None = None) -> dict[str, Any]:
+    """``options`` with what head ``name`` takes of a given hierarchy: the ``tree`` head its whole ``tree``, a
+    two-level head its number of clusters (``n_clusters``; and no shortlist of its own, which would add clusters
+    no word is in: the clusters given hold every word).
+
+    Raises:
+        ValueError: the head takes no such hierarchy, or has another number of clusters.
+    """
+    options, takes = dict(options), head_options(name) or {}
+    others = " or ".join(f"the {head!r} head" for head in tree_heads())
+    if tree is not None:
+        if not takes_tree(name):
+            raise ValueError(f"head {name!r} takes no tree; use {others}")
+        options["tree"] = tree
+    if n_clusters is not None:
+        if "n_clusters" not in takes:
+            raise ValueError(f"head {name!r} has no word clusters and takes no hierarchy; "
+                             f"use {others} or a two-level head")
+        if options.setdefault("n_clusters", n_clusters) != n_clusters:
+            raise ValueError(f"head {name!r} has {options['n_clusters']} clusters but the hierarchy {n_clusters}")
+        if "shortlist" in takes:
+            options.setdefault("shortlist", 0)
+    return options
+
+
+def with_seed(name: str, options: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """``options`` with a run's ``seed`` where head ``name`` takes one (random clusters, noise, trees) and
+    ``options`` set none."""
+    options = dict(options)
+    if "seed" not in options and "seed" in (head_options(name) or {}):
+        options["seed"] = seed
+    return options
+
+
+@dataclass(frozen=True, eq=False)
+class HeadSpec:
+    """A head's name and options resolved once: what :func:`build_head` takes, and what is asked of a head before
+    it exists (tying, memory, a run's defaults, earlier releases, presets), so that no station re-reads its options.
+
+    Attributes:
+        name: the registered head.
+        given: the options as given (what a run's ``config.json`` keeps), read-only.
+        values: every option typed, given or defaulted: an instance of the head's own frozen dataclass
+            (``spec.values.div_value``); ``None`` for a factory whose options are not known.
+        checked: whether ``given`` was checked against the head's options (:func:`check_head_options`); a config
+            asks its questions before its options are checked, which building the head does.
+
+    Example::
+
+        >>> spec = HeadSpec.of("two_level_random", {"div_value": 4})
+        >>> spec.values.div_value, spec.values.n_clusters, type(spec.values).__name__
+        (4, None, 'TwoLevelRandomOptions')
+        >>> spec.tying_refusal(64) is None, spec.memory_estimate(64, 1000, rows=10).word_vectors
+        (True, 8884)
+    """
+
+    name: str
+    given: Mapping[str, Any]
+    values: Any
+    checked: bool = True
+
+    @classmethod
+    def of(cls, name: str, options: Mapping[str, Any] | None = None, *, check: bool = True) -> HeadSpec:
+        """Resolve head ``name``'s ``options``.
+
+        Raises:
+            ValueError: an unknown head; with ``check``, an option it does not take or a value of the wrong type.
+        """
+        entry, given = _entry(name), dict(options or {})
+        if check:
+            check_head_options(name, given)
+        values = None
+        if entry.values is not None:
+            try:
+                values = entry.values(**{k: v for k, v in given.items() if k in entry.options})
+            except (TypeError, ValueError):  # unchecked options: the values are unknown until they are
+                values = None
+        return cls(name, types.MappingProxyType(given), values, check)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HeadSpec) and (self.name, dict(self.given)) == (other.name, dict(other.given))
+
+    def replace(self, **options: Any) -> HeadSpec:
+        """The spec with ``options`` given as well (resolved again, checked as this one was)."""
+        return HeadSpec.of(self.name, {**self.given, **options}, check=self.checked)
+
+    # -- what is asked of the head before it exists --------------------------------------------
+    def tying_refusal(self, in_features: int) -> str | None:
+        """Why it cannot lend its word vectors to an ``in_features``-wide embedding (:func:`tying_refusal`)."""
+        return tying_refusal(self.name, in_features, self.given)
+
+    def memory_estimate(self, in_features: int, n_classes: int, rows: int) -> HeadMemory:
+        """What it holds in a training step over ``rows`` hidden states (:func:`memory_estimate`)."""
+        return memory_estimate(self.name, in_features, n_classes, self.given, rows)
+
+    def settle(self, setting: HeadSetting) -> tuple[HeadSpec, HeadDefaults]:
+        """``(the spec with the options it takes in setting, those options and why)`` (:func:`setting_defaults`)."""
+        added = setting_defaults(self.name, self.given, setting)
+        return (self.replace(**added.options) if added.options else self), added
+
+    def resume_refusal(self, head_state: Mapping[str, Any]) -> str | None:
+        """Why it cannot train on from an earlier release's ``head_state`` (:func:`resume_refusal`)."""
+        return resume_refusal(self.name, self.given, head_state)
+
+    def with_preset(self, preset_name: str) -> HeadSpec:
+        """The spec with its preset ``preset_name`` under the options given (:func:`preset`)."""
+        return HeadSpec.of(self.name, {**preset(self.name, preset_name), **self.given}, check=self.checked)
+
+    def update_every_for(self, steps_per_epoch: int) -> int | None:
+        """K in an epoch of ``steps_per_epoch`` steps, or ``None`` (:func:`update_every_for`)."""
+        return update_every_for(self.name, self.given, steps_per_epoch)
+
+    def for_run(self, seed: int, *, tree: list | None = None, n_clusters: int | None = None) -> HeadSpec:
+        """The spec a run builds: its ``seed`` where the head takes one and none is given, a hierarchy's parts
+        (:func:`with_seed`, :func:`hierarchy_options`)."""
+        options = hierarchy_options(self.name, with_seed(self.name, self.given, seed), tree=tree,
+                                    n_clusters=n_clusters)
+        return HeadSpec.of(self.name, options, check=self.checked)
+
+    @property
+    def learns_clusters(self) -> bool:
+        """Whether the head re-learns its clusters (:func:`learns_clusters`)."""
+        return learns_clusters(self.name)
+
+    @property
+    def takes_tree(self) -> bool:
+        """Whether the head takes a whole hierarchy (:func:`takes_tree`)."""
+        return takes_tree(self.name)
+
+    def build(self, in_features: int, n_classes: int, counts=None) -> Head:
+        """The head (:func:`build_head`, which checks the options)."""
+        return build_head(self, in_features, n_classes, counts=counts)
+
+
+def build_head(name: str | HeadSpec, in_features: int, n_classes: int, counts=None, **options) -> Head:
+    """Build the head registered as ``name`` with ``options`` (see :func:`head_options`), or the head of a
+    :class:`HeadSpec` (with ``options`` given as well).
 
     ``counts`` are checked for every head (:func:`~sohsm.heads.base.check_counts`), also for
     heads that do not use them, so bad counts are refused alike whichever head is chosen.
@@ -172,6 +415,8 @@ def build_head(name: str, in_features: int, n_classes: int, counts=None, **optio
             head does not take (listing its options), a value of the wrong type, or a
             value the head refuses.
     """
+    if isinstance(name, HeadSpec):
+        name, options = name.name, {**name.given, **options}
     entry = _entry(name)
     in_features = check_size("in_features", in_features, 1)
     n_classes = check_size("n_classes", n_classes, 2)
@@ -196,73 +441,3 @@ def _entry(name: str) -> _Entry:
     return _REGISTRY[name]
 
 
-def _keyword_parameters(func: Callable, skip: frozenset[str]) -> tuple[dict[str, HeadOption], bool]:
-    """The keyword arguments of ``func`` not in ``skip`` with their resolved type hints, and whether it takes ``**``."""
-    signature = inspect.signature(func)
-    try:
-        hints = typing.get_type_hints(func)
-    except Exception:  # an annotation that does not resolve: no type checks, names still known
-        hints = {}
-    out, open_ = {}, False
-    for p in signature.parameters.values():
-        if p.kind is p.VAR_KEYWORD:
-            open_ = True
-        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip:
-            group = _option_group(hints.get(p.name))
-            if group is not None:  # a typed group of options (the self-organized head's Reclustering): its fields
-                types_ = typing.get_type_hints(group)
-                out.update({f.name: HeadOption(f.name, f.default, types_.get(f.name)) for f in dataclasses.fields(group)})
-                continue
-            default = None if p.default is p.empty else p.default
-            out[p.name] = HeadOption(p.name, default, hints.get(p.name))
-    return out, open_
-
-
-def _option_group(hint: Any) -> type | None:
-    """The dataclass a parameter annotated ``Group`` or ``Group | None`` takes, whose fields are options by name."""
-    candidates = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
-    groups = [c for c in candidates if isinstance(c, type) and dataclasses.is_dataclass(c)]
-    return groups[0] if len(groups) == 1 else None
-
-
-def _class_of(factory: HeadFactory, builds: type | None) -> type[Head] | None:
-    """The head class ``factory`` builds: ``builds``, else its return annotation where that is a :class:`Head`."""
-    if builds is None:
-        try:
-            builds = typing.get_type_hints(factory).get("return")
-        except Exception:  # an annotation that does not resolve
-            return None
-    return builds if isinstance(builds, type) and issubclass(builds, Head) else None
-
-
-def _options_of(factory: HeadFactory, builds: type | None, fixed: frozenset[str]) -> dict[str, HeadOption] | None:
-    options, open_ = _keyword_parameters(factory, _CALL_ARGUMENTS)
-    if not open_:
-        return options
-    if builds is None:
-        return None
-    built, _ = _keyword_parameters(builds.__init__, _CALL_ARGUMENTS | fixed)
-    return {**built, **options}
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether ``value`` fits the annotation ``hint``; annotations other than int/float/bool/str accept anything."""
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return any(_fits(value, arg) for arg in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    return True
-
-
-def _describe(hint: Any) -> str:
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return " or ".join(_describe(arg) for arg in typing.get_args(hint))
-    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))

@@ -334,7 +334,8 @@ class PMISoftmax(SampledSoftmax):
     word2vec's negative sampling (Mikolov et al. 2013, https://arxiv.org/abs/1310.4546)
     is this objective with ``n_samples=5, noise_power=0.75, shift=False,
     noise_per_row=True``: ``k`` words from the unigram distribution raised to 3/4,
-    drawn for every row (``sohsm w2v train --head pmi`` sets exactly these).
+    drawn for every row (:data:`NEGATIVE_SAMPLING`, the head's ``"word2vec"`` preset, which
+    ``sohsm w2v train --head pmi`` takes).
 
     Args:
         shift: train ``u . h`` towards the PMI (subtract ``log k`` from the training
@@ -378,7 +379,14 @@ class PMISoftmax(SampledSoftmax):
         return super().extra_repr() + f", shift={self.shift}"
 
 
-@register_head("importance_sampling")
+#: word2vec's negative sampling, as options of the ``pmi`` head: k = 5 noise words per row from unigram^0.75, no shift
+#: of the scores (the ``pmi`` head's training objective is then word2vec's NEG), row-sparse gradients
+NEGATIVE_SAMPLING = {"n_samples": 5, "noise_power": 0.75, "shift": False, "noise_per_row": True, "sparse": True}
+#: word2vec's updates touch the rows a step scores: the ``"word2vec"`` preset of every sampled head
+_SPARSE = {"word2vec": {"sparse": True}}
+
+
+@register_head("importance_sampling", presets=_SPARSE)
 def _importance_sampling(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
                          noise_power: float = 1.0, bias: bool = False, remove_accidental_hits: bool = True,
                          sparse: bool = False, noise_per_row: bool = False) -> ImportanceSamplingSoftmax:
@@ -388,7 +396,7 @@ def _importance_sampling(in_features: int, n_classes: int, counts=None, seed: in
                                      noise_per_row=noise_per_row)
 
 
-@register_head("nce")
+@register_head("nce", presets=_SPARSE)
 def _nce(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
          noise_power: float = 1.0, sparse: bool = False, bias_init: str = "unigram",
          noise_per_row: bool = False) -> NCESoftmax:
@@ -396,7 +404,7 @@ def _nce(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples
                       seed=seed, sparse=sparse, bias_init=bias_init, noise_per_row=noise_per_row)
 
 
-@register_head("pmi")
+@register_head("pmi", presets={"word2vec": NEGATIVE_SAMPLING})
 def _pmi(in_features: int, n_classes: int, counts=None, seed: int = 0, n_samples: int = 100,
          noise_power: float = 1.0, sparse: bool = False, shift: bool = True,
          noise_per_row: bool = False) -> PMISoftmax:

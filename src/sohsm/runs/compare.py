@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from sohsm.fields import FieldError
+from sohsm.head_catalogue import REFERENCE_HEAD
 from sohsm.tasks.lm import LMConfig, build_model_and_head, load_lm_corpus, normalise_corpus, normalise_tokenizer
 from sohsm.tasks.lm.config import with_vocabulary_options
 from sohsm.train.builders import resolve_device
@@ -229,11 +230,11 @@ def load_comparison(out: str | os.PathLike[str]) -> tuple[str | None, list[Path]
     """The command and run directories of a comparison folder.
 
     From ``compare.json`` when there is one; otherwise every sub-folder holding
-    a run, full softmax first, then by name.
+    a run, the full softmax's (:data:`~sohsm.head_catalogue.REFERENCE_HEAD`) first, then by name.
     """
     out = Path(out)
     if (out / COMPARISON_FILE).is_file():
         data = json.loads((out / COMPARISON_FILE).read_text(encoding="utf-8"))
         return data.get("command"), [out / r["name"] for r in data.get("runs", [])]
     runs = [p for p in sorted(out.iterdir()) if (p / CONFIG_FILE).is_file()] if out.is_dir() else []
-    return None, sorted(runs, key=lambda p: (p.name != "full", p.name))
+    return None, sorted(runs, key=lambda p: (p.name != REFERENCE_HEAD, p.name))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sohsm.heads import head_names, head_options
+from sohsm.heads import head_names, learns_clusters
 from sohsm.train.checkpoint import CONFIG_FILE, METRICS_FILE, write_atomic
 from sohsm.train.metrics import read_metrics
 
@@ -198,7 +198,7 @@ def _empty_panel_text(kind: str, runs: Sequence[PlottedRun]) -> str:
         return "no clusters (the heads have none)"
     if kind == "recluster":
         reclusters = [run for run in runs
-                      if run.head in head_names() and "update_every" in (head_options(run.head) or {})]
+                      if run.head in head_names() and learns_clusters(run.head)]
         return "no re-clustering yet" if reclusters else "no re-clustering (the heads keep their clusters)"
     return "no training record yet"
 

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
+from sohsm.head_catalogue import REFERENCE_HEAD
 from sohsm.runs.clusters import cluster_table, learned_first, one_word_note, shown, token_text
 from sohsm.train.checkpoint import CONFIG_FILE, LAST, METRICS_FILE
 from sohsm.train.loading import load_run
@@ -110,9 +111,10 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def results_table(summaries: Sequence[RunSummary]) -> list[str]:
-    """A markdown table of the runs, one row each; "speed vs full" appears when a full-softmax run is among them."""
-    reference = next((s for s in summaries if s.head == "full" and s.tokens_per_s), None)
-    speed_column = " speed vs full |" if reference else ""
+    """A markdown table of the runs, one row each; "speed vs full" appears when a run of the reference head (the full
+    softmax, :data:`~sohsm.head_catalogue.REFERENCE_HEAD`) is among them."""
+    reference = next((s for s in summaries if s.head == REFERENCE_HEAD and s.tokens_per_s), None)
+    speed_column = f" speed vs {REFERENCE_HEAD} |" if reference else ""
     lines = [
         "| run | head | tokens trained | epochs | training s | train tokens/s |" + speed_column
         + " best dev ppl | dev ppl at the end | cluster ppl | in-cluster ppl | re-clusterings |"

@@ -16,13 +16,10 @@ from torch import Tensor
 
 from sohsm.clustering.hierarchy import hierarchy_to_assignment
 from sohsm.data.vocab import Vocabulary
-from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead, build_head, head_options
+from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead, takes_tree
 from sohsm.train.config import RunConfig
 
-
-def takes_tree(head_name: str) -> bool:
-    """Whether head ``head_name`` takes a whole hierarchy (a ``tree`` option) rather than clusters."""
-    return "tree" in (head_options(head_name) or {})
+__all__ = ["build_run_head", "hierarchy_parts", "saved_clusters", "set_clusters", "takes_tree"]
 
 
 def hierarchy_parts(head_name: str, tree: list, n_words: int) -> tuple[Tensor | None, list | None]:
@@ -51,8 +48,9 @@ def build_run_head(config: RunConfig, vocab: Vocabulary, *, clusters: Tensor | N
                    tree: list | None = None) -> Head:
     """The head named by ``config.head`` over ``vocab``, with the vocabulary's counts and the run's seed.
 
-    The run's seed goes to heads that take a ``seed`` option (the random clusters
-    of the two-level heads) unless ``config.head.options`` sets one.
+    The run's seed goes to heads that take one (the random clusters of the two-level heads) unless
+    ``config.head.options`` sets one; a hierarchy's parts become the options the head says
+    (:func:`~sohsm.heads.hierarchy_options`).
 
     Args:
         config: a run config of any task.
@@ -64,28 +62,9 @@ def build_run_head(config: RunConfig, vocab: Vocabulary, *, clusters: Tensor | N
         ValueError: the head does not take one of the options (naming it and the
             head's options), or refuses a value, or takes no hierarchy.
     """
-    name = config.head.name
-    options: dict[str, Any] = dict(config.head.options)
-    takes = head_options(name) or {}
-    if config.head.update_every is not None:
-        options["update_every"] = config.head.update_every
-    if "seed" not in options and "seed" in takes:
-        options["seed"] = config.seed
-    if tree is not None:
-        if not takes_tree(name):
-            raise ValueError(f"head {name!r} takes no tree; use the 'tree' head")
-        options["tree"] = tree
-    if clusters is not None:
-        if "n_clusters" not in takes:
-            raise ValueError(f"head {name!r} has no word clusters and takes no hierarchy; "
-                             "use the 'tree' head or a two-level head")
-        n = int(clusters.max()) + 1
-        if options.setdefault("n_clusters", n) != n:
-            raise ValueError(f"head {name!r} has {options['n_clusters']} clusters but the hierarchy {n}")
-        if "shortlist" in takes:  # the clusters given hold every word, a language model's one-word clusters too:
-            options.setdefault("shortlist", 0)  # a shortlist of its own would add clusters no word is in
-    head = build_head(name, config.model.hidden_size, len(vocab), counts=torch.from_numpy(vocab.counts.copy()),
-                      **options)
+    spec = config.head.spec(check=False).for_run(config.seed, tree=tree,
+                                                 n_clusters=None if clusters is None else int(clusters.max()) + 1)
+    head = spec.build(config.model.hidden_size, len(vocab), counts=torch.from_numpy(vocab.counts.copy()))
     if clusters is not None:
         set_clusters(head, clusters)
     return head

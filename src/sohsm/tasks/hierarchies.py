@@ -15,7 +15,7 @@ from pathlib import Path
 from sohsm.clustering.hierarchy import hierarchy_to_assignment
 from sohsm.clustering.hierarchy_files import detect_format, ids_to_words, map_to_vocab, read_hierarchy
 from sohsm.data.vocab import Vocabulary
-from sohsm.heads import Head, HierarchicalHead
+from sohsm.heads import Head, HierarchicalHead, tree_heads
 from sohsm.train.loading import load_run
 
 
@@ -100,6 +100,7 @@ def load_hierarchy(source: str | os.PathLike[str], vocab: Vocabulary, format: st
         try:
             hierarchy_to_assignment(mapped.tree, len(vocab))
         except ValueError as error:  # a deeper hierarchy
-            raise ValueError(f"{source}: {error}; a two-level head takes two levels, the 'tree' head any depth"
+            deep = " or ".join(f"the {name!r} head" for name in tree_heads())
+            raise ValueError(f"{source}: {error}; a two-level head takes two levels, {deep} any depth"
                              + (" (or cut Brown paths at a prefix length)" if format == "brown" else "")) from None
     return LoadedHierarchy(mapped.tree, str(source), format, mapped.missing, mapped.missing_mass, mapped.unknown)

@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
 from sohsm.fields import FieldError, FieldText, escape
-from sohsm.head_catalogue import head_names
+from sohsm.head_catalogue import DEFAULT_HEAD, head_names
+
+if typing.TYPE_CHECKING:  # the registry imports torch, which a command's --help does without
+    from sohsm.heads import HeadSpec
 
 #: optimizers a run can use
 OPTIMIZERS = ("adagrad", "adam", "adamw", "sgd")
@@ -48,25 +51,29 @@ AMP_CHOICES = ("bf16", "fp16")
 STEP_GRAPH_CHOICES = ("auto", "on", "off")
 
 
-def _takes_shortlist(name: object) -> bool:
-    """Whether the registered head ``name`` takes a ``shortlist`` option (the self-organized head)."""
-    from sohsm.heads import head_names, head_options
-
-    return isinstance(name, str) and name in head_names() and "shortlist" in (head_options(name) or {})
-
-
 @dataclass
 class HeadConfig:
     """Which output layer, built by :func:`sohsm.build_head`."""
 
     #: the output layer (self_organized is the paper's method)
-    name: str = field(default="self_organized", metadata={"choices": head_names, "required": True})
+    name: str = field(default=DEFAULT_HEAD, metadata={"choices": head_names, "required": True})
     #: self-organized head: K, optimizer steps between re-clusterings (0: never); ``None``: about 8 times per
     #: epoch (the epoch length follows from the counts and the batch; the paper's K is 1000)
     update_every: int | None = field(default=None, metadata={"metavar": "K"})
     #: an option of the head (repeatable): gamma=2, init=frequency, n_clusters=100, projection=true; values are
     #: read as JSON where they are, else as text
     options: dict = field(default_factory=dict)
+
+    def spec(self, check: bool = True) -> HeadSpec:
+        """The head resolved once (:class:`~sohsm.heads.HeadSpec`): its options, ``update_every`` among them where it
+        is set, which every question before the head exists and its building read. ``check=False``: a question a
+        config asks before its options are checked (building the head checks them)."""
+        from sohsm.heads import HeadSpec  # the registry: imports torch
+
+        options = dict(self.options)
+        if self.update_every is not None:
+            options["update_every"] = self.update_every
+        return HeadSpec.of(self.name, options, check=check)
 
 
 @dataclass
@@ -215,17 +222,21 @@ class RunConfig(LoopSettings):
         """:meth:`from_dict` for a run's own saved config (``config.json``, a checkpoint's ``config``).
 
         A config saved before ``optim.fused`` existed was trained with torch's default optimizer
-        step and, for the self-organized head, without a shortlist (both defaults since): it keeps
-        them, so such a run resumes and evaluates as it was trained.
+        step and with its head's defaults of that release (the self-organized head had no shortlist:
+        :func:`~sohsm.heads.legacy_options`, the head's own migration): it keeps them, so such a run
+        resumes and evaluates as it was trained.
         """
         optim = data.get("optim") if isinstance(data, Mapping) else None
         if isinstance(optim, Mapping) and "fused" not in optim:
             data = {**data, "optim": {**optim, "fused": False}}
             head = data.get("head")
-            if isinstance(head, Mapping) and _takes_shortlist(head.get("name")):
-                options = head.get("options") or {}
-                if isinstance(options, Mapping) and "shortlist" not in options:
-                    data["head"] = {**head, "options": {**options, "shortlist": 0}}
+            options = head.get("options") or {} if isinstance(head, Mapping) else None
+            if isinstance(options, Mapping) and isinstance(head.get("name"), str):
+                from sohsm.heads import legacy_options  # the registry: imports torch
+
+                then = legacy_options(head["name"], options)
+                if then != dict(options):
+                    data["head"] = {**head, "options": then}
         return cls.from_dict(data)
 
     def _check_at_least(self, low: int, *paths: str) -> None:

@@ -248,11 +248,9 @@ def _resume(task_class: type[Task], config: RunConfig, saved: RunConfig, run_dir
     task.check_checkpoint(checkpoint, path)
     task.check_fits(device)
     model, head, optimizer = _model_head_optimizer(task, config, ranks, device)
-    if getattr(head, "band_projections", None) is not None and "weight" in checkpoint["head"]:
-        raise ValueError(f"{path} was written by an earlier sohsm whose banded head (div_value) kept its word vectors "
-                         "in one widened weight: its weights load (sohsm lm eval and generate read it), but its "
-                         "optimizer state does not fit the band weights of this release; resume it with the release "
-                         "that wrote it, or start a new run")
+    refusal = config.head.spec(check=False).resume_refusal(checkpoint["head"])
+    if refusal is not None:  # an earlier release's head state the head can load but not train on
+        raise ValueError(f"{path} {refusal}")
     with reading_checkpoint(path):
         model.load_state_dict(checkpoint["model"])
         head.load_state_dict(checkpoint["head"])

@@ -29,12 +29,11 @@ class Precision:
     Example::
 
         >>> import torch
-        >>> from sohsm import build_head
-        >>> head = build_head("self_organized", 8, 100, update_every=0)
-        >>> optimizer = torch.optim.Adagrad(head.parameters(), lr=0.1)
+        >>> layer = torch.nn.Linear(8, 100)
+        >>> optimizer = torch.optim.Adagrad(layer.parameters(), lr=0.1)
         >>> precision = Precision("bf16", torch.device("cpu"))
         >>> with precision.autocast():
-        ...     loss = head(torch.randn(4, 8), torch.tensor([1, 2, 3, 4])).loss
+        ...     loss = torch.nn.functional.cross_entropy(layer(torch.randn(4, 8)).float(), torch.tensor([1, 2, 3, 4]))
         >>> precision.backward(loss)        # fp16: the loss scaled first
         >>> precision.unscale_(optimizer)   # fp16: the true gradients again, before clipping
         >>> precision.step(optimizer)       # fp16: False (skipped) when the gradients overflowed

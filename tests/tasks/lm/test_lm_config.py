@@ -88,7 +88,8 @@ def test_sizes_a_transformer_cannot_take_are_refused_in_one_line(model, message)
 def test_the_vocabulary_bands_only_a_tied_lstm_s_self_organized_head_over_words():
     """``div_value=4`` from 20,000 words, for the tied self-organized head of an LSTM over words alone: every other
     head, model, tokenizer, an untied head or an option of a word's width given leaves the options as they are."""
-    from sohsm.tasks.lm.config import BANDED_FROM_WORDS, vocabulary_head_options
+    from sohsm.heads.two_level.run_defaults import BANDED_FROM_WORDS
+    from sohsm.tasks.lm.config import vocabulary_head_options
     from sohsm.train import apply_overrides
 
     def options(n_words=BANDED_FROM_WORDS, **overrides):

@@ -6,6 +6,7 @@
   log-softmax, the in-cluster backends and the one registry that says which runs where;
 * :mod:`~sohsm.heads.two_level.best_first` and :mod:`~sohsm.heads.two_level.device_topk`: exact top-k;
 * :mod:`~sohsm.heads.two_level.word_bands`: differentiated dimensions (``div_value``);
+* :mod:`~sohsm.heads.two_level.run_defaults`: what the family knows of its runs (the registry's hooks);
 * :mod:`~sohsm.heads.two_level.self_organizing`: :class:`SelfOrganizedSoftmax` and the machinery
   that re-learns the clusters (statistics, schedule, freezing, moved words, several processes).
 """

@@ -37,6 +37,7 @@ from sohsm.heads.two_level.ops import (BackendInfo, ClusterLayout, GradientSink,
 from sohsm.heads.two_level.ops.grouped import compute_dtype
 from sohsm.heads.adaptive import check_cutoffs
 from sohsm.heads.registry import register_head
+from sohsm.heads.two_level import run_defaults
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 from sohsm.heads.tying import HeadEmbedding
 
@@ -592,11 +593,13 @@ def _split_a_widened_weight(module: TwoLevelSoftmax, state_dict: dict, prefix: s
         state_dict[f"{prefix}band_weights.{b}"] = wide[slots, columns]
 
 
-@register_head("two_level_random", builds=TwoLevelSoftmax, fixed=("assignment",))
+@register_head("two_level_random", builds=TwoLevelSoftmax, fixed=("assignment",),
+               resume_refusal=run_defaults.widened_weight_refusal)
 def _two_level_random(in_features: int, n_classes: int, counts=None, **options) -> TwoLevelSoftmax:
     return TwoLevelSoftmax(in_features, n_classes, assignment="random", **options)
 
 
-@register_head("two_level_frequency", builds=TwoLevelSoftmax, fixed=("assignment",))
+@register_head("two_level_frequency", builds=TwoLevelSoftmax, fixed=("assignment",),
+               resume_refusal=run_defaults.widened_weight_refusal)
 def _two_level_frequency(in_features: int, n_classes: int, counts=None, **options) -> TwoLevelSoftmax:
     return TwoLevelSoftmax(in_features, n_classes, assignment="frequency", counts=counts, **options)

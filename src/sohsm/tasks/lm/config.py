@@ -28,6 +28,9 @@ from sohsm.models.transformer_shape import POSITIONS, check_sizes
 from sohsm.train.config import (AMP_CHOICES, CLUSTERS_FORMATS, STEP_GRAPH_CHOICES, HeadConfig, OptimConfig, RunConfig,
                                check_clusters_source)
 
+if typing.TYPE_CHECKING:  # the registry imports torch, which a command's --help does without
+    from sohsm.heads import HeadDefaults
+
 #: fields that may differ between a run and its resumption (budgets, logging, locations);
 #: everything else must match the checkpoint
 RESUMABLE_FIELDS = RunConfig.resumable_fields | {"data.data_dir", "data.cache_dir", "compile", "step_graph"}
@@ -119,50 +122,37 @@ def ties_by_default(overrides: typing.Mapping[str, typing.Any]) -> bool:
     model, head = ModelConfig(), HeadConfig()
     emb, hidden = overrides.get("model.emb_size", model.emb_size), overrides.get("model.hidden_size", model.hidden_size)
     name, options = overrides.get("head.name", head.name), overrides.get("head.options") or {}
-    from sohsm.heads import head_names as registered, tying_refusal  # the registry: imports torch
+    from sohsm.heads import HeadSpec, head_names as registered  # the registry: imports torch
 
     if emb != hidden or name not in registered() or not isinstance(options, typing.Mapping):
         return False  # an unknown head or bad options are refused by validate(), with their own message
-    return tying_refusal(name, hidden, options) is None
+    return HeadSpec.of(name, options, check=False).tying_refusal(hidden) is None
 
 
-#: a new run's tied self-organized head of an LSTM over at least this many words scores rarer words in fewer
-#: dimensions (``div_value``, :func:`vocabulary_head_options`)
-BANDED_FROM_WORDS = 20_000
-#: the ``div_value`` it takes there: bands of d, d/4 and d/16 dimensions
-BANDED_DIV_VALUE = 4
-#: options that decide a two-level head's word widths themselves: given any, the vocabulary adds none
-_WIDTH_OPTIONS = ("div_value", "cutoffs", "word_dim", "projection")
+def vocabulary_defaults(config: LMConfig, n_words: int) -> HeadDefaults:
+    """The head options a new run takes from its model and its vocabulary of ``n_words`` entries where its own
+    leave them open, and why: the head's own defaults for that setting (:meth:`~sohsm.heads.HeadSpec.settle`;
+    the self-organized head of a tied LSTM over 20,000 words or more scores rarer words in fewer dimensions)."""
+    from sohsm.heads import HeadSetting  # the registry: imports torch
+
+    model = config.model
+    setting = HeadSetting(model=model.architecture, hidden_size=model.hidden_size, tied=model.tie_weights,
+                          n_words=n_words, subwords=config.data.tokenizer is not None)
+    return config.head.spec(check=False).settle(setting)[1]
 
 
 def vocabulary_head_options(config: LMConfig, n_words: int) -> dict[str, typing.Any]:
-    """The head options a new run takes from its vocabulary's size where its own leave them open.
-
-    ``div_value=4`` for the tied self-organized head of an LSTM over 20,000 words or more
-    (:data:`BANDED_FROM_WORDS`): a rarer word is scored in fewer dimensions and read back up to ``d`` through its
-    band's projection, as adaptive input does. Measured (``docs/results/fair.md``, LSTM 256, six epochs): WikiText-2
-    (33k words) 2.0% lower test perplexity, below on each of three seeds (p 0.010); the text8 prefix (50k) 3.7%
-    lower dev perplexity (one seed); PTB (10k) 3.3% higher (three seeds), so a small vocabulary keeps every word at
-    ``d``. Over subword tokens, in a transformer or untied it was not measured to help, and is not taken; nor below a
-    hidden size of 16, where the rarest band would have no dimension. Any option of a word's width given
-    (``div_value=null`` included) is kept as given.
-    """
-    head, model = config.head, config.model
-    if (head.name != "self_organized" or model.architecture != "lstm" or not model.tie_weights
-            or config.data.tokenizer is not None or n_words < BANDED_FROM_WORDS
-            or model.hidden_size < BANDED_DIV_VALUE ** 2  # its rarest band would have no dimension
-            or any(key in head.options for key in _WIDTH_OPTIONS)):
-        return {}
-    return {"div_value": BANDED_DIV_VALUE}
+    """The options of :func:`vocabulary_defaults` alone."""
+    return vocabulary_defaults(config, n_words).options
 
 
-def with_vocabulary_options(config: LMConfig, n_words: int) -> tuple[LMConfig, dict[str, typing.Any]]:
-    """``(config with the options of :func:`vocabulary_head_options` added, those options)``: what a new run over
+def with_vocabulary_options(config: LMConfig, n_words: int) -> tuple[LMConfig, HeadDefaults]:
+    """``(config with the options of :func:`vocabulary_defaults` added, those defaults)``: what a new run over
     ``n_words`` words is written and built with (a copy where any are added; ``config`` itself is not changed)."""
-    added = vocabulary_head_options(config, n_words)
-    if not added:
+    added = vocabulary_defaults(config, n_words)
+    if not added.options:
         return config, added
-    head = dataclasses.replace(config.head, options={**config.head.options, **added})
+    head = dataclasses.replace(config.head, options={**config.head.options, **added.options})
     return dataclasses.replace(config, head=head), added
 
 
@@ -173,7 +163,7 @@ class LMConfig(RunConfig):
     Example::
 
         >>> from sohsm.train.config import apply_overrides
-        >>> config = LMConfig(data=DataConfig(corpus="ptb"), head=HeadConfig(name="full"))
+        >>> config = LMConfig(data=DataConfig(corpus="ptb"))
         >>> config = apply_overrides(config, {"optim.lr": 0.2, "max_tokens": 100_000})
         >>> LMConfig.from_dict(config.to_dict()) == config
         True
@@ -250,9 +240,7 @@ class LMConfig(RunConfig):
         check_clusters_source(self.data)
         self._validate_model()
         if self.model.tie_weights:
-            from sohsm.heads import tying_refusal
-
-            refusal = tying_refusal(self.head.name, self.model.hidden_size, self.head.options)
+            refusal = self.head.spec(check=False).tying_refusal(self.model.hidden_size)
             if refusal is not None:
                 raise FieldError(escape(f"head {self.head.name!r} cannot be tied (") + "{}" + escape(f"): {refusal}"),
                                  "model.tie_weights")

@@ -14,7 +14,6 @@ import torch
 
 from sohsm.data.loading import Corpus
 from sohsm.fields import FieldError, escape, has
-from sohsm.heads import memory_estimate
 from sohsm.tasks.lm.config import LMConfig
 
 #: bytes of a float32 value
@@ -56,7 +55,7 @@ def estimate_bytes(config: LMConfig, n_words: int) -> tuple[int, str]:
         body = m.layers * (12 * h * h + 13 * h) + 2 * h + (config.bptt * h if m.positions == "learned" else 0)
     else:
         body = sum(4 * h * ((m.emb_size if layer == 0 else h) + h) + 8 * h for layer in range(m.layers))
-    head = memory_estimate(config.head.name, h, n_words, config.head.options, config.bptt * config.batch_size)
+    head = config.head.spec(check=False).memory_estimate(h, n_words, config.bptt * config.batch_size)
     params = n_words * m.emb_size + body + head.parameters - (head.word_vectors if m.tie_weights else 0)
     total = params * _FLOAT * (2 + _OPTIMIZER_STATE.get(config.optim.optimizer, 2)) + head.extra_bytes
     covers = "parameters, gradients" + (f", optimizer state and {head.extra}" if head.extra else " and optimizer state")

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from sohsm.data.loading import Corpus
-from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead, tying_refusal
+from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead
 from sohsm.tasks.lm.config import LMConfig
 from sohsm.tasks.lm.model import describe_model
 from sohsm.train.progress import count_text, duration_text, parameter_count
@@ -30,7 +30,7 @@ def describe_tying(config: LMConfig) -> str:
     m, head = config.model, config.head
     if m.tie_weights:
         return "tied"
-    refusal = tying_refusal(head.name, m.hidden_size, head.options)
+    refusal = head.spec(check=False).tying_refusal(m.hidden_size)
     if refusal is not None:
         return f"untied (head {head.name} cannot be tied: {refusal})"
     if m.emb_size != m.hidden_size:

@@ -31,13 +31,13 @@ from sohsm.data.loading import Corpus, load_corpus
 from sohsm.data.subwords import TOKENIZER_FILE, Subwords
 from sohsm.data.vocab import Vocabulary
 from sohsm.fields import FieldError, escape, has
-from sohsm.heads import Head
+from sohsm.heads import Head, HeadDefaults
 from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
 from sohsm.models.transformer_lm import TransformerLM
 from sohsm.tasks.heads import hierarchy_parts, saved_clusters, takes_tree
 from sohsm.tasks.hierarchies import load_hierarchy
 from sohsm.tasks.lm.scores import split_scores
-from sohsm.tasks.lm.config import BANDED_FROM_WORDS, LMConfig, with_vocabulary_options
+from sohsm.tasks.lm.config import LMConfig, with_vocabulary_options
 from sohsm.tasks.lm.evaluation import stream_hidden_states
 from sohsm.tasks.lm.model import build_model_and_head
 from sohsm.tasks.lm.preflight import check_run_fits
@@ -69,8 +69,8 @@ class LMTask(Task):
                              has("batch_size", config.batch_size))
         self.tokens_per_epoch = self.epoch_length * config.batch_size
         self.state: tuple[Tensor, Tensor] | None = None
-        #: the head options :meth:`complete_config` added from the vocabulary's size (none on a resumed run)
-        self.vocabulary_options: dict[str, Any] = {}
+        #: the head options :meth:`complete_config` added from the model and vocabulary, and why (none on a resumed run)
+        self.vocabulary_options = HeadDefaults({})
         self.ranks = Ranks(device=device)
         d = config.data
         #: the hierarchy the head takes (``data.clusters_from``), read before anything is written
@@ -78,8 +78,9 @@ class LMTask(Task):
                                          two_level=not takes_tree(config.head.name)) if d.clusters_from else None)
 
     def complete_config(self) -> LMConfig:
-        """The run's config with the head options its vocabulary's size settles (:func:`with_vocabulary_options`:
-        ``div_value=4`` for a tied LSTM's self-organized head over 20,000 words or more), kept in its ``config.json``."""
+        """The run's config with the head options its model and vocabulary settle (:func:`with_vocabulary_options`:
+        the head's own defaults, e.g. ``div_value=4`` for a tied LSTM's self-organized head over 20,000 words or
+        more), kept in its ``config.json``."""
         self.config, self.vocabulary_options = with_vocabulary_options(self.config, len(self.vocab))
         return self.config
 
@@ -205,11 +206,9 @@ class LMTask(Task):
     def startup_lines(self, model, head, device, planned_tokens, done_tokens) -> list[str]:
         lines = startup_lines(self.config, self.corpus, model, head, device, planned_tokens, self.tokens_per_epoch,
                               done_tokens)
-        if self.vocabulary_options:
-            given = ", ".join(f"{key}={value}" for key, value in self.vocabulary_options.items())
-            lines.append(f"head option {given}: the default for a tied LSTM's {self.config.head.name} head over "
-                         f"{BANDED_FROM_WORDS:,} words or more (rarer words in fewer dimensions; "
-                         "--head-option div_value=null keeps every word at the hidden size)")
+        if self.vocabulary_options.options:
+            given = ", ".join(f"{key}={value}" for key, value in self.vocabulary_options.options.items())
+            lines.append(f"head option {given}: {self.vocabulary_options.reason}")
         return lines + ([self.hierarchy.summary()] if self.hierarchy is not None else [])
 
 

@@ -81,7 +81,7 @@ class S2SConfig(RunConfig):
 
     Example::
 
-        >>> config = S2SConfig(head=HeadConfig(name="full"), max_tokens=100_000)
+        >>> config = S2SConfig(max_tokens=100_000)
         >>> S2SConfig.from_dict(config.to_dict()) == config
         True
     """

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sohsm.fields import FieldError
+from sohsm.head_catalogue import NEGATIVE_SAMPLING_HEAD, WORD2VEC_HEAD
 from sohsm.train.config import HeadConfig, OptimConfig, RunConfig
 
 #: fields that may differ between a run and its resumption; ``epochs`` may not (the rate falls over them)
@@ -88,7 +89,7 @@ class W2VConfig(RunConfig):
 
     Example::
 
-        >>> config = W2VConfig(head=HeadConfig(name="tree_huffman"))
+        >>> config = W2VConfig(head=HeadConfig(update_every=0))
         >>> W2VConfig.from_dict(config.to_dict()) == config
         True
         >>> config.learning_rate
@@ -100,8 +101,8 @@ class W2VConfig(RunConfig):
     defaulted_fields: typing.ClassVar[frozenset[str]] = frozenset({"head.name"})
     #: the flags' help where a shared field means something else here
     field_help: typing.ClassVar[dict[str, str]] = {
-        "head.name": "the output layer (word2vec's hierarchical softmax, tree_huffman, by default; pmi is its "
-                     "negative sampling)",
+        "head.name": f"the output layer (word2vec's hierarchical softmax, {WORD2VEC_HEAD}, by default; "
+                     f"{NEGATIVE_SAMPLING_HEAD} is its negative sampling)",
         "optim.optimizer": "the optimizer: word vectors take sgd only (word2vec's rate, falling linearly to zero)",
         "optim.lr": "the starting rate per word; None: word2vec's for the architecture (cbow 0.05, skipgram 0.025)",
         "optim.clip": "word vectors take none (row_cap bounds a row's update)",
@@ -117,7 +118,7 @@ class W2VConfig(RunConfig):
     task: str = "w2v"
     data: W2VDataConfig = field(default_factory=W2VDataConfig)
     model: W2VModelConfig = field(default_factory=W2VModelConfig)
-    head: HeadConfig = field(default_factory=lambda: HeadConfig(name="tree_huffman"))
+    head: HeadConfig = field(default_factory=lambda: HeadConfig(name=WORD2VEC_HEAD))
     optim: OptimConfig = field(default_factory=_sgd)
     #: the generic path: a parameter row moves by at most this many rows' worth of update per step (the Huffman
     #: root, frequent words); ``None``: summed gradients uncapped (unstable: the tree's root diverges)

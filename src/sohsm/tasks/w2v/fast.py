@@ -46,15 +46,11 @@ independent updates would cost the same traffic.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sohsm.heads import Head
-from sohsm.heads.binary_tree import BinaryTreeSoftmax
-from sohsm.heads.sampled import PMISoftmax
+from sohsm.heads import Head, binary_pairs
 from sohsm.tasks.w2v.data import W2VBatch
 from sohsm.tasks.w2v.model import LinearDecaySGD, Word2Vec
 
@@ -67,45 +63,6 @@ def trains_by_hand(head: Head) -> bool:
     """Whether :class:`HandStep` can train ``head``: one whose loss splits into logistic decisions
     (:attr:`~sohsm.heads.Head.binary_pairs`: a binary tree, or ``pmi`` with per-row noise and no bias)."""
     return head.binary_pairs is not None
-
-
-class _TreePairs:
-    """Every word's path as flat tables: the nodes of word ``w`` are ``nodes[start[w]: start[w] + length[w]]``."""
-
-    def __init__(self, head: BinaryTreeSoftmax) -> None:
-        nodes, signs = head.paths()  # [N, D] each, signs 0 past a path's end
-        on_path = signs != 0
-        self.length = on_path.sum(dim=1)  # [N]
-        self.start = torch.cumsum(self.length, 0) - self.length  # [N]
-        self.nodes = nodes[on_path].contiguous()  # [sum L], row-major: each word's path, root first
-        self.labels = (signs[on_path] > 0).to(head.weight.dtype)  # [sum L] 1 towards child 0 (word2vec: 1 - code)
-
-    def __call__(self, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(nodes [P], labels [P], pairs per row [R])`` of the rows' targets, row after row."""
-        lengths = self.length.index_select(0, targets)  # [R]
-        ends = torch.cumsum(lengths, 0)  # [R] where each row's pairs end
-        total = int(ends[-1]) if targets.numel() else 0
-        # position of pair p in the flat table: start[target of its row] + (p - where its row's pairs start)
-        shift = torch.repeat_interleave(self.start.index_select(0, targets) - ends + lengths, lengths,
-                                        output_size=total)  # [P]
-        flat = shift.add_(torch.arange(total))
-        return self.nodes.index_select(0, flat), self.labels.index_select(0, flat), lengths
-
-
-class _NoisePairs:
-    """The centre word (label 1) and ``k`` noise words (label 0) of every row, drawn by the head itself."""
-
-    def __init__(self, head: PMISoftmax) -> None:
-        self.head = head
-        self.k = head.n_samples
-        self.labels = torch.zeros(self.k + 1, dtype=head.weight.dtype)
-        self.labels[0] = 1
-
-    def __call__(self, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        rows = targets.numel()
-        noise = self.head.noise_samples(rows * self.k).view(rows, self.k)  # the head's generator: resumes exactly
-        nodes = torch.cat([targets.unsqueeze(1), noise], dim=1).reshape(-1)  # [R (k + 1)]
-        return nodes, self.labels.repeat(rows), torch.full((rows,), self.k + 1, dtype=torch.long)
 
 
 class HandStep:
@@ -133,9 +90,10 @@ class HandStep:
 
     Example::
 
+        >>> from sohsm.head_catalogue import WORD2VEC_HEAD
         >>> from sohsm.heads import build_head
         >>> model = Word2Vec(10, 4, "cbow")
-        >>> head = build_head("tree_huffman", 4, 10, counts=torch.arange(10, 0, -1))
+        >>> head = build_head(WORD2VEC_HEAD, 4, 10, counts=torch.arange(10, 0, -1))
         >>> opt = LinearDecaySGD([*model.parameters(), *head.parameters()], lr=0.05, total_steps=10, rows=lambda: 1)
         >>> step = HandStep(model, head, opt, update_rows=2)
         >>> batch = W2VBatch(torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 3]), torch.tensor([3, 2]),
@@ -160,11 +118,8 @@ class HandStep:
         self.update_rows = int(update_rows)
         self.cbow = model.architecture == "cbow"
         self.divide = self.cbow and model.exact_mean_gradient
-        if head.binary_pairs == "paths":
-            self.pairs, self.offset = _TreePairs(head), 0.0
-        else:
-            self.pairs = _NoisePairs(head)
-            self.offset = math.log(head.n_samples) if head.shift else 0.0  # the pmi head's shifted scores
+        self.pairs = binary_pairs(head)
+        self.offset = self.pairs.offset  # the pmi head's shifted scores
         self.row_cap = row_cap
         self._counts = torch.zeros(0, dtype=model.embedding.weight.dtype)  # kept across pieces (all zeros)
         self._ones = torch.ones(0, dtype=model.embedding.weight.dtype)
@@ -185,7 +140,7 @@ class HandStep:
 
     @torch.no_grad()
     def __call__(self, batch: W2VBatch) -> tuple[Tensor, int]:
-        syn0, syn1 = self.model.embedding.weight, self.head.weight
+        syn0, syn1 = self.model.embedding.weight, self.pairs.vectors
         rows, per = batch.targets.numel(), self.update_rows
         n_updates = -(-rows // per)
         group = self.optimizer.param_groups[0]
@@ -289,7 +244,8 @@ class CompiledStep:
         if not trains_by_hand(head):
             raise ValueError(f"head must be a binary tree or pmi with noise_per_row=True and no bias to be trained "
                              f"by the compiled loop, got {type(head).__name__}")
-        syn0, syn1 = model.embedding.weight, head.weight
+        self.pairs = binary_pairs(head)
+        syn0, syn1 = model.embedding.weight, self.pairs.vectors
         for name, weight in (("model.embedding.weight", syn0), ("head.weight", syn1)):
             if weight.device.type != "cpu" or not weight.is_contiguous() or weight.dtype not in (torch.float32,
                                                                                                    torch.float64):
@@ -303,14 +259,10 @@ class CompiledStep:
         self.divide = self.cbow and model.exact_mean_gradient
         self.dtype = syn0.dtype
         #: a tree's paths as flat tables (nodes, labels, starts, lengths), each word's looked up by its id
-        self.tree = None
-        if head.binary_pairs == "paths":
-            paths, self.offset = _TreePairs(head), 0.0
-            self.tree = (_long(paths.nodes), paths.labels.to(self.dtype).numpy(), _long(paths.start),
-                         _long(paths.length))
-        else:
-            self.pairs = _NoisePairs(head)
-            self.offset = math.log(head.n_samples) if head.shift else 0.0
+        self.tree, self.offset = None, self.pairs.offset
+        if self.pairs.by_word is not None:
+            nodes, labels, start, length = self.pairs.by_word
+            self.tree = (_long(nodes), labels.to(self.dtype).numpy(), _long(start), _long(length))
 
     @torch.no_grad()
     def __call__(self, batch: W2VBatch) -> tuple[Tensor, int]:
@@ -332,7 +284,7 @@ class CompiledStep:
             nodes, labels, lengths = _long(nodes), labels.to(self.dtype).numpy(), _long(lengths)
         loss = 0.0
         if rows:
-            syn0, syn1 = self.model.embedding.weight, self.head.weight
+            syn0, syn1 = self.model.embedding.weight, self.pairs.vectors
             for name, ids in (("batch.inputs", inputs), ("batch.targets", batch.targets)):
                 if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < syn0.size(0):
                     raise ValueError(f"{name} must hold word ids in [0, {syn0.size(0)}), got "

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from sohsm.data.loading import Corpus, load_corpus
 from sohsm.data.vocab import Vocabulary
-from sohsm.heads import ClusteredHead, Head, head_options
+from sohsm.heads import ClusteredHead, Head
 from sohsm.tasks.heads import build_run_head
 from sohsm.tasks.w2v.config import W2VConfig
 from sohsm.tasks.w2v.data import EpochStream, W2VBatch, eval_examples, word2vec_vocabulary
@@ -31,9 +31,8 @@ from sohsm.train.task import Task, register_task
 #: the ``format`` of a word-embedding run's checkpoints
 W2V_CHECKPOINT_FORMAT = checkpoint_format("w2v")
 
-#: word2vec's negative sampling, as options of the ``pmi`` head: k = 5 noise words per row from
-#: unigram^0.75, no shift of the scores (the ``pmi`` head's training objective is word2vec's NEG)
-NEGATIVE_SAMPLING = {"n_samples": 5, "noise_power": 0.75, "shift": False, "noise_per_row": True}
+#: the heads' preset of options for word2vec (:func:`sohsm.heads.preset`)
+WORD2VEC_PRESET = "word2vec"
 
 
 def load_w2v_corpus(config: W2VConfig) -> Corpus:
@@ -46,23 +45,19 @@ def load_w2v_corpus(config: W2VConfig) -> Corpus:
 def build_w2v_head(config: W2VConfig, vocab: Vocabulary, steps_per_epoch: int | None = None) -> Head:
     """The head named by ``config.head`` over ``vocab``, as word2vec's output layer.
 
-    Heads with a ``sparse`` option get row-sparse gradients; ``pmi`` gets word2vec's
-    negative sampling (:data:`NEGATIVE_SAMPLING`) for every option not set; a
-    re-clustering head re-clusters about ``reclusters_per_epoch`` times per epoch of
-    ``steps_per_epoch`` steps. With ``model.head_init = "zeros"`` every weight starts at 0.
-    The head is then built by the head builder of every task
+    The head's ``"word2vec"`` preset gives every option it leaves unset (row-sparse gradients for the tree
+    and sampled heads, word2vec's negative sampling for ``pmi``); a re-clustering head re-clusters as often
+    per epoch of ``steps_per_epoch`` steps as it says (:func:`~sohsm.heads.update_every_for`). With
+    ``model.head_init = "zeros"`` every weight starts at 0. The head is then built by the head builder of every task
     (:func:`~sohsm.tasks.heads.build_run_head`), over ``model.dim`` inputs, with the run's seed.
     """
-    name, options = config.head.name, dict(config.head.options)
-    takes = head_options(name) or {}
-    if name == "pmi":
-        options = {**NEGATIVE_SAMPLING, **options}
-    if "sparse" in takes:
-        options.setdefault("sparse", True)
+    spec = config.head.spec(check=False).with_preset(WORD2VEC_PRESET)
     update_every = config.head.update_every
-    if update_every is None and "reclusters_per_epoch" in takes and steps_per_epoch:
-        per_epoch = float(options.get("reclusters_per_epoch", takes["reclusters_per_epoch"].default))
-        update_every = max(1, round(steps_per_epoch / per_epoch))
+    if update_every is None and steps_per_epoch:
+        update_every = spec.update_every_for(steps_per_epoch)
+    options = dict(spec.given)
+    if config.head.update_every is not None:  # the spec's from head.update_every, which build_run_head passes on
+        del options["update_every"]
     head_config = dataclasses.replace(config.head, options=options, update_every=update_every)
     head = build_run_head(dataclasses.replace(config, head=head_config), vocab)
     if config.model.head_init == "zeros":
@@ -137,9 +132,10 @@ class W2VTask(Task):
 
     def step_by_hand(self, model: Word2Vec, head: Head,
                      optimizer: LinearDecaySGD) -> CompiledStep | HandStep | None:
-        """word2vec's hand-written update where ``fast_path`` is on, the head is a binary tree or ``pmi`` with per-row
-        noise, and the vectors are on the CPU: the compiled loop (:class:`~sohsm.tasks.w2v.fast.CompiledStep`) or
-        the torch one (:class:`~sohsm.tasks.w2v.fast.HandStep`), as :meth:`kernel` says; else ``None`` (generic path).
+        """word2vec's hand-written update where ``fast_path`` is on, the head's loss splits into logistic decisions
+        (:func:`~sohsm.heads.binary_pairs`: a binary tree, negative sampling) and the vectors are on the CPU: the
+        compiled loop (:class:`~sohsm.tasks.w2v.fast.CompiledStep`) or the torch one
+        (:class:`~sohsm.tasks.w2v.fast.HandStep`), as :meth:`kernel` says; else ``None`` (generic path).
 
         Raises:
             ValueError: ``kernel`` is ``"numba"`` and Numba cannot be imported.

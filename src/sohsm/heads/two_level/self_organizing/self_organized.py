@@ -46,6 +46,7 @@ from sohsm.heads.two_level.self_organizing.rank_sync import RankSync
 from sohsm.heads.two_level.self_organizing.reclustering import SOLVERS, Reclustering
 from sohsm.heads.two_level.self_organizing.recluster_schedule import ReclusterSchedule
 from sohsm.heads.registry import register_head
+from sohsm.heads.two_level import run_defaults
 from sohsm.heads.two_level.softmax import TwoLevelSoftmax
 
 
@@ -379,7 +380,9 @@ def _split_by_frequency(counts: Tensor, shortlist: int) -> tuple[Tensor, Tensor]
     return order[:shortlist], order[shortlist:]
 
 
-@register_head("self_organized", builds=SelfOrganizedSoftmax)
+@register_head("self_organized", builds=SelfOrganizedSoftmax, defaults=run_defaults.banded_defaults,
+               legacy_options=run_defaults.without_shortlist, resume_refusal=run_defaults.widened_weight_refusal,
+               update_every=run_defaults.reclusterings_per_epoch)
 def _self_organized(in_features: int, n_classes: int, counts=None, **options) -> SelfOrganizedSoftmax:
     """Flat options (``gamma=2``, ``update_every=100``): the :class:`Reclustering` ones make its group."""
     options = dict(options)
