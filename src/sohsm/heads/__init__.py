@@ -3,7 +3,8 @@ from sohsm.heads.base import ClusteredHead, ClusterScores, Head, HeadMemory, Hea
 from sohsm.heads.registry import (HeadOption, build_head, check_head_options, head_names, head_options,
                                   learns_clusters, memory_estimate, register_head, tying_refusal)
 from sohsm.heads.full import FullSoftmax
-from sohsm.heads.two_level.softmax import TopKResult, TwoLevelSoftmax
+from sohsm.heads.two_level.best_first import TopKResult
+from sohsm.heads.two_level.softmax import TwoLevelSoftmax
 from sohsm.heads.two_level.self_organizing.self_organized import SelfOrganizedSoftmax
 from sohsm.heads.two_level.self_organizing.reclustering import Reclustering
 from sohsm.heads.adaptive import AdaptiveSoftmax
