@@ -103,7 +103,8 @@ def test_top_m_update_equals_the_rule_applied_token_by_token():
     for step in range(4):  # distinct words in a batch: one token per word, the rule exactly
         target = torch.randperm(N, generator=generator)[:20]
         log_probs = torch.log_softmax(3.0 * torch.randn(20, C, generator=generator, dtype=torch.float64), dim=1)
-        expected = _per_token_top_m(head.statistics.index, head.statistics.values, head.statistics.rest, target, log_probs, head.counts, 3)
+        stats = head.statistics
+        expected = _per_token_top_m(stats.index, stats.values, stats.rest, target, log_probs, head.counts, 3)
         head.update_statistics(target, log_probs)
         got = CompactRows(head.statistics.index, head.statistics.values, head.statistics.rest, C).dense()
         want = CompactRows(*expected, C).dense()
@@ -175,7 +176,8 @@ def test_memory_is_n_times_2m_plus_1_floats():
     compact = SelfOrganizedSoftmax(8, n, shortlist=0, reclustering=Reclustering(update_every=0, q_clusters=16))
     assert dense.statistics_bytes() == n * 100 * 4
     assert compact.statistics_bytes() == n * (2 * 16 + 1) * 4
-    assert compact.statistics.index.dtype == torch.int32 and compact.statistics.values.dtype == compact.statistics.rest.dtype == torch.float32
+    stats = compact.statistics
+    assert stats.index.dtype == torch.int32 and stats.values.dtype == stats.rest.dtype == torch.float32
 
 
 def test_greedy_assignment_reads_compact_rows_as_the_dense_matrix():

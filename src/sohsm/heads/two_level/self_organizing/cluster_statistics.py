@@ -35,7 +35,7 @@ class ClusterStatistics:
             shortlist word's cluster, so only the learned clusters need statistics.
         shortlist: ``S``, the leading columns of a batch's cluster log-probabilities that ``q`` does not keep.
         start: every entry's first value (log2 of the uniform cluster distribution: "no information").
-        smoothing: the rule of ``lambda`` (:func:`~sohsm.heads.two_level.self_organizing.reclustering.smoothing_factor`).
+        smoothing: the rule of ``lambda`` (:func:`~.reclustering.smoothing_factor`).
         q_clusters: ``M``, keep each word's top ``M`` clusters only (``None``: the dense ``q``).
         counts_given: the counts handed to the folds are the corpus's (else the targets seen are counted into them).
     """

@@ -45,8 +45,7 @@ class RankGroup:
 
     def choose(self, option="auto") -> None:
         """Another ``option`` (see the class); the batches kept wait for the next merge as before."""
-        self.option = option
-        self.group = None if option == "auto" else option
+        self.option, self.group = option, None if option == "auto" else option
 
     def find(self, module: torch.nn.Module):
         """The process group of the statistics (``None``: one process): with ``"auto"``, that of the active
