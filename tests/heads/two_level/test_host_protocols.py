@@ -3,6 +3,7 @@ attribute appears on a head after its constructor, and the statistics and the sc
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import math
 
@@ -128,3 +129,19 @@ def test_the_state_dict_keeps_the_keys_of_one_module():
                                         "band_weights.0", "band_weights.1"}
     assert [name for name, _ in banded.named_parameters()] == ["cluster_weight", "band_projections.0.weight",
                                                                "band_weights.0", "band_weights.1"]
+
+
+@pytest.mark.parametrize("assign", [False, True])
+def test_a_load_binds_the_word_vectors_to_the_heads_parameters(assign):
+    """``load_state_dict(assign=True)`` puts new tensors in the head: its word vectors follow them."""
+    head = _heads()["two_level"]
+    other = copy.deepcopy(head)
+    with torch.no_grad():
+        for weight in other.band_weights:
+            weight.add_(1.0)
+    head.load_state_dict(other.state_dict(), assign=assign)
+    assert [id(w) for w in head.words.weights] == [id(w) for w in head.band_weights]
+    assert head.words.band_of_word is head.band_of_word
+    head(torch.randn(8, D), torch.randint(0, N, (8,))).loss.backward()
+    assert all(w.grad is not None for w in head.band_weights)
+    torch.testing.assert_close(head.word_vectors(), other.word_vectors(), rtol=0, atol=0)

@@ -3,10 +3,12 @@
     [h_c; h_w] = ReLU([W_c h; W_w h])                         (optional projection, paper Eq. 1)
     log P(w | h) = log softmax_c(h_c . U^C)[C(w)] + log softmax_{w' in C(w)}(h_w . U^V_w')[w]
 
-This file holds the module: its parameters, the layout of its word vectors, the
-forward pass and exact evaluation, and :meth:`TwoLevelSoftmax.set_assignment`,
-which moves every word's row, its gradient and its optimizer state together when
-the clusters change. Its parts live beside it, one idea a file:
+This file holds the module: its parameters, the layout of its word vectors, the choice of backend, tying,
+and :meth:`TwoLevelSoftmax.set_assignment`, which moves every word's row, its gradient and its optimizer
+state together when the clusters change. Its parts live beside it, one idea a file:
+
+* :mod:`sohsm.heads.two_level.scoring`: the forward pass, exact evaluation and top-k (mixed in, its reads of the
+  head declared as a ``typing.Protocol``);
 
 * :mod:`sohsm.heads.two_level.ops`: the computation over explicit tensors (the cluster log-softmax,
   the in-cluster backends and their registry); the head passes its parameters, layout and gradient
@@ -409,8 +411,14 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
 
 
 def _rebuild_layout_after_load(module: TwoLevelSoftmax, incompatible_keys) -> None:
-    """A loaded ``assignment`` brings its own row layout of ``weight``: derive the layout again."""
-    module.words = module._bind_words()  # a load with assign=True replaces the parameters
+    """A loaded ``assignment`` brings its own row layout of ``weight``: derive the layout again (the gradient
+    buffers' record of written rows lapses; a load with ``assign=True`` replaced the tensors: bound anew)."""
+    words = module._bind_words()
+    if [id(w) for w in words.weights] == [id(w) for w in module.words.weights] and (
+            words.band_of_word is module.words.band_of_word):
+        module.words.invalidate()
+    else:
+        module.words = words
     module._layout = ClusterLayout(module.assignment, module.n_clusters)
 
 
