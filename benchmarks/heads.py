@@ -56,7 +56,7 @@ from torch.profiler import ProfilerActivity, profile
 import sohsm
 from sohsm import BinaryTreeSoftmax, FullSoftmax, Reclustering, SelfOrganizedSoftmax, build_head
 from sohsm.heads import SelfOrganizingHead
-from sohsm.heads.two_level.device_topk import DEFAULT_CLUSTERS, device_topk, exact_topk
+from sohsm.heads.two_level.ops.topk import DEFAULT_CLUSTERS
 
 #: (row name, registered head, options), in table order
 HEADS = (
@@ -257,7 +257,7 @@ def decoding(n: int, d: int, counts, device, generator, train_steps: int, tokens
         head.eval()
     hidden, target = batch()
     predictors = {"full": full.predict, **{name: head.predict for name, head in heads.items()},
-                  "so_device": lambda h: exact_topk(heads["so"], h, 1)}
+                  "so_device": lambda h: heads["so"].exact_topk(h, 1)}
     times = {name: [] for name in predictors}
     with torch.no_grad():
         for _ in range(3):
@@ -268,7 +268,7 @@ def decoding(n: int, d: int, counts, device, generator, train_steps: int, tokens
                 sync(device)
                 times[name].append(time.perf_counter() - start)
         so, tree = heads["so"].search_topk(hidden, 1), heads["tree"].search_topk(hidden, 1)
-        certified = device_topk(heads["so"], hidden, 1).certified
+        certified = heads["so"].device_topk(hidden, 1).certified
     best = {name: min(t) for name, t in times.items()}
     return {
         "full_ms": best["full"] * 1e3,
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         "of the target word + noise), so their distributions are peaked as in a trained model. Best-first "
         "search over clusters / nodes is exact: it returns the same word as the argmax of `log_prob`. Best "
         "of 3 timings. Nodes visited: internal nodes whose branches were scored; the target's path length "
-        "is beside it. *Device top-1*: `sohsm.heads.device_topk.exact_topk` (each row scores its "
+        "is beside it. *Device top-1*: `SelfOrganizedSoftmax.exact_topk` (each row scores its "
         f"{DEFAULT_CLUSTERS} most probable clusters with static shapes, no host read; the rows whose answer it "
         "cannot certify are searched): the way for a GPU, where each host read stalls the device; on a CPU "
         "the search is the faster.",

@@ -56,7 +56,7 @@ class JointSelfOrganizedSoftmax(SelfOrganizedSoftmax):
         options = dict(options)  # the self-organized head's options, the re-clustering ones flat or as their group
         reclustering = options.pop("reclustering", None) or Reclustering.take(options)
         super().__init__(in_features, n_classes, counts=counts, reclustering=reclustering, **options)
-        if self.q_clusters is not None:
+        if self.reclustering.q_clusters is not None:
             raise ValueError("the joint criterion is written for the dense q (q_clusters=None)")
         if mode not in ("ordered", "separable"):
             raise ValueError(f"mode must be 'ordered' or 'separable', got {mode!r}")
@@ -157,7 +157,7 @@ class JointSelfOrganizedSoftmax(SelfOrganizedSoftmax):
             if self.margin and home >= 0 and self.history:  # a word leaves its cluster for a clear gain only (not
                 # from the random start)
                 joint[home] += self.margin
-            closed = (sizes >= self.max_cluster_size) | (masses >= self.freq_budget)
+            closed = (sizes >= self.max_cluster_size) | (masses >= self.reclustering.freq_budget)
             if bool(closed.all()):
                 fallback += 1
                 c = int(torch.where(sizes < self.max_cluster_size, masses, float("inf")).argmin())

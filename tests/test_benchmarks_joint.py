@@ -61,7 +61,7 @@ def test_ordered_placement_is_algorithm_1_where_the_in_cluster_term_cannot_chang
     tail = head.tail_words
     counts = head.counts.double()
     expected = greedy_assignment(head.q[tail], (counts / counts.sum())[tail], head.max_cluster_size,
-                                 head.freq_budget).assignment + head.shortlist
+                                 head.reclustering.freq_budget).assignment + head.shortlist
     record = head.reassign()
     assert torch.equal(head.assignment[tail], expected)
     assert record["joint_words"] > 0 and not head.kept

@@ -209,7 +209,8 @@ def test_a_banded_run_of_one_widened_weight_evaluates_but_does_not_resume(tmp_pa
     for name in ("best.pt", "last.pt"):  # rewrite the checkpoints as the earlier release wrote them
         checkpoint = torch.load(run / name, weights_only=True)
         head = checkpoint["head"]
-        widened = load_run(run, checkpoint=name.removesuffix(".pt")).head._word_weight().detach()
+        loaded = load_run(run, checkpoint=name.removesuffix(".pt")).head
+        widened = loaded.words.matrix(loaded._layout).detach()
         for key in [k for k in head if k.startswith("band_weights.")]:
             del head[key]
         head["weight"] = widened

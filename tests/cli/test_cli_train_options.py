@@ -52,7 +52,7 @@ def test_head_options_reach_the_head(tmp_path, ptb_slice, small, cli):
     head = json.loads((run_dir / "config.json").read_text())["head"]
     assert head == {"name": "self_organized", "update_every": 5, "options": {"gamma": 2, "init": "frequency"}}
     run = load_run(run_dir, "last")
-    assert run.head.gamma == 2.0 and run.head.update_every == 5 and len(run.head.history) == 2
+    assert run.head.reclustering.gamma == 2.0 and run.head.update_every == 5 and len(run.head.history) == 2
 
 
 @pytest.mark.parametrize("head, options, message", [

@@ -108,7 +108,7 @@ def _so_state(head, optimizer) -> dict:
     slot = head._layout.slot_of_word
     return {
         "assignment": head.assignment.clone(),
-        "q": head.q.clone() if head.q_clusters is None else head.statistics_rows().dense(),
+        "q": head.q.clone() if head.reclustering.q_clusters is None else head.statistics_rows().dense(),
         "counts": head.counts.clone(),
         "word_vectors": head.weight.detach()[slot].clone(),
         "sums": optimizer.state[head.weight]["sum"][slot].clone(),

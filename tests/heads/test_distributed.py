@@ -52,12 +52,12 @@ def test_a_write_into_the_gradient_buffer_by_someone_else_is_not_trusted(monkeyp
 
 def _buffers(head) -> list:
     """The head's reused gradient buffers (a two-level head keeps one per word-vector parameter)."""
-    return head._grads if hasattr(head, "_grads") else [head._grad]
+    return head.words.grads if hasattr(head, "words") else [head._grad]
 
 
 def _new_buffers(head) -> None:
-    if hasattr(head, "_grads"):
-        head._grads = [type(b)() for b in head._grads]
+    if hasattr(head, "words"):
+        head.words.grads = [type(b)() for b in head.words.grads]
     else:
         head._grad = type(head._grad)()
 

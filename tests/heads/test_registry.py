@@ -37,7 +37,7 @@ def test_build_head_builds_each_kind_with_options():
     assert freq.assignment[0] == 0 and freq.assignment[-1] == 3  # most frequent word first
     so = build_head("self_organized", D, N, counts=counts, update_every=7, smoothing="paper_literal")
     assert isinstance(so, SelfOrganizedSoftmax)
-    assert so.update_every == 7 and so.smoothing == "paper_literal"
+    assert so.update_every == 7 and so.reclustering.smoothing == "paper_literal"
     assert torch.equal(so.counts, counts)
     for head in (full, random_head, freq, so):
         head.eval()  # no q statistics (and no 'unattached optimizer' warning) for this smoke check
@@ -118,7 +118,7 @@ def test_a_value_of_the_wrong_type_is_refused_before_building(options, message):
 def test_values_out_of_range_are_the_heads_own_errors():
     with pytest.raises(ValueError, match="gamma must be positive"):
         build_head("self_organized", D, N, gamma=-1)  # an int is a fine float
-    assert build_head("self_organized", D, N, gamma=2, n_clusters=None).gamma == 2.0
+    assert build_head("self_organized", D, N, gamma=2, n_clusters=None).reclustering.gamma == 2.0
 
 
 def test_a_factory_without_a_class_passes_options_through(monkeypatch):

@@ -62,7 +62,7 @@ def test_a_trained_self_organized_head_comes_back_exactly(tmp_path):
     assert type(loaded) is GPT2LMHeadModel and not loaded.training
     assert type(again) is type(head) and again.weight.dtype == torch.float64
     assert loaded.config.sohsm_head == model.config.sohsm_head
-    assert (again.update_every, again.gamma, again.shortlist) == (2, 2.0, head.shortlist)
+    assert (again.update_every, again.reclustering.gamma, again.shortlist) == (2, 2.0, head.shortlist)
     assert torch.equal(again.assignment, head.assignment) and torch.equal(again.q, head.q)
     assert torch.equal(again.counts, head.counts) and int(again.steps) == 5
     assert again.history == head.history and again.tokens_seen == head.tokens_seen

@@ -216,7 +216,7 @@ def _banded_reference(head, ids):
     band-i word's d_i entries times that band's projection (adaptive input); and the copies, to take gradients."""
     weights = [w.detach().clone().requires_grad_() for w in head.band_weights]
     projections = [p.weight.detach().clone().requires_grad_() for p in head.band_projections]
-    bands = head._band_rows()
+    bands = head.words.band_rows(head._layout)
     rows = []
     for word in ids.reshape(-1).tolist():
         band, slot = int(head.band_of_word[word]), int(head._layout.slot_of_word[word])

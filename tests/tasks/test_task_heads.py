@@ -28,7 +28,7 @@ def test_options_a_head_does_not_take(vocab):
     with pytest.raises(ValueError, match="gamma"):
         build_run_head(small_config(**{"head.options": {"gamma": 2.0}}), vocab)
     head = build_run_head(small_config(**{"head.name": "self_organized", "head.options": {"gamma": 2.0}}), vocab)
-    assert head.gamma == 2.0
+    assert head.reclustering.gamma == 2.0
 
 
 def test_clusters_given_to_a_self_organized_head_are_all_its_clusters(vocab):

@@ -6,7 +6,8 @@ from sohsm.heads.registry import (HeadDefaults, HeadOption, HeadSetting, HeadSpe
                                   tree_heads, tying_refusal, update_every_for, with_seed)
 from sohsm.heads.pairs import BinaryPairs, binary_pairs
 from sohsm.heads.full import FullSoftmax
-from sohsm.heads.two_level.softmax import TopKResult, TwoLevelSoftmax
+from sohsm.heads.two_level.best_first import TopKResult
+from sohsm.heads.two_level.softmax import TwoLevelSoftmax
 from sohsm.heads.two_level.self_organizing.self_organized import SelfOrganizedSoftmax
 from sohsm.heads.two_level.self_organizing.reclustering import Reclustering
 from sohsm.heads.adaptive import AdaptiveSoftmax

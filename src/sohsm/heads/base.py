@@ -1,68 +1,22 @@
-"""The interface every output layer implements, and the input checks they share."""
+"""The interface every output layer implements, and the input checks they share.
+
+The values a head is given are checked in :mod:`sohsm.heads.checks`, and what it returns is declared in
+:mod:`sohsm.heads.outputs`; both are re-exported here, where every head has always imported them.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from sohsm.clustering.hierarchy import assignment_to_hierarchy
+from sohsm.heads.checks import autocast_on, check_counts, check_size, upcast
+from sohsm.heads.outputs import ClusterScores, HeadMemory, HeadOutput
 
-
-def check_size(name: str, value, low: int) -> int:
-    """``value`` as an int of at least ``low``; refuses floats (``10.5``), strings (``'10'``) and bools.
-
-    Python ints, NumPy integers and 0-dim integer tensors are accepted.
-
-    Raises:
-        ValueError: naming the argument, the rule and the value seen.
-    """
-    if isinstance(value, bool) or not hasattr(value, "__index__") or (
-            isinstance(value, Tensor) and (value.dim() or value.is_floating_point())):
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r} ({type(value).__name__})")
-    if int(value) < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {int(value)}")
-    return int(value)
-
-
-def check_counts(counts, n_classes: int) -> Tensor:
-    """Training-corpus word counts as a float64 ``[N]`` tensor, refused when they cannot be counts.
-
-    Every head that takes ``counts`` checks them here (:func:`sohsm.build_head` does so
-    for every head, even those that ignore them), so one bad value is refused alike everywhere.
-
-    Raises:
-        ValueError: ``counts`` is not numeric, has not one entry per word, or holds a
-            negative, NaN or infinite value (the message names the first such word).
-    """
-    try:
-        values = torch.as_tensor(counts)
-    except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"counts must be a tensor of numbers, got {type(counts).__name__}") from None
-    if values.dtype == torch.bool or values.is_complex():
-        raise ValueError(f"counts must hold real numbers, got {values.dtype}")
-    if values.numel() != n_classes:
-        raise ValueError(f"counts must have one entry per word, shape [{n_classes}], got {tuple(values.shape)}")
-    values = values.reshape(-1).to(torch.float64)
-    bad = ~torch.isfinite(values)
-    if bool(bad.any()):
-        word = int(bad.nonzero()[0])
-        raise ValueError(f"counts must be finite, got {float(values[word])} for word {word}")
-    if bool((values < 0).any()):
-        word = int((values < 0).nonzero()[0])
-        raise ValueError(f"counts must be non-negative, got {float(values[word]):g} for word {word}")
-    return values
-
-
-def upcast(scores: Tensor) -> Tensor:
-    """``scores`` in float32 if they are float16 or bfloat16 (as ``torch.autocast`` makes them), else unchanged.
-
-    Heads normalise (log-softmax, log-sigmoid, log-sum-exp) in at least float32: in half
-    precision a log-probability near -10 keeps only 2-3 significant digits.
-    """
-    return scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
-
+__all__ = ["ClusterScores", "ClusteredHead", "Head", "HeadMemory", "HeadOutput", "HierarchicalHead",
+           "SelfOrganizingHead", "check_counts", "check_size", "init_word_vectors", "upcast", "word_vector_bound"]
 
 
 def word_vector_bound(dim: int) -> float:
@@ -82,62 +36,6 @@ def init_word_vectors(weight: Tensor, bias: Tensor | None = None) -> None:
     if bias is not None:
         nn.init.zeros_(bias)
 
-
-def _autocast_on(device_type: str) -> bool:
-    try:
-        return bool(torch.is_autocast_enabled(device_type))
-    except TypeError:  # torch < 2.4 takes no argument and answers for CUDA
-        return bool(torch.is_autocast_enabled()) if device_type == "cuda" else bool(torch.is_autocast_cpu_enabled())
-
-class HeadOutput(NamedTuple):
-    """What ``head(hidden, target)`` returns.
-
-    Attributes:
-        output: ``log P(target_i | hidden_i)`` for every row, shape ``[B]``.
-        loss: the mean negative log-likelihood of the batch (nats), a scalar.
-
-    .. note::
-        A head trained with a sampled objective (``head.objective != "nll"``)
-        returns, in training mode, that objective's per-row term as ``output``
-        and ``-output.mean()`` as ``loss``: not a log-likelihood, not to be
-        read as a perplexity. In eval mode every head returns the exact
-        ``log P(target | hidden)`` and the NLL. :attr:`Head.loss_is_nll` says
-        which holds now.
-    """
-
-    output: Tensor
-    loss: Tensor
-
-
-class HeadMemory(NamedTuple):
-    """What a head of given sizes holds during a training step, known before it is built (a run's pre-flight check).
-
-    Attributes:
-        parameters: its parameter count, word vectors included.
-        word_vectors: of which its word vectors (what tying shares with the input embedding).
-        extra_bytes: bytes alive during a step beyond parameters, gradients and optimizer state.
-        extra: what ``extra_bytes`` are (``""`` when none), as a list's item: ``"output logits"``.
-    """
-
-    parameters: int
-    word_vectors: int
-    extra_bytes: int = 0
-    extra: str = ""
-
-
-class ClusterScores(NamedTuple):
-    """The two factors of a two-level head's log-probability, per row.
-
-    ``cluster + in_cluster == output`` of :class:`HeadOutput`; averaged over a
-    corpus they give the cluster and in-cluster perplexities (paper Eq. 5-6).
-
-    Attributes:
-        cluster: ``log P(C(target_i) | hidden_i)``, shape ``[B]``.
-        in_cluster: ``log P(target_i | hidden_i, C(target_i))``, shape ``[B]``.
-    """
-
-    cluster: Tensor
-    in_cluster: Tensor
 
 
 class Head(nn.Module):
@@ -384,7 +282,7 @@ class Head(nn.Module):
 
     def _check_hidden_dtype(self, hidden: Tensor) -> None:
         """Outside autocast, ``hidden`` must have the dtype of the head's weights (``head.double()`` for float64)."""
-        if hidden.dtype in (torch.float16, torch.bfloat16) or _autocast_on(hidden.device.type):
+        if hidden.dtype in (torch.float16, torch.bfloat16) or autocast_on(hidden.device.type):
             return  # low precision: the heads score in their weights' dtype (see precision.py)
         weights = next((p.dtype for p in self.parameters() if p.is_floating_point()), hidden.dtype)
         if hidden.dtype != weights:

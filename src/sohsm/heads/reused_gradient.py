@@ -100,9 +100,14 @@ class WritesWeightGradient(nn.Module):
             "would be lost. Use DistributedDataParallel (one process per device)."
         )
 
+    def _gradient_weights(self) -> list[Tensor]:
+        """The parameters whose gradient the head writes itself: :attr:`weight` here; a head that keeps its word
+        vectors in several parameters (a two-level head's bands) names them."""
+        return [self.weight]
+
     def _check_weight_is_whole(self) -> None:
         """Refuse a sharded or flattened :attr:`weight` (FSDP, tensor parallel): the kernel needs all its rows."""
-        for weight in (self._word_params() if hasattr(self, "_word_params") else [self.weight]):
+        for weight in self._gradient_weights():
             self._check_whole(weight)
 
     def _check_whole(self, weight: Tensor) -> None:

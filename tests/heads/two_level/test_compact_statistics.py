@@ -54,7 +54,7 @@ def _train_together(heads, steps: int, seed: int = 5, check=None):
 
 
 def _dense_q(head) -> torch.Tensor:
-    return head.statistics_rows().dense() if head.q_clusters is not None else head.q
+    return head.statistics_rows().dense() if head.reclustering.q_clusters is not None else head.q
 
 
 @pytest.mark.parametrize("shortlist, counts_given, dtype", [(0, True, torch.float64), (0, False, torch.float64),
@@ -63,7 +63,7 @@ def test_all_clusters_kept_equals_the_dense_head_bit_for_bit(shortlist, counts_g
     counts = _counts() if counts_given else None  # (a shortlist needs counts)
     dense = make_head(None, shortlist=shortlist, counts=counts).to(dtype)
     compact = make_head(C, shortlist=shortlist, counts=counts).to(dtype)
-    assert compact.q is None and compact.q_values.shape == (N, C)
+    assert compact.q is None and compact.statistics.values.shape == (N, C)
 
     def same():
         assert torch.equal(_dense_q(compact), dense.q)
@@ -97,24 +97,25 @@ def test_top_m_update_equals_the_rule_applied_token_by_token():
     head = make_head(3, update_every=0)
     generator = torch.Generator().manual_seed(9)
     with torch.no_grad():  # a q whose rows differ, so that the kept sets differ from word to word
-        head.q_values.copy_(-3.0 * torch.rand(N, 3, generator=generator, dtype=torch.float64) - 1.0)
-        head.q_index.copy_(torch.stack([torch.randperm(C, generator=generator)[:3] for _ in range(N)]))
-        head.q_rest.copy_(-4.0 - torch.rand(N, generator=generator, dtype=torch.float64))
+        head.statistics.values.copy_(-3.0 * torch.rand(N, 3, generator=generator, dtype=torch.float64) - 1.0)
+        head.statistics.index.copy_(torch.stack([torch.randperm(C, generator=generator)[:3] for _ in range(N)]))
+        head.statistics.rest.copy_(-4.0 - torch.rand(N, generator=generator, dtype=torch.float64))
     for step in range(4):  # distinct words in a batch: one token per word, the rule exactly
         target = torch.randperm(N, generator=generator)[:20]
         log_probs = torch.log_softmax(3.0 * torch.randn(20, C, generator=generator, dtype=torch.float64), dim=1)
-        expected = _per_token_top_m(head.q_index, head.q_values, head.q_rest, target, log_probs, head.counts, 3)
+        stats = head.statistics
+        expected = _per_token_top_m(stats.index, stats.values, stats.rest, target, log_probs, head.counts, 3)
         head.update_statistics(target, log_probs)
-        got = CompactRows(head.q_index, head.q_values, head.q_rest, C).dense()
+        got = CompactRows(head.statistics.index, head.statistics.values, head.statistics.rest, C).dense()
         want = CompactRows(*expected, C).dense()
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-        torch.testing.assert_close(head.q_rest, expected[2], rtol=0, atol=1e-12)
+        torch.testing.assert_close(head.statistics.rest, expected[2], rtol=0, atol=1e-12)
 
 
 def test_rest_is_the_best_value_dropped_and_never_above_a_kept_one():
     dense, compact = make_head(None, update_every=0), make_head(2, update_every=0)
     _train_together([dense, compact], steps=6)
-    assert bool((compact.q_values >= compact.q_rest[:, None]).all())
+    assert bool((compact.statistics.values >= compact.statistics.rest[:, None]).all())
     assert not torch.equal(_dense_q(compact), dense.q)  # information was dropped
 
 
@@ -135,11 +136,11 @@ def test_a_cluster_that_becomes_best_for_a_frequent_word_enters_its_kept_cluster
             head.update_statistics(word, probs.log()[None])
         if "dense" not in entered and 7 in dense.q[5].topk(2).indices.tolist():
             entered["dense"] = step
-        if "compact" not in entered and 7 in compact.q_index[5].tolist():
+        if "compact" not in entered and 7 in compact.statistics.index[5].tolist():
             entered["compact"] = step
     assert set(entered) == {"dense", "compact"}, entered
     assert abs(entered["compact"] - entered["dense"]) <= 10, entered
-    assert sorted(compact.q_index[5].tolist()) == [0, 7]
+    assert sorted(compact.statistics.index[5].tolist()) == [0, 7]
 
 
 def test_compact_head_trains_reclusters_and_round_trips_its_state():
@@ -157,8 +158,8 @@ def test_compact_head_trains_reclusters_and_round_trips_its_state():
     fresh = make_head(2, seed=7)
     fresh.load_state_dict(torch.load(buffer))
     for name in ("q_index", "q_values", "q_rest", "assignment", "counts"):
-        assert torch.equal(getattr(fresh, name), getattr(head, name)), name
-    assert fresh.q_index.dtype == torch.int32
+        assert torch.equal(fresh.state_dict()[name], state[name]), name
+    assert fresh.statistics.index.dtype == torch.int32
     # the same statistics give the same next re-clustering
     fresh.reassign()
     head.reassign()
@@ -175,7 +176,8 @@ def test_memory_is_n_times_2m_plus_1_floats():
     compact = SelfOrganizedSoftmax(8, n, shortlist=0, reclustering=Reclustering(update_every=0, q_clusters=16))
     assert dense.statistics_bytes() == n * 100 * 4
     assert compact.statistics_bytes() == n * (2 * 16 + 1) * 4
-    assert compact.q_index.dtype == torch.int32 and compact.q_values.dtype == compact.q_rest.dtype == torch.float32
+    stats = compact.statistics
+    assert stats.index.dtype == torch.int32 and stats.values.dtype == stats.rest.dtype == torch.float32
 
 
 def test_greedy_assignment_reads_compact_rows_as_the_dense_matrix():

@@ -243,7 +243,7 @@ def test_static_statistics_equal_update_statistics(counts_given, smoothing):
                 log_probs[0, 1] = float("nan")  # a non-finite row is left out
                 log_probs[-1, 0] = float("-inf")  # an empty cluster is floored, not left out
             head.update_statistics(target, log_probs)
-            device_statistics.update_statistics(twin, target, log_probs)
+            twin.statistics.fold_on_device(target, log_probs, twin.counts)
             torch.testing.assert_close(twin.q, head.q, rtol=1e-5, atol=1e-5)
             assert torch.equal(twin.counts, head.counts)
 
@@ -256,7 +256,7 @@ def test_static_statistics_equal_one_update_per_token():
     target = torch.tensor([3, 5, 3, 3, 7, 5, 0])
     log_probs = torch.log_softmax(torch.randn(7, head.n_clusters, dtype=torch.float64), dim=1)
     expected = sequential_q_update(head.q, target, log_probs, counts, "epoch")
-    device_statistics.update_statistics(head, target, log_probs)
+    head.statistics.fold_on_device(target, log_probs, head.counts)
     torch.testing.assert_close(head.q, expected, rtol=0, atol=1e-10)
 
 
@@ -274,21 +274,21 @@ def _waiting_head(n_batches: int, seed: int):
         batches.append((target, log_probs))
     start = head.q.clone()
     for target, log_probs in batches:
-        device_statistics.observe(head, target, log_probs)
+        head._observe_sync_free(target, log_probs)
     return head, batches, start
 
 
 @pytest.mark.parametrize("n_batches", [3, device_statistics.FOLD_EVERY + 3])
 def test_waiting_batches_fold_to_one_update_per_token(n_batches):
     head, batches, start = _waiting_head(n_batches, seed=5)
-    assert len(head.__dict__.get("_unfolded", [])) == n_batches % device_statistics.FOLD_EVERY  # they wait
+    assert len(head.statistics.waiting.batches) == n_batches % device_statistics.FOLD_EVERY  # they wait
     expected = start
     for target, log_probs in batches:
         expected = sequential_q_update(expected, target, log_probs, head.counts, "epoch")
     # reading q folds what waits: up to FOLD_EVERY (16) batches' tokens at once, whose products are sums of logs in
     # float64, rounding a little more the more tokens a fold holds (1.9e-10 at most here)
     torch.testing.assert_close(head.q, expected, rtol=0, atol=1e-9)
-    assert not head.__dict__.get("_unfolded")
+    assert not head.statistics.waiting.batches
 
 
 def test_waiting_batches_are_folded_into_the_state_dict_and_before_a_reclustering():
@@ -298,17 +298,17 @@ def test_waiting_batches_are_folded_into_the_state_dict_and_before_a_reclusterin
     torch.testing.assert_close(saved, twin.q, rtol=0, atol=0)
     head, *_ = _waiting_head(3, seed=6)
     head.reassign()
-    assert not head.__dict__.get("_unfolded")
+    assert not head.statistics.waiting.batches
     assert not torch.equal(twin.q, start)
 
 
 def test_step_count_mirror_follows_a_loaded_state():
     head = SelfOrganizedSoftmax(D, N, reclustering=Reclustering(update_every=0))
-    assert [device_statistics.count_step(head) for _ in range(3)] == [1, 2, 3]
+    assert [head.schedule.count_step(head.steps) for _ in range(3)] == [1, 2, 3]
     other = SelfOrganizedSoftmax(D, N, reclustering=Reclustering(update_every=0))
     other.steps.fill_(41)
     head.load_state_dict(other.state_dict())
-    assert device_statistics.count_step(head) == 42 and int(head.steps) == 42
+    assert head.schedule.count_step(head.steps) == 42 and int(head.steps) == 42
 
 
 # -- no step synchronises: the training step compiles whole ----------------------------------------
@@ -344,7 +344,7 @@ def test_training_step_compiles_with_fullgraph(kind):
         torch.testing.assert_close(head.weight.grad, eager.weight.grad, rtol=0, atol=1e-12)
         if kind == "self_organized":
             torch.testing.assert_close(head.q, eager.q, rtol=0, atol=1e-6)
-            assert head._device_tokens == eager._device_tokens
+            assert head.schedule.unsettled == eager.schedule.unsettled
         for opt in optimizers:
             opt.step()
             opt.zero_grad()

@@ -61,8 +61,8 @@ def test_flat_options_by_name_and_the_typed_group_build_the_same_head():
     grouped = SelfOrganizedSoftmax(D, N, counts=_counts(), n_clusters=6, seed=4,
                                    reclustering=Reclustering(gamma=2.0, update_every=3, smoothing="paper_literal"))
     assert flat.reclustering == grouped.reclustering
-    assert (flat.gamma, flat.update_every, flat.smoothing, flat.max_cluster_size) == \
-        (grouped.gamma, grouped.update_every, grouped.smoothing, grouped.max_cluster_size)
+    assert (flat.update_every, flat.max_cluster_size, flat.statistics.smoothing) == \
+        (grouped.update_every, grouped.max_cluster_size, grouped.statistics.smoothing) == (3, 16, "paper_literal")
     assert torch.equal(flat.assignment, grouped.assignment)
 
 

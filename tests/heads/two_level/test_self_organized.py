@@ -353,7 +353,7 @@ def test_attached_optimizer_reassigns_every_k_steps():
         assert int(head.steps) == step
         assert len(head.history) == step // K
         if step % K == 0:  # the E-step just ran on the current q
-            expected = greedy_assignment(head.q, tf, head.max_cluster_size, head.freq_budget).assignment
+            expected = greedy_assignment(head.q, tf, head.max_cluster_size, head.reclustering.freq_budget).assignment
             assert torch.equal(head.assignment, expected)
             record = head.history[-1]
             moved = head.assignment != assignments[-1]
@@ -408,7 +408,7 @@ def test_small_vocabulary_fallback_is_recorded():
     """N = 30: 6 clusters with f_b = 0.1 hold at most ~0.6 of the mass, the rest falls back."""
     counts = torch.arange(30, 0, -1, dtype=torch.float64)
     head = SelfOrganizedSoftmax(D, 30, counts=counts, shortlist=0, reclustering=Reclustering(update_every=0))
-    assert head.n_clusters * head.freq_budget < 1
+    assert head.n_clusters * head.reclustering.freq_budget < 1
     record = head.reassign()
     assert record["fallback_words"] > 0
     assert (head.cluster_sizes() <= default_max_cluster_size(30, 1.5)).all()
@@ -586,7 +586,7 @@ def test_auto_solver_runs_on_qs_device(monkeypatch):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
     head = make_head(3, update_every=0)
-    assert head.solver == "auto"
+    assert head.reclustering.solver == "auto"
     head.reassign()
     assert calls == ["greedy_assignment"]
     monkeypatch.setattr(head, "q_device", lambda: torch.device("cuda"))

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from sohsm.heads import SelfOrganizedSoftmax, TwoLevelSoftmax, build_head
-from sohsm.heads.two_level.self_organizing.moved_words import give_cluster_means
 
 D, N = 16, 80
 CUTOFFS = [8, 30]  # bands: ranks 0-7 (16 dims), 8-29 (4 dims), 30-79 (1 dim)
@@ -51,7 +50,7 @@ def _bands(counts: torch.Tensor) -> torch.Tensor:
 
 def band_words(head, band: int) -> torch.Tensor:
     """``[n_band]`` the word held by each row of ``head.band_weights[band]``."""
-    return head._layout.word_of_slot[head._band_rows().slots[band]]
+    return head._layout.word_of_slot[head.words.band_rows(head._layout).slots[band]]
 
 
 def by_word(head, band: int, rows: torch.Tensor) -> torch.Tensor:
@@ -263,7 +262,7 @@ def test_a_reassignment_moves_each_words_vector_gradient_and_optimizer_state(mov
     moved = head.set_assignment(new, optimizer)
     assert moved.any() and torch.equal(head.assignment, new)
     if moved_vectors == "cluster_mean":
-        give_cluster_means(head, moved, optimizer)
+        head._give_cluster_means(moved, optimizer)
     band = _bands(_counts())
     for i, (weight, (vectors, grad, sums)) in enumerate(zip(head.band_weights, before)):
         after = (by_word(head, i, weight), by_word(head, i, weight.grad),
@@ -322,7 +321,7 @@ def test_a_state_dict_with_one_widened_weight_still_loads():
     state = head.state_dict()
     for i in range(3):
         del state[f"band_weights.{i}"]
-    state["weight"] = head._word_weight().detach().clone()
+    state["weight"] = head.words.matrix(head._layout).detach().clone()
     state["assignment"] = head.assignment.clone()
     clone = SelfOrganizedSoftmax(D, N, counts=_counts(), div_value=4, cutoffs=CUTOFFS, seed=9).double()
     assert not torch.equal(clone.assignment, head.assignment)
@@ -391,7 +390,7 @@ def test_a_loss_through_log_prob_leaves_no_stale_rows_in_the_reused_buffers(band
     head.zero_grad()
     head(h2, t2).loss.backward()
     clone(h2, t2).loss.backward()
-    for mine, theirs in zip(head._word_params(), clone._word_params()):
+    for mine, theirs in zip(head.words.weights, clone.words.weights):
         torch.testing.assert_close(mine.grad, theirs.grad, rtol=0, atol=0)
 
 

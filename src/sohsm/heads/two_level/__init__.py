@@ -4,7 +4,7 @@
   its parameters, the rows of its word vectors grouped by cluster, exact evaluation;
 * :mod:`~sohsm.heads.two_level.ops`: its computation over explicit tensors: the cluster
   log-softmax, the in-cluster backends and the one registry that says which runs where;
-* :mod:`~sohsm.heads.two_level.best_first` and :mod:`~sohsm.heads.two_level.device_topk`: exact top-k;
+* :mod:`~sohsm.heads.two_level.best_first` and :mod:`~sohsm.heads.two_level.ops.topk`: exact top-k;
 * :mod:`~sohsm.heads.two_level.word_bands`: differentiated dimensions (``div_value``);
 * :mod:`~sohsm.heads.two_level.run_defaults`: what the family knows of its runs (the registry's hooks);
 * :mod:`~sohsm.heads.two_level.self_organizing`: :class:`SelfOrganizedSoftmax` and the machinery

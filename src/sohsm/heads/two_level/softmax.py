@@ -3,15 +3,20 @@
     [h_c; h_w] = ReLU([W_c h; W_w h])                         (optional projection, paper Eq. 1)
     log P(w | h) = log softmax_c(h_c . U^C)[C(w)] + log softmax_{w' in C(w)}(h_w . U^V_w')[w]
 
-This file holds the module: its parameters, the layout of its word vectors, the
-forward pass and exact evaluation, and :meth:`TwoLevelSoftmax.set_assignment`,
-which moves every word's row, its gradient and its optimizer state together when
-the clusters change. Its parts live beside it, one idea a file:
+This file holds the module: its parameters, the layout of its word vectors, the choice of backend, tying,
+and :meth:`TwoLevelSoftmax.set_assignment`, which moves every word's row, its gradient and its optimizer
+state together when the clusters change. Its parts live beside it, one idea a file:
+
+* :mod:`sohsm.heads.two_level.scoring`: the forward pass, exact evaluation and top-k (mixed in, its reads of the
+  head declared as a ``typing.Protocol``);
 
 * :mod:`sohsm.heads.two_level.ops`: the computation over explicit tensors (the cluster log-softmax,
   the in-cluster backends and their registry); the head passes its parameters, layout and gradient
   buffer in;
-* :mod:`sohsm.heads.two_level.best_first`: exact top-k by best-first search over the clusters.
+* :mod:`sohsm.heads.two_level.word_vectors`: the word vectors (plain or in bands), their gradient buffers, their
+  reads (a tied embedding's among them) and their moves;
+* :mod:`sohsm.heads.two_level.best_first`: exact top-k by best-first search over the clusters;
+  :mod:`sohsm.heads.two_level.ops.topk`: the same with static shapes and a certificate.
 
 The self-organized head (:mod:`sohsm.heads.two_level.self_organizing.self_organized`) adds cluster
 statistics and re-assignment on top of it.
@@ -22,27 +27,23 @@ import weakref
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
-from sohsm.heads.two_level import word_bands
-from sohsm.heads.two_level.word_bands import BandedWords
-from sohsm.heads.base import ClusteredHead, ClusterScores, HeadMemory, HeadOutput, check_counts, init_word_vectors
-from sohsm.heads.two_level.device_topk import exact_topk
-from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
-from sohsm.heads.two_level.ops import (BackendInfo, ClusterLayout, GradientSink, TwoLevelLogProb, check_backend,
-                                      cluster_log_softmax, exact_log_prob, move_rows, select_backend,
-                                      two_level_log_prob)
-from sohsm.heads.two_level.ops.grouped import compute_dtype
 from sohsm.heads.adaptive import check_cutoffs
+from sohsm.heads.base import ClusteredHead, HeadMemory, check_counts
 from sohsm.heads.registry import register_head
 from sohsm.heads.two_level import run_defaults
-from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
+from sohsm.heads.reused_gradient import WritesWeightGradient
+from sohsm.heads.two_level import word_bands
+from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, check_backend, select_backend
+from sohsm.heads.two_level.scoring import TwoLevelScoring
+from sohsm.heads.two_level.word_vectors import WordVectors, split_widened_weight, word_width
+from sohsm.heads.two_level.word_vectors import word_bands as resolve_bands
 from sohsm.heads.tying import HeadEmbedding
 
 
-class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
+class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
     """Two-level softmax over fixed word clusters (class-based softmax).
 
     ``P(w | h) = P(C(w) | h) * P(w | h, C(w))``: a softmax over the clusters and a
@@ -135,13 +136,8 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     ) -> None:
         super().__init__(in_features, n_classes)
         self.backend = backend
-        if word_dim is not None and (isinstance(word_dim, bool) or int(word_dim) != word_dim
-                                     or not 1 <= int(word_dim) <= in_features):
-            raise ValueError(f"word_dim must be an integer in [1, {in_features}] or None, got {word_dim!r}")
-        word_dim = None if word_dim is None or int(word_dim) == in_features else int(word_dim)
-        if word_dim is not None and projection:
-            raise ValueError("word_dim and projection cannot be combined: Eq. 1's projection keeps d dimensions")
-        bands = self._word_bands(div_value, cutoffs, counts, projection or word_dim is not None)
+        word_dim = word_width(word_dim, in_features, projection)
+        bands = resolve_bands(div_value, cutoffs, counts, projection or word_dim is not None, n_classes, in_features)
         if isinstance(assignment, str):
             n_clusters = default_n_clusters(n_classes) if n_clusters is None else int(n_clusters)
             if not 1 <= n_clusters <= n_classes:
@@ -167,6 +163,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         self.word_dim = in_features if word_dim is None else word_dim
         #: ``d -> d // div_value**i`` maps of the hidden state for bands 1, 2, ... (``None``: no bands)
         self.band_projections = None
+        self.band_dims = None
         if bands is not None:
             band_of_word, self.band_dims = bands
             self.band_projections = nn.ModuleList(nn.Linear(in_features, dim, bias=False)
@@ -183,14 +180,21 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
                 nn.Parameter(torch.empty(int(n), dim))
                 for n, dim in zip(torch.bincount(band_of_word, minlength=len(self.band_dims)).tolist(), self.band_dims))
         self.register_buffer("assignment", assignment.clone())
-        #: one reused gradient buffer per word-vector parameter (:meth:`_word_params`)
-        self._grads = [ReusedGradient() for _ in self._word_params()]
+        #: the word vectors' gradient buffers, band rows, reads and moves (:mod:`.word_vectors`)
+        self.words = self._bind_words()
+        self._layout_cache: ClusterLayout | None = None
         self._layout = ClusterLayout(self.assignment, self.n_clusters)
         #: optimizers given to :meth:`attach`, held weakly, each with its hook handle (or ``None``)
         self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.register_load_state_dict_pre_hook(_split_a_widened_weight)
         self.register_load_state_dict_post_hook(_rebuild_layout_after_load)
         self.reset_parameters()
+
+    def _bind_words(self) -> WordVectors:
+        """A :class:`WordVectors` over the head's word-vector parameters as they are now."""
+        if self.band_projections is None:
+            return WordVectors([self.weight])
+        return WordVectors(list(self.band_weights), self.band_projections, self.band_of_word, self.band_dims)
 
     # -- parameters and layout ----------------------------------------------------
     def reset_parameters(self) -> None:
@@ -200,10 +204,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         if self.word_projection is not None:
             self.word_projection.reset_parameters()
         nn.init.uniform_(self.cluster_weight, -bound, bound)
-        if self.band_projections is None:
-            init_word_vectors(self.weight)
-            return
-        self._reset_banded_weight()
+        self.words.reset()
 
     @property
     def _layout(self) -> ClusterLayout:
@@ -220,28 +221,26 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
                 layout.version = assignment._version
             else:
                 self._layout = ClusterLayout(assignment, self.n_clusters)
-                self._invalidate_gradients()
+                self.words.invalidate()
         return self._layout_cache
 
     @_layout.setter
     def _layout(self, layout: ClusterLayout) -> None:
-        old = self.__dict__.get("_layout_cache")
+        old = self._layout_cache
         if old is not None and old is not layout:
             old.retired = True  # a backward that saved it refuses to write rows that have moved
         self._layout_cache = layout
-        if self.band_projections is not None:  # derived with the layout, so that a compiled step finds them
-            self._band_rows(layout)
+        if self.words.banded:  # derived with the layout, so that a compiled step finds them
+            self.words.band_rows(layout)
 
     def _apply(self, fn, recurse=True):  # .to(), .cuda(), .double(): keep the layout on the same device
         result = super()._apply(fn, recurse)
+        self.words = self._bind_words()
         self._layout = ClusterLayout(self.assignment, self.n_clusters)
-        self._grads = [ReusedGradient() for _ in self._word_params()]
         return result
 
-    def _invalidate_gradients(self) -> None:
-        """Forget which rows the reused gradient buffers hold (the rows moved, or someone else wrote them)."""
-        for buffer in self._grads:
-            buffer.invalidate()
+    def _gradient_weights(self) -> list[Tensor]:
+        return self.words.weights
 
     def graph_refusal(self, device: torch.device) -> str | None:
         """``None`` with a sync-free backend on ``device`` (Triton's kernels on CUDA); the per-cluster one reads its
@@ -268,44 +267,14 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     def word_vectors(self) -> Tensor:
         """``[N, d]`` output vectors ``U^V`` in word-id order (a copy; with bands ``[N, d + d/div + ...]``, each row
         zero outside its band's block)."""
-        with torch.no_grad():
-            return self._word_weight().detach()[self._layout.slot_of_word]
+        return self.words.in_word_order(self._layout)
 
     def embed(self, ids: Tensor) -> Tensor:
-        """``[*] -> [*, d]``: the vectors of ``ids``, a tied input embedding that follows the clusters.
-
-        Where the head writes the weight's gradient itself (the per-cluster backend) the lookup's gradient is
-        row-sparse: autograd adds the batch's rows into the head's dense ``weight.grad`` in place, instead of
-        building a second ``N x d`` gradient and adding the two. Elsewhere (autograd's backends, under
-        ``torch.compile``) it is dense.
-        """
-        for buffer in self._grads:  # autograd adds the embedding's share into the grads: the head's record lapses
-            buffer.shared = True
-        params = self._word_params()
-        sparse = (torch.is_grad_enabled() and params[0].requires_grad and not torch.compiler.is_compiling()
-                  and self.backend_for(ids.device).writes_gradient)
-        if self.band_projections is None:
-            return F.embedding(self._layout.slot_of_word[ids], self.weight, sparse=sparse)
-        # adaptive input (Baevski & Auli 2019): a band-i word's d_i entries are read back up to d through the band's
-        # own projection, P_i^T u_w, the very vector its score h . P_i^T u_w is taken with. Every id reads a row of
-        # every band (its own row in its band, row 0 elsewhere) and the other bands' reads are multiplied by 0, so
-        # each band's weight gets a gradient in its own words' rows only
-        bands = self._band_rows()
-        if not sparse and self.backend_for(ids.device).sync_free:
-            # every band's vectors read up to d at once (a GPU's step is bound by the ops it issues, not by this
-            # N x d product), then one gather: the same vectors as the loop below, in a handful of ops
-            table = torch.cat([params[0], *(w @ p.weight for w, p in zip(params[1:], self.band_projections))])
-            return F.embedding(bands.stacked_row_of_word[ids], table)
-        slots = self._layout.slot_of_word[ids]
-        band, row = bands.band_of_slot[slots], bands.row_of_slot[slots]
-        out = None
-        for b, weight in enumerate(params):
-            member = band == b
-            rows = F.embedding(torch.where(member, row, 0), weight, sparse=sparse) * member[..., None].to(weight.dtype)
-            if b:
-                rows = rows @ self.band_projections[b - 1].weight
-            out = rows if out is None else out + rows
-        return out
+        """``[*] -> [*, d]``: the vectors of ``ids``, a tied input embedding that follows the clusters
+        (:meth:`WordVectors.embed <sohsm.heads.two_level.word_vectors.WordVectors.embed>`: row-sparse gradient where
+        the backend writes the weight's gradient itself, with bands read back up to ``d`` as adaptive input does)."""
+        backend = self.backend_for(ids.device)
+        return self.words.embed(ids, self._layout, backend.writes_gradient, backend.sync_free)
 
     @classmethod
     def memory_estimate(cls, in_features: int, n_classes: int, options: dict, rows: int) -> HeadMemory:
@@ -341,7 +310,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
 
     def tied_vectors(self) -> list[Tensor]:
         """The weight, or each band's weight (i.i.d. rows: the layout's order does not matter to a fresh draw)."""
-        return self._word_params()
+        return list(self.words.weights)
 
     def set_word_vectors(self, weight: Tensor, bias: Tensor | None = None) -> None:
         """Word ``w``'s in-cluster vector becomes ``weight[w]``, in the row of its slot in the cluster layout (the
@@ -351,8 +320,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
                              f"{'in bands ' if self.band_projections is not None else ''}where [N, {self.in_features}] "
                              "vectors were given (word_dim, div_value and cutoffs change their width)")
         self._check_word_vectors(weight)
-        with torch.no_grad():
-            self.weight[self._layout.slot_of_word] = weight.to(self.weight.dtype)
+        self.words.set_in_word_order(weight, self._layout)
 
     def set_assignment(self, assignment: Tensor, optimizer: torch.optim.Optimizer | None = None) -> Tensor:
         """Move words to new clusters, keeping every word's vector, gradient and optimizer state.
@@ -380,18 +348,11 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         new_layout = ClusterLayout(new, self.n_clusters)
         # new slot s holds word new.word_of_slot[s], which sat at old.slot_of_word[...]
         permutation = old_layout.slot_of_word[new_layout.word_of_slot]
-        if self.band_projections is None:
-            move_rows([self.weight, self.weight.grad, *self._optimizer_state(self.weight, optimizer, rows=True)],
-                      permutation)
-        else:  # band b's new row r holds the word of new slot new.slots[b][r], which sat at old row ...
-            old_bands, new_bands = self._band_rows(old_layout), self._band_rows(new_layout)
-            for weight, slots in zip(self.band_weights, new_bands.slots):
-                move_rows([weight, weight.grad, *self._optimizer_state(weight, optimizer, rows=True)],
-                          old_bands.row_of_slot[permutation[slots]])
+        self.words.move(old_layout, new_layout, permutation,
+                        lambda weight: self._optimizer_state(weight, optimizer, rows=True))
         self.assignment.copy_(new)
         new_layout.version = self.assignment._version
         self._layout = new_layout
-        self._invalidate_gradients()
         return moved
 
     def _optimizer_state(self, param: Tensor, optimizer: torch.optim.Optimizer | None = None,
@@ -403,31 +364,6 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
             optimizers.append(optimizer)
         return [value for opt in optimizers for value in opt.state.get(param, {}).values()
                 if isinstance(value, Tensor) and (not rows or value.shape == param.shape)]
-
-    # -- the forward pass ---------------------------------------------------------
-    def _cluster_log_probs(self, hidden_c: Tensor) -> Tensor:
-        """``[B, C]`` log P(c | h); a cluster without words gets probability 0."""
-        return cluster_log_softmax(F.linear(hidden_c, self.cluster_weight), self._layout.empty_clusters)
-
-    def _split_hidden(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
-        """``(h_c, h_w)``: the inputs of the cluster softmax and of the word softmax."""
-        if self.word_projection is not None:
-            return hidden, self.word_projection(hidden)  # [B, d], [B, word_dim]
-        if self.band_projections is not None:  # [B, d + d/div + ...]: every band's view of h
-            return hidden, torch.cat([hidden, *(p(hidden) for p in self.band_projections)], dim=1)
-        if self.projection is None:
-            return hidden, hidden
-        projected = F.relu(self.projection(hidden))  # [B, 2d]
-        return projected[:, : self.in_features], projected[:, self.in_features :]
-
-    def _parts(self, hidden: Tensor, target: Tensor) -> TwoLevelLogProb:
-        """``(cluster log-probs [B, C], log P(C(t)|h) [B], log P(t|h, C(t)) [B])`` of checked inputs."""
-        hidden_c, hidden_w = self._split_hidden(hidden)
-        backend = self.backend_for(hidden_w.device, compute_dtype(hidden_w, self._word_params()[0]))
-        layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
-        cluster_logits = F.linear(hidden_c, self.cluster_weight, layout.empty_bias.to(self.cluster_weight.dtype))
-        score = self._score if backend.sync_free else self._score_eagerly
-        return score(cluster_logits, hidden_w, target, backend)
 
     # -- how the in-cluster softmax is computed (the backend) -------------------------------------
     @property
@@ -447,9 +383,13 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
         """The in-cluster backend that runs on ``device`` with products in ``compute`` (default: the weight's dtype):
         :attr:`backend`, or what ``"auto"`` picks there from the registry (:mod:`sohsm.heads.two_level.ops.backends`),
         fallbacks included. Compact statistics (``q_clusters``) are folded in by the per-cluster backend only."""
-        compute = self._word_params()[0].dtype if compute is None else compute
-        sync_free = getattr(self, "q_clusters", None) is None
-        return select_backend(self.backend, torch.device(device), compute, sync_free=sync_free)
+        compute = self.words.weights[0].dtype if compute is None else compute
+        return select_backend(self.backend, torch.device(device), compute, sync_free=not self._observes_on_host())
+
+    def _observes_on_host(self) -> bool:
+        """Whether :meth:`_observe` must run on the host (a subclass's statistics that only the per-cluster backend
+        folds in): ``"auto"`` then takes no sync-free backend. ``False`` here."""
+        return False
 
     def _sync_free_width(self) -> int:
         """Static width of the sync-free path's logits: the largest cluster (fixed clusters)."""
@@ -458,108 +398,8 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
     def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None:
         """Hook for subclasses on the sync-free path: like :meth:`_observe`, but reads nothing back."""
 
-    def _score(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor,
-               backend: BackendInfo) -> TwoLevelLogProb:
-        """The rest of :meth:`_parts`: the head's tensors handed to the ops, then the statistics hook.
-
-        A sync-free backend reads nothing back; under ``torch.compile`` the layout is then taken
-        as it was last derived (a direct write into :attr:`assignment` is noticed by the next
-        eager call, not inside a compiled step). The others run eagerly (:meth:`_score_eagerly`).
-        """
-        layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
-        if backend.writes_gradient:
-            if torch.is_grad_enabled() and self._word_params()[0].requires_grad:
-                self._check_weight_is_whole()
-            weight, sink = self._gradient_sink(layout)
-        else:
-            self._invalidate_gradients()  # autograd, not the head, writes the grads here: forget what it wrote
-            weight, sink = self._word_weight(), None
-        parts = two_level_log_prob(cluster_logits, hidden_w, weight, target, self.assignment, layout, backend,
-                                   self._sync_free_width(), sink)
-        if self.training:
-            observe = self._observe_sync_free if backend.sync_free else self._observe
-            observe(target, parts.cluster_log_probs.detach())
-        return parts
-
-    @torch.compiler.disable
-    def _score_eagerly(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor,
-                       backend: BackendInfo) -> TwoLevelLogProb:
-        """:meth:`_score` outside ``torch.compile``'s graph, for a backend that reads its batch back: its
-        per-cluster loop, and the layout it reads, depend on which clusters a batch holds, so traced it
-        would break the graph several times and recompile for every new set of clusters."""
-        return self._score(cluster_logits, hidden_w, target, backend)
-
-    def _gradient_sink(self, layout: ClusterLayout):
-        """``(weight, sink)`` for a backend that writes the word vectors' gradient itself: :attr:`weight` and its
-        ``.grad`` (a reused buffer); with bands (``div_value``) a tuple of each band's weight and one of sinks, the
-        layout's :class:`~sohsm.heads.two_level.word_bands.BandRows` saying where each band's rows are."""
-        if self.band_projections is None:
-            return self.weight, GradientSink(self.weight, self._grads[0])
-        self._band_rows(layout)
-        weights = tuple(self.band_weights)
-        return weights, tuple(GradientSink(w, buffer) for w, buffer in zip(weights, self._grads))
-
     def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
         """Hook for subclasses: sees the cluster log-probabilities of every training batch."""
-
-    def forward(self, hidden: Tensor, target: Tensor) -> HeadOutput:
-        hidden, target = self._check_inputs(hidden, target)
-        _, cluster_part, word_part = self._parts(hidden, target)
-        output = cluster_part + word_part
-        return HeadOutput(output, -output.mean())
-
-    def score_parts(self, hidden: Tensor, target: Tensor) -> ClusterScores:
-        """``log P(C(t) | h)`` and ``log P(t | h, C(t))`` per row; they sum to ``forward``'s output."""
-        hidden, target = self._check_inputs(hidden, target)
-        _, cluster_part, word_part = self._parts(hidden, target)
-        return ClusterScores(cluster_part, word_part)
-
-    # -- evaluation ---------------------------------------------------------------
-    def log_prob(self, hidden: Tensor) -> Tensor:
-        """Exact ``[B, N]`` log-probabilities (word-id order): every word of every cluster is scored."""
-        hidden = self._flatten_hidden(hidden)
-        hidden_c, hidden_w = self._split_hidden(hidden)
-        return exact_log_prob(self._cluster_log_probs(hidden_c), hidden_w, self._word_weight(), self._layout)
-
-    @torch.no_grad()
-    def search_topk(self, hidden: Tensor, k: int, chunk_pairs: int = 8192) -> TopKResult:
-        """Exact top-k by best-first search over clusters (:func:`~sohsm.heads.best_first.best_first_topk`).
-
-        ``P(c | h)`` bounds the probability of every word of ``c``. Every row first
-        scores the words of its most probable cluster; a cluster can then only
-        hold a better word if its ``log P(c | h)`` exceeds the row's k-th best score so far, so each
-        unfinished row scores exactly those clusters, in one grouped pass (``chunk_pairs`` pairs at a time).
-        A well-trained head visits a few clusters per row; an untrained one may visit all of them.
-
-        Args:
-            hidden: ``[B, d]`` hidden states (``[*, d]`` is flattened).
-            k: words per row, ``1 <= k <= N``.
-            chunk_pairs: (row, cluster) pairs scored at a time.
-
-        Returns:
-            :class:`~sohsm.heads.best_first.TopKResult`: ``values`` and ``indices`` as
-            ``log_prob(hidden).topk(k)`` gives them, and ``clusters_visited`` per row.
-        """
-        k = self._check_k(k)
-        hidden = self._flatten_hidden(hidden)
-        batch, device = hidden.size(0), hidden.device
-        if batch == 0:  # as log_prob(hidden).topk(k) does: empty results
-            return TopKResult(hidden.new_empty(0, k), torch.empty(0, k, dtype=torch.long, device=device),
-                              torch.empty(0, dtype=torch.long, device=device))
-        hidden_c, hidden_w = self._split_hidden(hidden)
-        weight = self._word_weight()
-        hidden_w = hidden_w.to(weight.dtype)  # the kernel scores in the weight's dtype
-        cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        return best_first_topk(cluster_log_probs, hidden_w, weight, self._layout, k, chunk_pairs)
-
-    def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        """Same as ``log_prob(hidden).topk(k)``: by best-first search over clusters (:meth:`search_topk`) with the
-        per-cluster backend, or, with a sync-free one, by :func:`~sohsm.heads.device_topk.exact_topk` (static
-        shapes, one read-back of its certificate; the search for the rows it cannot certify)."""
-        if self.backend_for(hidden.device).sync_free:
-            return exact_topk(self, hidden, k)
-        result = self.search_topk(hidden, k)
-        return result.values, result.indices
 
     def extra_repr(self) -> str:
         return (
@@ -572,25 +412,21 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
 
 
 def _rebuild_layout_after_load(module: TwoLevelSoftmax, incompatible_keys) -> None:
-    """A loaded ``assignment`` brings its own row layout of ``weight``: derive the layout again."""
+    """A loaded ``assignment`` brings its own row layout of ``weight``: derive the layout again (the gradient
+    buffers' record of written rows lapses; a load with ``assign=True`` replaced the tensors: bound anew)."""
+    words = module._bind_words()
+    if [id(w) for w in words.weights] == [id(w) for w in module.words.weights] and (
+            words.band_of_word is module.words.band_of_word):
+        module.words.invalidate()
+    else:
+        module.words = words
     module._layout = ClusterLayout(module.assignment, module.n_clusters)
-    module._invalidate_gradients()
 
 
 def _split_a_widened_weight(module: TwoLevelSoftmax, state_dict: dict, prefix: str, *args) -> None:
-    """A banded head saved before each band had its own weight kept one ``[N, d + d/div + ...]`` ``weight``, its rows
-    in the layout of the saved ``assignment``: each band's rows and block become that band's weight."""
-    key = prefix + "weight"
-    if module.band_projections is None or key not in state_dict:
-        return
-    assignment, band_of_word = state_dict.get(prefix + "assignment"), state_dict.get(prefix + "band_of_word")
-    if assignment is None or band_of_word is None:
-        return  # load_state_dict reports the missing keys
-    wide = state_dict.pop(key)
-    layout = ClusterLayout(assignment.to(wide.device), module.n_clusters)
-    bands = word_bands.BandRows(band_of_word.to(wide.device), layout, module.band_dims)
-    for b, (slots, columns) in enumerate(zip(bands.slots, bands.columns)):
-        state_dict[f"{prefix}band_weights.{b}"] = wide[slots, columns]
+    """A banded head's checkpoint from before each band had its own weight: its one widened weight split by band."""
+    if module.band_projections is not None:
+        split_widened_weight(state_dict, prefix, module.n_clusters, module.band_dims)
 
 
 @register_head("two_level_random", builds=TwoLevelSoftmax, fixed=("assignment",),

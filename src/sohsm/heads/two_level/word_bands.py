@@ -34,10 +34,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
-from torch import Tensor, nn
-
-from sohsm.heads.adaptive import check_cutoffs, frequency_ranks
-from sohsm.heads.base import check_counts, init_word_vectors
+from torch import Tensor
 
 
 def band_dims(in_features: int, n_bands: int, div_value: float) -> list[int]:
@@ -143,71 +140,3 @@ def widen(weights: Sequence[Tensor], rows: BandRows) -> Tensor:
     (differentiable: the gradient reaches each band's weight from its own block only). One block-diagonal matrix of
     the bands' rows stacked, then its rows in slot order: two ops, whatever the number of bands."""
     return torch.block_diag(*weights)[rows.stacked_row_of_slot]
-
-
-class BandedWords(nn.Module):
-    """Mixin of :class:`~sohsm.heads.TwoLevelSoftmax`: its bands' weights, their rows and initialisation.
-
-    The head sets ``band_projections`` (``None`` without bands), ``band_dims``, the buffer ``band_of_word``,
-    ``band_weights`` (with bands) or ``weight`` (without), and its ``_layout``; these methods read them.
-    """
-
-    def _word_bands(self, div_value, cutoffs, counts, excluded: bool) -> tuple[Tensor, list[int]] | None:
-        """``(band of every word, dimensions of each band)`` for ``div_value``, or ``None`` without bands."""
-        if cutoffs is not None and div_value is None:
-            raise ValueError("cutoffs set the bands of div_value: give div_value too (e.g. div_value=4)")
-        if div_value is None:
-            return None
-        if isinstance(div_value, bool) or not isinstance(div_value, (int, float)) or not div_value >= 1:
-            raise ValueError(f"div_value must be a number >= 1 or None, got {div_value!r}")
-        if excluded:
-            raise ValueError("div_value cannot be combined with projection or word_dim: it sets every word's "
-                             "dimensions itself")
-        cutoffs = check_cutoffs(cutoffs, self.n_classes)
-        ranks = frequency_ranks(None if counts is None else check_counts(counts, self.n_classes), self.n_classes)
-        dims = band_dims(self.in_features, len(cutoffs) + 1, div_value)
-        return band_of_words(ranks, cutoffs), dims
-
-    def _word_params(self) -> list[nn.Parameter]:
-        """The parameters that hold the word vectors: ``[weight]``, or each band's weight."""
-        return [self.weight] if self.band_projections is None else list(self.band_weights)
-
-    def _band_rows(self, layout=None) -> BandRows:
-        """The :class:`BandRows` of ``layout`` (default: the head's), derived once per layout and again after a
-        write into ``band_of_word`` (a buffer broadcast), which must keep each band's number of words. Under
-        ``torch.compile`` the rows are taken as last derived (checking versions would break the graph)."""
-        if torch.compiler.is_compiling():
-            layout = self._layout_cache if layout is None else layout
-            if layout.bands is not None:
-                return layout.bands
-        layout = self._layout if layout is None else layout
-        if layout.bands is None or layout.bands_version != self.band_of_word._version:
-            with torch.inference_mode(False):  # derived under inference mode, they would not be saved for backward
-                rows = BandRows(self.band_of_word, layout, self.band_dims)
-            expected = [w.size(0) for w in self.band_weights]
-            if rows.sizes != expected:
-                raise RuntimeError(f"band_of_word now puts {rows.sizes} words in the bands, whose weights have "
-                                   f"{expected} rows: a head's bands are fixed when it is built")
-            if layout.bands is not None and layout is self._layout_cache:
-                for buffer in self._grads:  # rows may now hold other words: their record no longer holds
-                    buffer.invalidate()
-            layout.bands = rows
-            layout.bands_version = self.band_of_word._version
-        return layout.bands
-
-    def _word_weight(self) -> Tensor:
-        """The word vectors as one ``[N, word_dim]`` matrix in slot order: :attr:`weight`, or the bands widened
-        (:func:`widen`, differentiable). Where a gradient may flow through it, autograd, not the head, writes the
-        word vectors' ``.grad``: the reused buffers' record of written rows lapses."""
-        if torch.is_grad_enabled() and self._word_params()[0].requires_grad:
-            self._invalidate_gradients()
-        if self.band_projections is None:
-            return self.weight
-        return widen(list(self.band_weights), self._band_rows())
-
-    def _reset_banded_weight(self) -> None:
-        """Each band's vectors uniform in ``+-d_i**-0.5`` (``nn.Linear``'s scale for its width)."""
-        for projection in self.band_projections:
-            projection.reset_parameters()
-        for weight in self.band_weights:
-            init_word_vectors(weight)

@@ -7,7 +7,8 @@ parameters, the cluster layout and the gradient buffer, and passes them in. One 
 * :mod:`.log_prob`: the cluster log-softmax (written once), a training step's two parts, exact ``log_prob``;
 * :mod:`.backends`: the one table of in-cluster backends, the devices each serves, where each is the default;
 * :mod:`.gradient_sink`: where a backend that writes the weight's gradient itself puts it;
-* the backends' ops: :mod:`.per_cluster`, :mod:`.grouped` (with :mod:`.tiles` and :mod:`.triton_kernels`).
+* the backends' ops: :mod:`.per_cluster`, :mod:`.grouped` (with :mod:`.tiles` and :mod:`.triton_kernels`);
+* :mod:`.topk`: top-k with static shapes and a certificate (the sync-free backends' ``topk``).
 
 Which backend runs is the head's ``backend`` option, read through :func:`.backends.select_backend`:
 
@@ -27,8 +28,7 @@ Which backend runs is the head's ``backend`` option, read through :func:`.backen
                     ``"per_cluster"``, with one warning saying why where CUDA cannot run Triton
 ==================  ==========================================  =============================================
 
-The device top-k (:mod:`sohsm.heads.two_level.device_topk`) scores its candidate clusters with the
-same tiles.
+The device top-k (:mod:`.topk`) scores its candidate clusters with the same tiles.
 """
 from sohsm.heads.two_level.ops.backends import BACKENDS, BackendInfo, check_backend, select_backend
 from sohsm.heads.two_level.ops.gradient_sink import GradientSink

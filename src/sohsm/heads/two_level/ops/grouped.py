@@ -50,7 +50,7 @@ def tiled_logits(hidden: Tensor, weight: Tensor, row_cluster: Tensor, offsets: T
     The rows are laid out in tiles of one cluster each (:func:`~sohsm.heads.two_level.ops.tiles.tile_map`),
     each tile's word vectors gathered once into a ``[T, width, d]`` tensor, and one batched product scores all
     tiles; columns past a cluster's size hold the next blocks' words (the caller masks them). The ``"torch"``
-    backend's forward and the device top-k (:mod:`sohsm.heads.two_level.device_topk`) share it.
+    backend's forward and the device top-k (:mod:`sohsm.heads.two_level.ops.topk`) share it.
     ``max_gathered_rows``: gather at most that many word vectors at a time (tiles in chunks, each
     ``[T', width, d]``), so the gathered copy stays bounded at large vocabularies (``None``: all at once).
     """

@@ -1,18 +1,18 @@
-"""The self-organized head's statistics and schedule without host synchronisation (the sync-free path).
+"""The statistics ``q`` folded in without host synchronisation (the sync-free path), and the batches that wait.
 
-:meth:`SelfOrganizedSoftmax.update_statistics` folds a batch into ``q`` with
-``torch.unique`` and a host-side check for non-finite rows, and the optimizer hook
-reads the step counter back with ``int(head.steps)``: three waits for the device
-a step. Here the same update is written with static shapes (a sort and
-``searchsorted`` in place of ``unique``; non-finite rows masked, not removed), and
-the step count is mirrored on the host, so a training step reads nothing back.
+:meth:`ClusterStatistics.fold <sohsm.heads.two_level.self_organizing.cluster_statistics.ClusterStatistics.fold>`
+folds a batch into ``q`` with ``torch.unique`` and a host-side check for non-finite rows. Here the same update is
+written with static shapes (a sort and ``searchsorted`` in place of ``unique``; non-finite rows masked, not
+removed), so a training step reads nothing back (:func:`fold`).
 
 The fold itself is some sixty small ops, a kernel launch each, and a small model's step on a GPU is bound by its
 launches (``benchmarks/step_ops.py``). So with the corpus counts given (the language models' case) the batches
-wait, up to :data:`FOLD_EVERY` of them (fewer where they would hold more than :data:`WAITING_ENTRIES` entries), and
-are folded in one go: the same ``q`` (a batch sequence folded at
+wait (:class:`Waiting`), up to :data:`FOLD_EVERY` of them (fewer where they would hold more than
+:data:`WAITING_ENTRIES` entries), and are folded in one go: the same ``q`` (a batch sequence folded at
 once is folded token by token in the same order), with the ops paid once for several steps. Whatever reads ``q``
-(the property, Algorithm 1, the state dict, ``.to()``) folds what waits first.
+(the head's property, Algorithm 1, the state dict, ``.to()``) folds what waits first.
+
+Functions over tensors and objects that own their state: none sees the head.
 """
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ import math
 
 import torch
 from torch import Tensor
+
+from sohsm.heads.two_level.self_organizing.reclustering import smoothing_factor
 
 _LN2 = math.log(2.0)
 #: batches that wait to be folded into ``q`` together (with the corpus counts given), and the most entries
@@ -29,15 +31,20 @@ WAITING_ENTRIES = 1 << 24
 
 
 @torch.no_grad()
-def update_statistics(head, target: Tensor, cluster_log_probs: Tensor) -> None:
-    """Fold one batch into ``head.q`` (Eq. 9) with static shapes: same result as ``head.update_statistics``.
+def fold(q: Tensor, counts: Tensor, counts_given: bool, smoothing: str, shortlist: int, target: Tensor,
+         cluster_log_probs: Tensor) -> None:
+    """Fold one batch into ``q`` (Eq. 9) in place with static shapes: the eager fold's result.
 
     Token ``t`` of word ``w`` enters ``q[w]`` with weight ``(1 - lambda_t) * prod_{s after t} lambda_s``
     and the old row keeps ``prod_t lambda_t`` (products over the batch's occurrences of ``w``, in
     batch order). A row with a NaN or ``+inf`` log-probability counts as absent: smoothing 1, weight 0.
 
     Args:
-        head: a :class:`~sohsm.heads.SelfOrganizedSoftmax`.
+        q: ``[N, C_learned]`` the dense statistics (log2).
+        counts: ``[N]`` the words' counts; where not ``counts_given`` the batch's targets are added to them.
+        counts_given: the counts are the corpus's (else the head counts the targets it sees).
+        smoothing: the rule of ``lambda`` (:func:`~.reclustering.smoothing_factor`).
+        shortlist: the leading columns of ``cluster_log_probs`` that ``q`` does not keep (the shortlist's clusters).
         target: ``[B]`` word ids.
         cluster_log_probs: ``[B, n_clusters]`` natural-log ``log P(c | h)`` of each row.
     """
@@ -45,23 +52,23 @@ def update_statistics(head, target: Tensor, cluster_log_probs: Tensor) -> None:
     n = target.numel()
     if n == 0:
         return
-    cluster_log_probs = cluster_log_probs[:, head.shortlist:]  # q keeps the learned clusters' columns only
+    cluster_log_probs = cluster_log_probs[:, shortlist:]  # q keeps the learned clusters' columns only
     good = ~(cluster_log_probs.isnan() | (cluster_log_probs == math.inf)).any(dim=1)  # [B]
     word_sorted, by_word = torch.sort(target, stable=True)  # batch order kept within a word
     good_sorted = good[by_word]
     # each token's group of equal words: [first, last] positions in the sorted order
     first = torch.searchsorted(word_sorted, word_sorted, right=False)
     last = torch.searchsorted(word_sorted, word_sorted, right=True) - 1
-    counts = head.counts.to(torch.float64)
-    if head.counts_given:
-        seen = counts[word_sorted]
+    counts_f = counts.to(torch.float64)
+    if counts_given:
+        seen = counts_f[word_sorted]
     else:
         # occurrence number among the good rows of the word, counting this one
         good_before = good_sorted.long().cumsum(0)
         group_base = torch.where(first > 0, good_before[(first - 1).clamp(min=0)], torch.zeros_like(first))
-        seen = counts[word_sorted] + (good_before - group_base).to(torch.float64)
-        head.counts.index_add_(0, target, good.to(head.counts.dtype))
-    lam = head._smoothing_factor(seen)
+        seen = counts_f[word_sorted] + (good_before - group_base).to(torch.float64)
+        counts.index_add_(0, target, good.to(counts.dtype))
+    lam = smoothing_factor(seen, smoothing)
     lam = torch.where(good_sorted, lam, torch.ones_like(lam))  # an absent row changes nothing
     log_lam = lam.log().clamp(min=-1e4).cumsum(0)  # lambda = 0 (a first occurrence ever): exp(-1e4) = 0
     before_group = torch.where(first > 0, log_lam[(first - 1).clamp(min=0)], torch.zeros_like(log_lam))
@@ -70,7 +77,6 @@ def update_statistics(head, target: Tensor, cluster_log_probs: Tensor) -> None:
     samples = (cluster_log_probs[by_word] / _LN2).clamp(min=-1e4)
     samples = torch.where(good_sorted[:, None], samples, torch.zeros_like(samples))  # NaN * 0 would stay NaN
     # one addition: q[w] += (decay - 1) q[w] (at the word's first token only) + its tokens' weighted samples
-    q = head.q
     keep = torch.where(first == torch.arange(n, device=target.device), decay - 1.0, torch.zeros_like(decay))
     update = q[word_sorted] * keep.to(q.dtype)[:, None] + samples.to(q.dtype) * weight.to(q.dtype)[:, None]
     q.index_add_(0, word_sorted, update)
@@ -80,11 +86,11 @@ class WaitingRing:
     """The batches waiting to be folded into ``q`` in fixed device buffers, in the order seen (a static step).
 
     A captured CUDA graph replays a step on the same storage, so in a static step
-    (:meth:`SelfOrganizedSoftmax.set_static`) a batch does not join a Python list: it is copied into the next
+    (:meth:`ClusterStatistics.set_static`) a batch does not join a Python list: it is copied into the next
     ``rows`` rows of two buffers of :data:`FOLD_EVERY` batches (fewer where they would pass
     :data:`WAITING_ENTRIES`), at a position kept on the device (three ops
     a step). The host counts the batches waiting; the fold runs after the optimizer step that fills the ring
-    (:func:`fold_if_full`), outside any graph.
+    (:meth:`Waiting.full`), outside any graph.
     """
 
     def __init__(self, rows: int, columns: int, dtype: torch.dtype, device: torch.device) -> None:
@@ -119,110 +125,61 @@ class WaitingRing:
         return self.targets[:used], self.log_probs[:used]
 
 
-def observe(head, target: Tensor, cluster_log_probs: Tensor) -> None:
-    """What ``SelfOrganizedSoftmax._observe`` does, read nothing back: fold the batch into ``q``.
+class Waiting:
+    """The batches of the sync-free path waiting to be folded into ``q``, in the order seen.
 
-    The host-side bookkeeping (tokens seen, the interval ``K`` when it is chosen from
-    the batch size) waits for the next optimizer step (:func:`after_step`). With
-    several processes the statistics go through the head's own merging (which
-    reads sizes back) in eager mode; inside ``torch.compile`` one process is assumed.
-    In a static step the batch goes to the head's :class:`WaitingRing`.
+    Eagerly they join a list, folded once :data:`FOLD_EVERY` wait (or :data:`WAITING_ENTRIES` entries); in a
+    static step (:attr:`static`) they are copied into a :class:`WaitingRing` on the device, folded after the
+    optimizer step that fills it (a captured graph replays the copy into the ring, never the fold).
     """
-    compiling = torch.compiler.is_compiling()
-    if not compiling:
-        if torch._C._current_graph_task_id() != -1:
-            return  # a forward recomputed during backward (activation checkpointing) was already seen
-        if head._find_group() is not None:
-            head._observe(target, cluster_log_probs)
-            return
-    if head.frozen:
-        return
-    head._device_tokens.append(target.numel())
-    if compiling or not head.counts_given:  # a graph folds at once; counting targets, the counts must not wait
-        update_statistics(head, target, cluster_log_probs)
-        return
-    if head._static:
-        ring = head._waiting_ring
-        if ring is None or not ring.fits(target, cluster_log_probs):
-            fold_waiting(head)
-            if ring is not None or target.numel() == 0:  # a short batch: on its own
-                update_statistics(head, target, cluster_log_probs)
-                return
-            ring = head._waiting_ring = WaitingRing(target.numel(), cluster_log_probs.shape[1],
-                                                    cluster_log_probs.dtype, cluster_log_probs.device)
-        ring.write(target, cluster_log_probs)
-        ring.wrote()
-        return
-    waiting = head.__dict__.setdefault("_unfolded", [])
-    waiting.append((target.reshape(-1).clone(), cluster_log_probs))
-    if len(waiting) >= FOLD_EVERY or sum(lp.numel() for _, lp in waiting) > WAITING_ENTRIES:
-        fold_waiting(head)
 
+    def __init__(self) -> None:
+        self.batches: list[tuple[Tensor, Tensor]] = []
+        self.ring: WaitingRing | None = None
+        self.static = False
 
-def replayed(head, rows: int) -> None:
-    """The host side of :func:`observe` for a forward that ran in a replayed graph (the ring was written there)."""
-    if head.frozen or not head._static or head._waiting_ring is None:
-        return
-    head._device_tokens.append(rows)
-    head._waiting_ring.wrote()
+    def add(self, target: Tensor, cluster_log_probs: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Keep a batch waiting; returns what must be folded now, in order (a full list, or what no longer fits
+        the ring and a batch that does not fit it)."""
+        if self.static:
+            ring = self.ring
+            if ring is None or not ring.fits(target, cluster_log_probs):
+                due = self.take()
+                if ring is not None or target.numel() == 0:  # a short batch: on its own
+                    return [*due, (target, cluster_log_probs)]
+                ring = self.ring = WaitingRing(target.numel(), cluster_log_probs.shape[1], cluster_log_probs.dtype,
+                                               cluster_log_probs.device)
+            else:
+                due = []
+            ring.write(target, cluster_log_probs)
+            ring.wrote()
+            return due
+        self.batches.append((target.reshape(-1).clone(), cluster_log_probs))
+        if len(self.batches) >= FOLD_EVERY or sum(lp.numel() for _, lp in self.batches) > WAITING_ENTRIES:
+            return self.take()
+        return []
 
+    def replayed(self) -> bool:
+        """A replayed graph wrote a batch into the ring: count it (``False`` where there is no ring to count in)."""
+        if not self.static or self.ring is None:
+            return False
+        self.ring.wrote()
+        return True
 
-def fold_if_full(head) -> None:
-    """After an optimizer step: fold the ring once it holds :data:`FOLD_EVERY` batches (outside any graph)."""
-    ring = head._waiting_ring
-    if ring is not None and ring.waiting >= ring.capacity:
-        fold_waiting(head)
+    def full(self) -> bool:
+        """Whether the ring holds its :data:`FOLD_EVERY` batches (folded after the optimizer step, outside a graph)."""
+        return self.ring is not None and self.ring.waiting >= self.ring.capacity
 
-
-def fold_waiting(head) -> None:
-    """Fold the batches :func:`observe` kept waiting (in a list, or in the ring) into ``q``, in the order seen."""
-    ring = head.__dict__.get("_waiting_ring")
-    if ring is not None:
-        taken = ring.take()
-        if taken is not None:
-            update_statistics(head, *taken)
-    waiting = head.__dict__.pop("_unfolded", None)
-    if not waiting:
-        return
-    if len(waiting) == 1:
-        update_statistics(head, *waiting[0])
-    else:
-        update_statistics(head, torch.cat([t for t, _ in waiting]), torch.cat([lp for _, lp in waiting]))
-
-
-def after_step(head) -> None:
-    """Host-side bookkeeping of the batches :func:`observe` folded since the last optimizer step."""
-    tokens = head.__dict__.get("_device_tokens")
-    if not tokens:
-        return
-    if head.update_every is None:
-        head._resolve_update_every(tokens[0])
-    head.tokens_seen += sum(tokens)
-    tokens.clear()
-
-
-def count_step(head) -> int:
-    """Add one to ``head.steps`` (on its device) and return the new count from a host-side mirror.
-
-    The mirror is trusted while the buffer is the same tensor at the version the last
-    call left it (a ``load_state_dict`` or any write bumps the version); otherwise the
-    count is read once from the device.
-    """
-    steps = head.steps
-    mirror = head.__dict__.get("_steps_mirror")
-    if mirror is not None and mirror[0] is steps and mirror[1] == steps._version:
-        value = mirror[2] + 1
-    else:
-        value = int(steps) + 1
-    steps += 1
-    head.__dict__["_steps_mirror"] = (steps, steps._version, value)
-    return value
-
-
-def step_count(head) -> int:
-    """``head.steps`` as an int, from the host-side mirror of :func:`count_step` while it holds (else one read)."""
-    steps = head.steps
-    mirror = head.__dict__.get("_steps_mirror")
-    if mirror is not None and mirror[0] is steps and mirror[1] == steps._version:
-        return mirror[2]
-    return int(steps)
+    def take(self) -> list[tuple[Tensor, Tensor]]:
+        """Every batch waiting, oldest first, as at most two batches (the ring's, the list's), and none left."""
+        taken = []
+        if self.ring is not None:
+            from_ring = self.ring.take()
+            if from_ring is not None:
+                taken.append(from_ring)
+        batches, self.batches = self.batches, []
+        if len(batches) == 1:
+            taken.append(batches[0])
+        elif batches:
+            taken.append((torch.cat([t for t, _ in batches]), torch.cat([lp for _, lp in batches])))
+        return taken

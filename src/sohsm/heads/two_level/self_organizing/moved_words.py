@@ -15,22 +15,20 @@ MOVED_VECTORS = ("keep", "cluster_mean")
 
 
 @torch.no_grad()
-def give_cluster_means(head, moved: Tensor, optimizer: torch.optim.Optimizer | None = None) -> None:
+def give_cluster_means(rows: list[tuple[list[Tensor], Tensor]], assignment: Tensor, moved: Tensor,
+                       n_clusters: int) -> None:
     """Give each moved word the mean vector (and optimizer state) of the words that stayed in its new cluster.
 
-    With differentiated dimensions (``div_value``) the mean is over the stayers of the word's own band, the rows
-    of the same band's weight; a word with no such mate keeps its vector.
+    Args:
+        rows: for each weight (one, or one per band with differentiated dimensions), its row-shaped tensors (the
+            weight's data, its optimizer state) and ``[n]`` the word each row holds; the mean is over the stayers of
+            the same weight, and a word with no such mate keeps its vector.
+        assignment: ``[N]`` the new cluster of every word.
+        moved: ``[N]`` bool, which words moved.
+        n_clusters: ``C``.
     """
-    if head.band_projections is not None:
-        bands = head._band_rows()
-        for b, weight in enumerate(head.band_weights):  # a band's words: the rows of its own weight
-            words = head._layout.word_of_slot[bands.slots[b]]
-            _give_means([weight.data, *head._optimizer_state(weight, optimizer, rows=True)],
-                        head.assignment[words], moved[words], head.n_clusters)
-        return
-    layout = head._layout
-    _give_means([head.weight.data, *head._optimizer_state(head.weight, optimizer, rows=True)],
-                head.assignment[layout.word_of_slot], moved[layout.word_of_slot], head.n_clusters)
+    for tensors, words in rows:
+        _give_means(tensors, assignment[words], moved[words], n_clusters)
 
 
 def _give_means(tensors: list[Tensor], cluster_of_row: Tensor, moved_row: Tensor, n_clusters: int) -> None:

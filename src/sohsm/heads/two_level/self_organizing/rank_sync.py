@@ -9,10 +9,13 @@ words, weights and optimizer state the same way.
 from __future__ import annotations
 
 import sys
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+from sohsm.heads.two_level.self_organizing.recluster_schedule import ReclusterSchedule
 
 
 def is_zero_redundancy(optimizer: torch.optim.Optimizer) -> bool:
@@ -25,12 +28,116 @@ def is_zero_redundancy(optimizer: torch.optim.Optimizer) -> bool:
     return module is not None and isinstance(optimizer, module.ZeroRedundancyOptimizer)
 
 
-class RankSync:
-    """Mixin of :class:`~sohsm.heads.SelfOrganizedSoftmax`: which ranks share its statistics and clusters.
+class RankGroup:
+    """Which ranks share the statistics and clusters, and the observations not yet merged across them.
 
-    Keeps the process group (``_group_option``, ``_group``) and the observations not yet
-    merged across ranks (``_pending``); folds them in with the head's ``update_statistics``.
+    Args:
+        option: ``"auto"`` (the process group of the DistributedDataParallel module the head runs in, found at
+            the first training forward), ``None`` (this process alone) or a process group.
     """
+
+    def __init__(self, option="auto") -> None:
+        self.option = option
+        #: the process group found (``None``: one process)
+        self.group = None if option == "auto" else option
+        #: ``(targets, cluster log-probabilities)`` of the batches seen since the last merge
+        self.pending: list[tuple[Tensor, Tensor]] = []
+
+    def choose(self, option="auto") -> None:
+        """Another ``option`` (see the class); the batches kept wait for the next merge as before."""
+        self.option, self.group = option, None if option == "auto" else option
+
+    def find(self, module: torch.nn.Module):
+        """The process group of the statistics (``None``: one process): with ``"auto"``, that of the active
+        DistributedDataParallel module holding ``module``, once one with several ranks runs it."""
+        if self.group is not None or self.option != "auto":
+            return self.group
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        ddp = torch.nn.parallel.DistributedDataParallel._get_active_ddp_module()
+        if ddp is not None and any(m is module for m in ddp.module.modules()) and (
+                dist.get_world_size(ddp.process_group) > 1):
+            self.group = ddp.process_group
+        return self.group
+
+    def world(self) -> int:
+        return 1 if self.group is None else dist.get_world_size(self.group)
+
+    def leads(self) -> bool:
+        """Whether this process runs Algorithm 1 (one process, or rank 0 of the group)."""
+        return self.group is None or dist.get_rank(self.group) == 0
+
+    def keep(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        """Keep a batch until the next merge."""
+        self.pending.append((target.detach().clone(), cluster_log_probs.detach().float()))
+
+    @torch.no_grad()
+    def gather(self, n_clusters: int, device: torch.device) -> tuple[Tensor, Tensor] | None:
+        """Every rank's kept batches, in rank order, each rank's in the order it saw them (a collective; ``None``
+        in one process, or when no rank kept any)."""
+        group = self.group
+        if group is None:
+            return None
+        pending, self.pending = self.pending, []
+        target = torch.cat([t for t, _ in pending]) if pending else torch.zeros(0, dtype=torch.long, device=device)
+        log_probs = (torch.cat([lp for _, lp in pending]) if pending
+                     else torch.zeros(0, n_clusters, dtype=torch.float32, device=device))
+        world = dist.get_world_size(group)
+        size = torch.tensor([target.numel()], device=device)
+        sizes = [torch.zeros_like(size) for _ in range(world)]
+        dist.all_gather(sizes, size, group=group)
+        sizes = [int(n) for n in sizes]
+        width = max(sizes)
+        if width == 0:
+            return None
+        pad = width - target.numel()
+        target = torch.cat([target, target.new_zeros(pad)])
+        log_probs = torch.cat([log_probs, log_probs.new_zeros(pad, n_clusters)])
+        targets = [torch.empty_like(target) for _ in range(world)]
+        all_log_probs = [torch.empty_like(log_probs) for _ in range(world)]
+        dist.all_gather(targets, target, group=group)
+        dist.all_gather(all_log_probs, log_probs, group=group)
+        return (torch.cat([t[:n] for t, n in zip(targets, sizes)]),
+                torch.cat([lp[:n] for lp, n in zip(all_log_probs, sizes)]))
+
+    @torch.no_grad()
+    def broadcast(self, assignment: Tensor | None, fallback_words: int, n_classes: int,
+                  device: torch.device) -> tuple[Tensor, int]:
+        """Rank 0's ``(assignment, fallback_words)`` on every rank of the group (a collective).
+
+        Rank 0 passes its Algorithm 1 result; the others may pass ``None``. The
+        assignment is sent, not recomputed on each rank: on a GPU, ``index_add_``
+        is not bit-deterministic, so ranks' ``q`` may differ in the last bits.
+        """
+        group = self.group
+        if group is None:
+            return assignment, fallback_words
+        payload = torch.zeros(n_classes + 1, dtype=torch.long, device=device)
+        if dist.get_rank(group) == 0:
+            payload[:-1] = assignment
+            payload[-1] = fallback_words
+        dist.broadcast(payload, src=dist.get_global_rank(group, 0), group=group)
+        return payload[:-1], int(payload[-1])
+
+
+class RankSyncHost(Protocol):
+    """What :class:`RankSync` reads of the head it is mixed into (:class:`~sohsm.heads.SelfOrganizedSoftmax`)."""
+
+    n_classes: int
+    n_clusters: int
+    assignment: Tensor
+    counts: Tensor
+    ranks: RankGroup
+    schedule: ReclusterSchedule
+
+    def update_statistics(self, target: Tensor, cluster_log_probs: Tensor) -> None: ...
+    def _corpus_counts(self) -> Tensor | None: ...
+
+
+class RankSync:
+    """Mixin of :class:`~sohsm.heads.SelfOrganizedSoftmax`: its methods for several processes, over its
+    :class:`RankGroup` (``head.ranks``). Its methods read of the head only what :class:`RankSyncHost` declares
+    (``tests/heads/two_level/test_host_protocols.py`` checks it)."""
 
     def set_process_group(self, group="auto") -> None:
         """Which processes' tokens feed the statistics and share one assignment.
@@ -48,20 +155,7 @@ class RankSync:
         broadcasts the result (:meth:`broadcast_assignment`): every rank then moves
         its words, weights and optimizer state the same way.
         """
-        self._group_option = group
-        self._group = None if group == "auto" else group
-
-    def _find_group(self):
-        """The process group of the statistics (``None``: one process), found at the first training forward."""
-        if self._group is not None or self._group_option != "auto":
-            return self._group
-        if not (dist.is_available() and dist.is_initialized()):
-            return None
-        ddp = torch.nn.parallel.DistributedDataParallel._get_active_ddp_module()
-        if ddp is not None and any(m is self for m in ddp.module.modules()) and (
-                dist.get_world_size(ddp.process_group) > 1):
-            self._group = ddp.process_group
-        return self._group
+        self.ranks.choose(group)
 
     @torch.no_grad()
     def merge_statistics(self) -> None:
@@ -73,48 +167,13 @@ class RankSync:
         every rank ends with the same ``q`` that one process gets from that batch.
         Nothing to do in one process (each batch is folded at its forward).
         """
-        group = self._group
-        if group is None:
+        batch = self.ranks.gather(self.n_clusters, self.counts.device)
+        if batch is None:
             return
-        pending, self._pending = self._pending, []
-        device = self.counts.device
-        target = torch.cat([t for t, _ in pending]) if pending else torch.zeros(0, dtype=torch.long, device=device)
-        log_probs = (torch.cat([lp for _, lp in pending]) if pending
-                     else torch.zeros(0, self.n_clusters, dtype=torch.float32, device=device))
-        world = dist.get_world_size(group)
-        size = torch.tensor([target.numel()], device=device)
-        sizes = [torch.zeros_like(size) for _ in range(world)]
-        dist.all_gather(sizes, size, group=group)
-        sizes = [int(n) for n in sizes]
-        width = max(sizes)
-        if width == 0:
-            return
-        pad = width - target.numel()
-        target = torch.cat([target, target.new_zeros(pad)])
-        log_probs = torch.cat([log_probs, log_probs.new_zeros(pad, self.n_clusters)])
-        targets = [torch.empty_like(target) for _ in range(world)]
-        all_log_probs = [torch.empty_like(log_probs) for _ in range(world)]
-        dist.all_gather(targets, target, group=group)
-        dist.all_gather(all_log_probs, log_probs, group=group)
-        target = torch.cat([t[:n] for t, n in zip(targets, sizes)])
-        log_probs = torch.cat([lp[:n] for lp, n in zip(all_log_probs, sizes)])
-        self.tokens_seen += target.numel()
-        self.update_statistics(target, log_probs)
+        self.schedule.saw(batch[0].numel(), self._corpus_counts())
+        self.update_statistics(*batch)
 
-    @torch.no_grad()
     def broadcast_assignment(self, assignment: Tensor | None, fallback_words: int = 0) -> tuple[Tensor, int]:
-        """Rank 0's ``(assignment, fallback_words)`` on every rank of the process group (a collective).
-
-        Rank 0 passes its Algorithm 1 result; the others may pass ``None``. The
-        assignment is sent, not recomputed on each rank: on a GPU, ``index_add_``
-        is not bit-deterministic, so ranks' ``q`` may differ in the last bits.
-        """
-        group = self._group
-        if group is None:
-            return assignment, fallback_words
-        payload = torch.zeros(self.n_classes + 1, dtype=torch.long, device=self.assignment.device)
-        if dist.get_rank(group) == 0:
-            payload[:-1] = assignment
-            payload[-1] = fallback_words
-        dist.broadcast(payload, src=dist.get_global_rank(group, 0), group=group)
-        return payload[:-1], int(payload[-1])
+        """Rank 0's ``(assignment, fallback_words)`` on every rank of the process group (a collective;
+        :meth:`RankGroup.broadcast`)."""
+        return self.ranks.broadcast(assignment, fallback_words, self.n_classes, self.assignment.device)

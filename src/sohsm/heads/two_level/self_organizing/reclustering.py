@@ -12,9 +12,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sohsm.heads.two_level.self_organizing.cluster_statistics import SMOOTHING
+import torch
+from torch import Tensor
+
 from sohsm.heads.two_level.self_organizing.moved_words import MOVED_VECTORS
 
+#: smoothing rules of the cluster statistics q (Eq. 10; :func:`smoothing_factor`)
+SMOOTHING = ("epoch", "paper_literal")
 #: how Algorithm 1 is computed (``solver``)
 SOLVERS = ("auto", "sequential", "deferred_acceptance")
 #: what freezing does to the head's weights (``reset_on_freeze``)
@@ -130,6 +134,13 @@ class Reclustering:
     def take(cls, options: dict[str, Any]) -> Reclustering:
         """The group made from the entries of flat ``options`` it holds, which are removed from ``options``."""
         return cls(**{name: options.pop(name) for name in cls.option_names() if name in options})
+
+
+def smoothing_factor(counts: Tensor, smoothing: str) -> Tensor:
+    """``lambda(w)`` of Eq. 10 for the given counts (float64): ``1 - 1/f`` (``"epoch"``) or ``1/f``
+    (``"paper_literal"``), ``f`` the count floored at 1."""
+    f = counts.to(torch.float64).clamp(min=1.0)
+    return 1.0 / f if smoothing == "paper_literal" else 1.0 - 1.0 / f
 
 
 def _choice(name: str, value: object, choices: tuple[str, ...]) -> None:

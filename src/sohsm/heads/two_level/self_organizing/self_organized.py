@@ -7,18 +7,23 @@ with the greedy Algorithm 1 from running statistics of the model's own cluster
 predictions.
 
 This file holds the module: its options, its state, the E-step
-(:meth:`SelfOrganizedSoftmax.reassign`) and what a checkpoint keeps. Its parts
-live beside it, one idea a file, each mixed into the class:
+(:meth:`SelfOrganizedSoftmax.reassign`), the optimizer hook that runs it on schedule, freezing, and what a
+checkpoint keeps. Its parts live beside it, one idea a file; each owns its state, and the head holds one of each:
 
-* :mod:`sohsm.heads.two_level.self_organizing.cluster_statistics`: the statistics ``q`` (Eq. 9-10), folded in
-  after every training batch (:mod:`sohsm.heads.two_level.self_organizing.device_statistics`: the same on the
-  sync-free path; :mod:`sohsm.heads.two_level.self_organizing.compact_statistics`: ``q`` kept as each word's top
-  ``q_clusters`` clusters);
-* :mod:`sohsm.heads.two_level.self_organizing.recluster_schedule`: when it re-clusters (attached to an
-  optimizer, every ``K`` steps, growing) and when it stops;
-* :mod:`sohsm.heads.two_level.self_organizing.freezing`: freezing the clusters, and what it does to the weights;
-* :mod:`sohsm.heads.two_level.self_organizing.moved_words`: what a moved word's vector becomes;
-* :mod:`sohsm.heads.two_level.self_organizing.rank_sync`: several processes, one set of statistics and clusters.
+* :mod:`~sohsm.heads.two_level.self_organizing.reclustering`: the options, one frozen group (:attr:`reclustering`);
+* :mod:`~sohsm.heads.two_level.self_organizing.cluster_statistics`: the statistics ``q`` (Eq. 9-10) and the
+  batches waiting to be folded in (:attr:`statistics`; :mod:`.device_statistics`: the fold with static shapes of
+  the sync-free path; :mod:`.compact_statistics`: ``q`` kept as each word's top ``q_clusters`` clusters);
+* :mod:`~sohsm.heads.two_level.self_organizing.recluster_schedule`: when it re-clusters (every ``K`` steps,
+  growing) and when it stops (:attr:`schedule`);
+* :mod:`~sohsm.heads.two_level.self_organizing.rank_sync`: several processes, one set of statistics and clusters
+  (:attr:`ranks`);
+* :mod:`~sohsm.heads.two_level.self_organizing.moved_words`: what a moved word's vector becomes.
+
+Two mixins remain, each declaring what it reads of the head (a ``typing.Protocol``):
+:class:`~.head_statistics.HeadStatistics` (what a training forward hands the statistics; ``q`` read, moved and
+saved through the head) and
+:class:`~.rank_sync.RankSync` (the head's methods for several processes).
 """
 from __future__ import annotations
 
@@ -26,33 +31,24 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-from sohsm.clustering import (
-    default_max_cluster_size,
-    default_n_clusters,
-    frequency_binning,
-    greedy_assignment,
-    random_assignment,
-)
+from sohsm.clustering import (default_max_cluster_size, default_n_clusters, frequency_binning, greedy_assignment,
+                              random_assignment)
 from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
 from sohsm.heads.base import HeadMemory, SelfOrganizingHead, check_counts
-from sohsm.heads.two_level.self_organizing import device_statistics
-from sohsm.heads.two_level.self_organizing.cluster_statistics import ClusterStatistics
-from sohsm.heads.two_level.self_organizing.freezing import Freezing
-from sohsm.heads.two_level.self_organizing.moved_words import give_cluster_means
-from sohsm.heads.two_level.self_organizing.rank_sync import RankSync
-from sohsm.heads.two_level.self_organizing.reclustering import SOLVERS, Reclustering
-from sohsm.heads.two_level.self_organizing.recluster_schedule import ReclusterSchedule
 from sohsm.heads.registry import register_head
 from sohsm.heads.two_level import run_defaults
+from sohsm.heads.two_level.self_organizing.cluster_statistics import ClusterStatistics
+from sohsm.heads.two_level.self_organizing.moved_words import give_cluster_means
+from sohsm.heads.two_level.self_organizing.head_statistics import HeadStatistics
+from sohsm.heads.two_level.self_organizing.rank_sync import RankGroup, RankSync, is_zero_redundancy
+from sohsm.heads.two_level.self_organizing.recluster_schedule import ReclusterSchedule
+from sohsm.heads.two_level.self_organizing.reclustering import Reclustering
 from sohsm.heads.two_level.softmax import TwoLevelSoftmax
 
 
-
-class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankSync, TwoLevelSoftmax,
-                           SelfOrganizingHead):
+class SelfOrganizedSoftmax(HeadStatistics, RankSync, TwoLevelSoftmax, SelfOrganizingHead):
     """Two-level softmax whose word clusters are learned from the model's predictions.
 
     For every word ``w`` a row ``q[w]`` estimates ``E[log2 P(c | context) | next word = w]``
@@ -188,86 +184,66 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         if shortlist:
             #: ``[N - S]`` the words Algorithm 1 places (every word but the shortlist)
             self.register_buffer("tail_words", tail, persistent=False)
-        #: the re-clustering options, as given (the attributes below are read by the E-step and its schedule)
+        #: the re-clustering options, one group, read whole by the E-step, the statistics and the schedule
         self.reclustering = reclustering
-        self.gamma = float(gamma)
-        self.freq_budget = float(reclustering.freq_budget)
+        #: Algorithm 1's limit on a cluster's words (``gamma * sqrt(N)``)
         self.max_cluster_size = max_size
-        #: K as given; ``None``: chosen from the epoch length at the first training batch
-        self.update_every_option = reclustering.update_every
-        self.update_every = self.update_every_option
-        self.reclusters_per_epoch = float(reclustering.reclusters_per_epoch)
-        self.update_growth = float(reclustering.update_growth)
-        self.first_update = reclustering.first_update
-        self.freeze_after_tokens = reclustering.freeze_after_tokens
-        self.reset_on_freeze = reclustering.reset_on_freeze
-        self.moved_vectors = reclustering.moved_vectors
-        self.stay_margin = float(reclustering.stay_margin)
-        self.solver = reclustering.solver
-        self.tokens_seen = 0
-        self.frozen = False
-        self.smoothing = reclustering.smoothing
-        self.counts_given = counts is not None
         # integer counts: module.float()/.double() never round them
         self.register_buffer(
             "counts", counts.round().long() if counts is not None else torch.zeros(n_classes, dtype=torch.long)
         )
-        # start from "no information": the uniform cluster distribution. Saved in the state dict like
-        # a buffer, but not registered as one: DDP would broadcast all N x C of it every forward.
-        # Only the learned clusters need statistics: a shortlist word never moves, and no word moves to a
-        # shortlist word's cluster, so q has a column per learned cluster (N x (n_clusters - S) floats).
         learned = self.n_clusters - self.shortlist
         q_clusters = reclustering.q_clusters
         if q_clusters is not None and (isinstance(q_clusters, bool) or not isinstance(q_clusters, int)
                                        or not 1 <= q_clusters <= learned):
             raise ValueError(f"q_clusters must be None or an integer in [1, {learned}] (the learned clusters), "
                              f"got {q_clusters!r}")
-        self.q_clusters = q_clusters
-        if q_clusters is None:
-            self.q = torch.full((n_classes, learned), -math.log2(self.n_clusters))
-        else:  # every cluster starts at the uniform value; the first M are the ones kept
-            self.q = None
-            self.q_index = torch.arange(q_clusters, dtype=torch.int32).repeat(n_classes, 1)
-            self.q_values = torch.full((n_classes, q_clusters), -math.log2(self.n_clusters))
-            self.q_rest = torch.full((n_classes,), -math.log2(self.n_clusters))
+        #: ``q`` and the batches waiting to be folded in. Saved in the state dict like a buffer, but not
+        #: registered as one: DDP would broadcast all N x C of it every forward
+        self.statistics = ClusterStatistics(n_classes, learned, shortlist, -math.log2(self.n_clusters),
+                                            reclustering.smoothing, q_clusters, counts_given=counts is not None)
+        #: when it re-clusters and when it stops (K, the tokens seen, frozen)
+        self.schedule = ReclusterSchedule(reclustering)
+        #: which ranks share the statistics and clusters (one process until the head runs under DDP)
+        self.ranks = RankGroup()
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
         #: one dict per re-assignment: step, change_rate, moved_tf_mass, empty_clusters, fallback_words
         self.history: list[dict] = []
         self._warned_unattached = False
-        #: ranks whose tokens feed ``q``: ``None`` one process; ``"auto"`` the DDP module the head runs in
-        self._group_option = "auto"
-        self._group = None  # the process group found, once the head has run in one
-        self._pending: list[tuple[Tensor, Tensor]] = []  # observations not yet merged across ranks
-        self._device_tokens: list[int] = []  # tokens of the batches the sync-free path folded since the last step
         self._width = max(self.max_cluster_size, self._layout_cache.max_size)  # see _sync_free_width
-        #: a static step (:meth:`set_static`): batches wait in fixed buffers (``device_statistics.WaitingRing``)
-        self._static = False
-        self._waiting_ring: device_statistics.WaitingRing | None = None
 
-    def set_static(self, static: bool) -> None:
-        """In a static step the sync-free path's waiting batches go to a fixed ring on the device, folded after the
-        optimizer step that fills it (a captured graph replays the copy into the ring, never the fold)."""
-        if not static:
-            device_statistics.fold_waiting(self)
-            self._waiting_ring = None
-        self._static = bool(static)
+    # -- what the parts own, read through the head ---------------------------------------------------------
+    @property
+    def counts_given(self) -> bool:
+        """Whether :attr:`counts` are the corpus's (else the head counts the targets it sees)."""
+        return self.statistics.counts_given
 
-    def replayed(self, rows: int) -> None:
-        device_statistics.replayed(self, rows)
+    @property
+    def update_every(self) -> int | None:
+        """K, optimizer steps between re-clusterings (0: never; ``None`` until the first batch chooses it)."""
+        return self.schedule.update_every
 
-    def static_fingerprint(self) -> tuple:
-        return (*super().static_fingerprint(), id(self._waiting_ring))
+    @update_every.setter
+    def update_every(self, value: int | None) -> None:
+        self.schedule.update_every = value
 
-    def host_state(self):
-        ring = self._waiting_ring
-        return list(self._device_tokens), ring, None if ring is None else ring.waiting
+    @property
+    def tokens_seen(self) -> int:
+        """Training tokens the statistics have seen."""
+        return self.schedule.tokens_seen
 
-    def restore_host_state(self, state) -> None:
-        tokens, ring, waiting = state
-        self._device_tokens[:] = tokens
-        self._waiting_ring = ring
-        if ring is not None:
-            ring.waiting = waiting
+    @property
+    def frozen(self) -> bool:
+        """The clusters no longer change (:meth:`freeze`)."""
+        return self.schedule.frozen
+
+    def _corpus_counts(self) -> Tensor | None:
+        """The counts an epoch is the sum of, or ``None`` where the head counts its targets (K cannot follow)."""
+        return self.counts if self.counts_given else None
+
+    def _observes_on_host(self) -> bool:
+        """Compact statistics (``q_clusters``) are folded in by the per-cluster backend only."""
+        return self.reclustering.q_clusters is not None
 
     def _sync_free_width(self) -> int:
         """Static width of the sync-free path's logits: the largest cluster Algorithm 1 may make.
@@ -279,12 +255,78 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
             self._width = max(self.max_cluster_size, self._layout_cache.max_size)
         return self._width
 
+    # -- the schedule: attached to an optimizer, Algorithm 1 after the steps it is due -------------------------
+    def attach(self, optimizer: torch.optim.Optimizer):
+        """Re-cluster automatically every ``update_every`` steps of ``optimizer``.
+
+        Registers a post-step hook on the optimizer; the optimizer's state for
+        :attr:`weight` then follows the words when they move. Call once after
+        building the optimizer (again after re-building it). Attaching the same
+        optimizer again changes nothing (its steps are counted once) and returns
+        the same handle. The head holds its optimizers weakly: one its owner drops
+        is not kept alive. Returns the hook handle.
+        """
+        self._check_optimizer(optimizer, needs_parameters=False)
+        if is_zero_redundancy(optimizer):
+            raise ValueError(
+                "SelfOrganizedSoftmax cannot follow a ZeroRedundancyOptimizer: its state for the head's "
+                "weight lives on one rank only, so a re-assignment could not move it with the words. "
+                "Use a plain optimizer under DistributedDataParallel."
+            )
+        self._check_optimizer(optimizer)
+        handle = self._optimizers.get(optimizer)
+        if handle is None:
+            handle = optimizer.register_step_post_hook(self._after_optimizer_step)
+            self._optimizers[optimizer] = handle
+        return handle
+
+    def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if not self.training:
+            return
+        self.merge_statistics()
+        self.schedule.settle(self._corpus_counts())  # the sync-free path's host-side bookkeeping
+        if self.statistics.waiting.full():  # a static step's ring of waiting batches, folded outside any graph
+            self.statistics.fold_waiting(self.counts)
+        due = self.schedule.due(self.schedule.count_step(self.steps))  # self.steps += 1, counted on the host
+        if due is None:
+            return
+        # the step has used the gradient: dropped (as zero_grad() does), not moved with the words for no one
+        self.words.drop_gradients()
+        self.reassign(optimizer)
+        if due == "freeze":
+            self.freeze(optimizer)
+
+    def is_reassign_step(self, step: int) -> bool:
+        """Whether Algorithm 1 runs after optimizer step ``step`` (:meth:`ReclusterSchedule.is_reassign_step`)."""
+        return self.schedule.is_reassign_step(step)
+
+    def describe_schedule(self, tokens_per_step: int | None = None) -> str:
+        """K as the head will use it, for a run's start-up lines (:meth:`ReclusterSchedule.describe`)."""
+        return self.schedule.describe(tokens_per_step, self._corpus_counts())
+
+    @torch.no_grad()
+    def freeze(self, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Stop re-clustering; with ``reset_on_freeze`` re-initialise the head's weights on the final clusters:
+        ``"head"`` zeroes their optimizer state too, ``"head_keep_state"`` keeps it."""
+        self.schedule.frozen = True
+        reset = self.reclustering.reset_on_freeze
+        if reset == "none":
+            return
+        self.reset_parameters()
+        if reset == "head_keep_state":
+            return
+        for p in self.parameters():
+            for value in self._optimizer_state(p, optimizer):
+                value.zero_()
+
+    # -- the E-step -------------------------------------------------------------------------------------------
     def _with_stay_margin(self, q, current: Tensor):
         """``q`` with ``stay_margin`` added to each word's current cluster (a copy; ``q`` itself without a margin)."""
-        if not self.stay_margin:
+        margin = self.reclustering.stay_margin
+        if not margin:
             return q
         q = q.clone()
-        q[torch.arange(q.size(0), device=q.device), current.to(q.device)] += self.stay_margin
+        q[torch.arange(q.size(0), device=q.device), current.to(q.device)] += margin
         return q
 
     @torch.no_grad()
@@ -296,28 +338,29 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         and ``fallback_words``.
         """
         self.merge_statistics()  # with several ranks: the batches seen since the last step
-        device_statistics.fold_waiting(self)  # the sync-free path's batches still waiting
+        self.statistics.fold_waiting(self.counts)  # the sync-free path's batches still waiting
+        options, compact = self.reclustering, self.reclustering.q_clusters is not None
         counts = self.counts.to(torch.float64)
         total = counts.sum()  # no counts yet: every word the same share (on the device: no read-back)
         tf = torch.where(total > 0, counts / total, 1.0 / self.n_classes)
-        sequential = self.solver == "sequential" or (self.solver == "auto" and self.q_device().type == "cpu")
+        sequential = options.solver == "sequential" or (options.solver == "auto" and self.q_device().type == "cpu")
         solve = greedy_assignment if sequential else greedy_assignment_deferred
-        if self._group is None or dist.get_rank(self._group) == 0:
-            q = self.statistics_rows()  # compact: read a block of dense rows at a time
+        if self.ranks.leads():
+            q = self.statistics.rows()  # compact: read a block of dense rows at a time
             if self.shortlist:  # the shortlist words keep their own clusters; the rest share the learned ones
                 s, tail = self.shortlist, self.tail_words
-                q = q[tail] if self.q_clusters is None else q.take(tail)
-                if not sequential and self.q_clusters is not None:
+                q = q.take(tail) if compact else q[tail]
+                if not sequential and compact:
                     q = q.dense()  # the deferred solver reads whole columns: the rows are built at once
                 q = self._with_stay_margin(q, self.assignment[tail] - s)
-                result = solve(q, tf[tail.to(tf.device)], self.max_cluster_size, self.freq_budget)
+                result = solve(q, tf[tail.to(tf.device)], self.max_cluster_size, options.freq_budget)
                 assignment = self.assignment.clone()
                 assignment[tail] = result.assignment.to(assignment.device) + s
             else:
-                if not sequential and self.q_clusters is not None:
+                if not sequential and compact:
                     q = q.dense()
                 q = self._with_stay_margin(q, self.assignment)
-                result = solve(q, tf, self.max_cluster_size, self.freq_budget)
+                result = solve(q, tf, self.max_cluster_size, options.freq_budget)
                 assignment = result.assignment
             fallback_words = int(result.fallback_words)
         else:
@@ -326,14 +369,14 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         new = assignment.to(self.assignment.device, torch.long)  # Algorithm 1's: valid by construction, unchecked
         moved = self._move_words(new, new != self.assignment, optimizer)  # reads nothing back
         self._sync_free_width()  # the sync-free path's width follows the new clusters
-        if self.moved_vectors == "cluster_mean" and bool(moved.any()):
-            give_cluster_means(self, moved, optimizer)
+        if options.moved_vectors == "cluster_mean" and bool(moved.any()):
+            self._give_cluster_means(moved, optimizer)
         # the record's numbers, summed on the device and read back at once (a GPU waits once, not four times)
         change_rate, moved_tf_mass, empty_clusters = torch.stack([
             moved.double().mean(), torch.where(moved, tf.to(moved.device), 0.0).sum(),
             (self._layout.sizes_t == 0).sum().double()]).tolist()
         record = {
-            "step": device_statistics.step_count(self),
+            "step": self.schedule.step_count(self.steps),
             "change_rate": change_rate,
             "moved_tf_mass": moved_tf_mass,
             "empty_clusters": int(empty_clusters),
@@ -341,6 +384,14 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         }
         self.history.append(record)
         return record
+
+    @torch.no_grad()
+    def _give_cluster_means(self, moved: Tensor, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """``moved_vectors="cluster_mean"``: each moved word takes the mean vector and optimizer state of its new
+        cluster's stayers (of its own band's weight; :func:`~.moved_words.give_cluster_means`)."""
+        rows = [([weight.data, *self._optimizer_state(weight, optimizer, rows=True)], words)
+                for weight, words in self.words.by_weight(self._layout)]
+        give_cluster_means(rows, self.assignment, moved, self.n_clusters)
 
     # -- persistence ---------------------------------------------------------------------
     @classmethod
@@ -351,26 +402,23 @@ class SelfOrganizedSoftmax(ClusterStatistics, ReclusterSchedule, Freezing, RankS
         return memory._replace(extra_bytes=n_classes * clusters * 4, extra="statistics q")
 
     def get_extra_state(self) -> dict:
-        return {"history": list(self.history), "counts_given": self.counts_given,
-                "update_every": self.update_every, "tokens_seen": self.tokens_seen, "frozen": self.frozen}
+        return {"history": list(self.history), "counts_given": self.counts_given, **self.schedule.state()}
 
     def set_extra_state(self, state: dict) -> None:
         self.history = list(state.get("history", []))
-        self.counts_given = bool(state.get("counts_given", self.counts_given))
-        if "update_every" in state:
-            self.update_every = state["update_every"]
-        self.tokens_seen = int(state.get("tokens_seen", 0))
-        self.frozen = bool(state.get("frozen", False))
+        self.statistics.counts_given = bool(state.get("counts_given", self.counts_given))
+        self.schedule.load_state(state)
 
     def extra_repr(self) -> str:
+        options = self.reclustering
         return (
             super().extra_repr()
-            + f", gamma={self.gamma}, freq_budget={self.freq_budget}, update_every={self.update_every}, "
-            f"smoothing={self.smoothing!r}"
-            + (f", update_growth={self.update_growth}" if self.update_growth != 1.0 else "")
-            + (f", first_update={self.first_update}" if self.first_update is not None else "")
+            + f", gamma={options.gamma}, freq_budget={options.freq_budget}, update_every={self.update_every}, "
+            f"smoothing={options.smoothing!r}"
+            + (f", update_growth={options.update_growth}" if options.update_growth != 1.0 else "")
+            + (f", first_update={options.first_update}" if options.first_update is not None else "")
             + (f", shortlist={self.shortlist}" if self.shortlist else "")
-            + (f", q_clusters={self.q_clusters}" if self.q_clusters is not None else "")
+            + (f", q_clusters={options.q_clusters}" if options.q_clusters is not None else "")
         )
 
 

@@ -1,4 +1,4 @@
-"""Exact top-k of a two-level head on the device: static shapes, and a certificate instead of a search.
+"""Exact top-k of a two-level head with static shapes: a certificate instead of a search.
 
 Best-first search (:meth:`TwoLevelSoftmax.search_topk`) visits, per row, every cluster whose
 ``log P(c | h)`` beats the row's k-th best word so far. Which clusters those are is only known
@@ -9,8 +9,10 @@ and keeps the best ``k``. The answer is exact for every row whose k-th best word
 probable as its ``(M + 1)``-th cluster, since ``P(w | h) <= P(c | h)`` for any word ``w`` of a
 cluster ``c``: the result says which rows that holds for (:attr:`DeviceTopK.certified`), on
 the device. A caller that must be exact everywhere reads that flag once and searches the rest
-(:func:`exact_topk`), one synchronisation where the search has several; a trained head
-certifies nearly every row with a few clusters.
+(:meth:`TwoLevelSoftmax.topk` on a sync-free backend), one synchronisation where the search has
+several; a trained head certifies nearly every row with a few clusters.
+
+Over explicit tensors, as every op here: the head's :meth:`~sohsm.heads.TwoLevelSoftmax.device_topk` hands them in.
 """
 from __future__ import annotations
 
@@ -22,7 +24,6 @@ from torch import Tensor
 
 from sohsm.heads.two_level.ops.grouped import tiled_logits
 from sohsm.heads.two_level.ops.layout import ClusterLayout
-from sohsm.heads.two_level.ops.log_prob import cluster_log_softmax
 
 #: clusters a row scores by default: a trained head puts most of a row's mass in a few
 DEFAULT_CLUSTERS = 4
@@ -46,45 +47,24 @@ class DeviceTopK(NamedTuple):
     certified: Tensor
 
 
-def device_topk(head, hidden: Tensor, k: int, clusters: int = DEFAULT_CLUSTERS, block_m: int = 16) -> DeviceTopK:
-    """The top ``k`` words of a two-level ``head`` among each row's ``clusters`` most probable clusters.
-
-    Reads nothing back to the host: every shape follows from ``hidden``'s, ``k``, ``clusters``
-    and the head's largest cluster. The (row, cluster) pairs are laid out in tiles of one
-    cluster each (:func:`~sohsm.heads.two_level.ops.grouped.tiled_logits`, the sync-free training path's product),
-    so the word vectors are gathered once per tile, not once per pair.
-
-    Args:
-        head: a :class:`~sohsm.heads.TwoLevelSoftmax` (or a subclass, the self-organized head).
-        hidden: ``[*, in_features]`` hidden states.
-        k: words per row, in ``[1, N]``.
-        clusters: clusters scored per row (``M``), in ``[1, C]``; ``C`` is always exact.
-        block_m: (row, cluster) pairs per tile.
-
-    Returns:
-        :class:`DeviceTopK`.
-
-    Raises:
-        ValueError: ``k`` or ``clusters`` out of range, or ``hidden`` of the wrong shape.
-    """
-    k = head._check_k(k)
-    if isinstance(clusters, bool) or not isinstance(clusters, int) or not 1 <= clusters <= head.n_clusters:
-        raise ValueError(f"clusters must be an integer in [1, {head.n_clusters}], got {clusters!r}")
-    hidden = head._flatten_hidden(hidden)
-    # compiled, the layout is taken as last derived (deriving it checks the assignment's version: a host read)
-    layout = head._layout_cache if torch.compiler.is_compiling() else head._layout
-    hidden_c, hidden_w = head._split_hidden(hidden)
-    cluster_log_probs = cluster_log_softmax(F.linear(hidden_c, head.cluster_weight), layout.empty_clusters)  # [B, C]
-    weight = head._word_weight()  # with bands, widened to one matrix
-    return topk_in_clusters(cluster_log_probs, hidden_w.to(weight.dtype), weight, layout,
-                            head._sync_free_width(), k, clusters, block_m)
-
-
 def topk_in_clusters(cluster_log_probs: Tensor, hidden_w: Tensor, weight: Tensor, layout: ClusterLayout, width: int,
                      k: int, clusters: int, block_m: int = 16) -> DeviceTopK:
-    """:func:`device_topk` over explicit tensors: ``cluster_log_probs`` ``[B, C]`` (normalised), ``hidden_w``
-    ``[B, d_w]`` in the weight's dtype, ``weight`` ``[N, d_w]`` grouped by cluster as ``layout`` says, ``width`` at
-    least the largest cluster; ``1 <= k <= N`` and ``1 <= clusters <= C`` checked by the caller."""
+    """The top ``k`` words among each row's ``clusters`` most probable clusters, reading nothing back.
+
+    Every shape follows from the inputs', ``k``, ``clusters`` and ``width``. The (row, cluster) pairs are laid out
+    in tiles of one cluster each (:func:`~sohsm.heads.two_level.ops.grouped.tiled_logits`, the sync-free training
+    path's product), so the word vectors are gathered once per tile, not once per pair.
+
+    Args:
+        cluster_log_probs: ``[B, C]`` normalised ``log P(c | h)``.
+        hidden_w: ``[B, d_w]`` the word softmax's input, in the weight's dtype.
+        weight: ``[N, d_w]`` word vectors grouped by cluster as ``layout`` says.
+        layout: where each word's row sits.
+        width: at least the largest cluster.
+        k: words per row, ``1 <= k <= N`` (checked by the caller).
+        clusters: clusters scored per row (``M``), ``1 <= M <= C`` (checked by the caller); ``C`` is always exact.
+        block_m: (row, cluster) pairs per tile.
+    """
     batch, device = cluster_log_probs.size(0), cluster_log_probs.device
     n_words, n_clusters = weight.size(0), cluster_log_probs.size(1)
     m = clusters
@@ -125,17 +105,3 @@ def _pair_logits(hidden: Tensor, weight: Tensor, pair_row: Tensor, pair_cluster:
     max_rows = max(1, GATHER_BYTES // (weight.size(1) * weight.element_size()))
     logits = tiled_logits(hidden[pair_row], weight, pair_cluster, offsets, width, block_m, max_rows)
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-
-
-def exact_topk(head, hidden: Tensor, k: int, clusters: int = DEFAULT_CLUSTERS) -> tuple[Tensor, Tensor]:
-    """``log_prob(hidden).topk(k)``: :func:`device_topk`, then best-first search for the rows it could not
-    certify (one read of the certificate; none searched when all rows are certified)."""
-    hidden = head._flatten_hidden(hidden)
-    result = device_topk(head, hidden, k, min(clusters, head.n_clusters))
-    uncertified = (~result.certified).nonzero().squeeze(1)  # the one synchronisation
-    if uncertified.numel() == 0:
-        return result.values, result.indices
-    rest = head.search_topk(hidden[uncertified], k)
-    values, indices = result.values.clone(), result.indices.clone()
-    values[uncertified], indices[uncertified] = rest.values, rest.indices
-    return values, indices

@@ -1,0 +1,178 @@
+"""What the self-organized head does with its statistics: each training batch handed to them, ``q`` read, moved by
+``.to()`` and kept in the state dict.
+
+:class:`HeadStatistics` is mixed into :class:`~sohsm.heads.SelfOrganizedSoftmax`, so that these stay the head's
+methods (``head.q``, ``head.update_statistics``, the training forward's hooks); the state is the head's
+:class:`~sohsm.heads.two_level.self_organizing.cluster_statistics.ClusterStatistics` (``q``, the waiting batches)
+and :class:`~sohsm.heads.two_level.self_organizing.recluster_schedule.ReclusterSchedule` (the tokens seen). What it
+reads of the head is declared in :class:`StatisticsHost`.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+import weakref
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from sohsm.heads.two_level.ops import ClusterLayout
+from sohsm.heads.two_level.self_organizing.cluster_statistics import ClusterStatistics
+from sohsm.heads.two_level.self_organizing.rank_sync import RankGroup
+from sohsm.heads.two_level.self_organizing.recluster_schedule import ReclusterSchedule
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` that makes a warning point at the first frame outside torch and the heads."""
+    heads = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    inside = (os.path.dirname(torch.__file__), heads)
+    frame, level = inspect.currentframe().f_back, 1  # level 1: the function that warns (the public frame API)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+class StatisticsHost(Protocol):
+    """What :class:`HeadStatistics` reads of the head it is mixed into (:class:`~sohsm.heads.SelfOrganizedSoftmax`)."""
+
+    counts: Tensor
+    frozen: bool
+    update_every: int | None
+    statistics: ClusterStatistics
+    schedule: ReclusterSchedule
+    ranks: RankGroup
+    _layout_cache: ClusterLayout
+    _optimizers: weakref.WeakKeyDictionary
+    _warned_unattached: bool
+
+    def _corpus_counts(self) -> Tensor | None: ...
+
+
+class HeadStatistics:
+    """Mixin of :class:`~sohsm.heads.SelfOrganizedSoftmax`: its statistics as seen through the head (see the module).
+
+    Its methods read of the head only what :class:`StatisticsHost` declares, besides each other
+    (``tests/heads/two_level/test_host_protocols.py`` checks it).
+    """
+
+    # -- a training batch ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        """A training batch's cluster log-probabilities, eagerly: folded in now (one process) or kept for the merge
+        of the ranks' batches after the optimizer step."""
+        # torch has no public way to ask whether this forward runs inside a backward pass (activation
+        # checkpointing recomputes it there); its graph task id is -1 outside one
+        if self.frozen or torch._C._current_graph_task_id() != -1:
+            return  # a forward recomputed during backward (activation checkpointing) was already seen
+        group = self.ranks.find(self)
+        if self.update_every is None:  # ranks are taken to get equal shares
+            self.schedule.resolve(target.numel() * self.ranks.world(), self._corpus_counts())
+        if self.update_every and not self._optimizers and not self._warned_unattached:
+            warnings.warn(
+                "SelfOrganizedSoftmax is training without an attached optimizer, so its clusters "
+                "are not re-learned; call head.attach(optimizer) once, or head.reassign() yourself",
+                stacklevel=_user_stacklevel(),
+            )
+            self._warned_unattached = True
+        if group is None:
+            self.schedule.saw(target.numel(), self._corpus_counts())
+            self.statistics.fold(target, cluster_log_probs, self.counts)
+        else:
+            self.ranks.keep(target, cluster_log_probs)
+
+    def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        """:meth:`_observe` reading nothing back: the batch folded with static shapes, or kept waiting
+        (:meth:`ClusterStatistics.wait`); the tokens are counted at the next optimizer step. With several
+        processes the statistics go through the eager merge (which reads sizes back); inside ``torch.compile``
+        one process is assumed."""
+        self.statistics.require_dense()
+        compiling = torch.compiler.is_compiling()
+        if not compiling:
+            if torch._C._current_graph_task_id() != -1:
+                return  # a forward recomputed during backward (activation checkpointing) was already seen
+            if self.ranks.find(self) is not None:
+                self._observe(target, cluster_log_probs)
+                return
+        if self.frozen:
+            return
+        self.schedule.saw_later(target.numel())
+        if compiling:  # a graph folds at once
+            self.statistics.fold_on_device(target, cluster_log_probs, self.counts)
+        else:
+            self.statistics.wait(target, cluster_log_probs, self.counts)
+
+    # -- a training step replayed from a captured CUDA graph ------------------------------------------------
+    def set_static(self, static: bool) -> None:
+        """In a static step the sync-free path's waiting batches go to a fixed ring on the device, folded after the
+        optimizer step that fills it (a captured graph replays the copy into the ring, never the fold)."""
+        self.statistics.set_static(static, self.counts)
+
+    def replayed(self, rows: int) -> None:
+        """The host side of :meth:`_observe_sync_free` for a forward that ran in a replayed graph."""
+        if not self.frozen and self.statistics.waiting.replayed():
+            self.schedule.saw_later(rows)
+
+    def static_fingerprint(self) -> tuple:
+        return (*super().static_fingerprint(), id(self.statistics.waiting.ring))
+
+    def host_state(self):
+        ring = self.statistics.waiting.ring
+        return list(self.schedule.unsettled), ring, None if ring is None else ring.waiting
+
+    def restore_host_state(self, state) -> None:
+        tokens, ring, waiting = state
+        self.schedule.unsettled[:] = tokens
+        self.statistics.waiting.ring = ring
+        if ring is not None:
+            ring.waiting = waiting
+
+    # -- q read, moved and saved ---------------------------------------------------------------------------
+    @property
+    def q(self) -> Tensor | None:
+        """``[N, C_learned]`` statistics (log2), dense; ``None`` when kept compact. Batches the sync-free path keeps
+        waiting are folded in before it is read."""
+        self.statistics.fold_waiting(self.counts)
+        return self.statistics.dense
+
+    @q.setter
+    def q(self, value: Tensor | None) -> None:
+        self.statistics.dense = value
+
+    def update_statistics(self, target: Tensor, cluster_log_probs: Tensor) -> None:
+        """Fold one batch into ``q`` (Eq. 9; :meth:`ClusterStatistics.fold`): ``target`` ``[B]``, ``cluster_log_probs``
+        ``[B, n_clusters]`` natural-log ``log P(c | h)``."""
+        self.statistics.fold(target, cluster_log_probs, self.counts)
+
+    def statistics_rows(self):
+        """``q`` as Algorithm 1 reads it: the dense tensor, or a :class:`CompactRows` view of the compact one."""
+        self.statistics.fold_waiting(self.counts)
+        return self.statistics.rows()
+
+    def q_device(self) -> torch.device:
+        """The device ``q`` lives on (the head's, after ``.to()``)."""
+        return self.statistics.device
+
+    def statistics_bytes(self) -> int:
+        """Bytes ``q`` holds: ``N * C_learned * 4`` dense, ``N * (2M + 1) * 4`` compact (float32)."""
+        return self.statistics.nbytes()
+
+    def _apply(self, fn, recurse=True):
+        self.statistics.fold_waiting(self.counts)  # on the device the batches wait on
+        result = super()._apply(fn, recurse)
+        self.statistics.apply(fn)
+        return result
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        self.statistics.fold_waiting(self.counts)
+        for name, tensor in self.statistics.tensors().items():
+            destination[prefix + name] = tensor
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        self.statistics.fold_waiting(self.counts)  # what waited belongs to the q the loaded one replaces
+        self.statistics.load(state_dict, prefix, missing_keys, unexpected_keys, error_msgs)
