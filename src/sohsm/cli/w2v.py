@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from sohsm.cli.main import RAW, CommandError, add_command_group, wrap
-from sohsm.cli.train_options import add_train_command
+from sohsm.cli.train_options import add_train_command, dev_line, stop_reason, training_time
 from sohsm.data.errors import DataError
 
 _TRAIN_EPILOG = """\
@@ -87,15 +87,13 @@ def _print_summary(result) -> None:
     from sohsm.train import format_signature
 
     run = shlex.quote(str(result.run_dir))
-    why = {"done": "all epochs done", "max_tokens": "row budget spent", "time_budget": "time budget spent",
-           "interrupted": "interrupted"}[result.stopped]
-    words = _corpus_words(result)
-    seconds = result.elapsed_s if result.elapsed_s > 0 else float("inf")
-    print(f"stopped     {why}: step {result.step:,}, {result.tokens:,} rows, epoch {result.epoch:.2f}, "
-          f"{result.elapsed_s:.1f} s of training ({result.tokens / seconds:,.0f} rows/s, the progress bar's unit; "
-          f"{words / seconds:,.0f} corpus words/s)")
-    if result.last_eval is not None:
-        print(f"dev         ppl {result.last_eval.ppl:.2f} of the centre word (best {result.best_ppl:.2f})")
+    words_per_row = _corpus_words(result) / result.tokens if result.tokens else 0.0
+    also = f", the progress bar's unit; {result.tokens_per_s * words_per_row:,.0f} corpus words/s"
+    print(f"stopped     {stop_reason(result, 'row')}: step {result.step:,}, {result.tokens:,} rows, epoch "
+          f"{result.epoch:.2f}, {training_time(result, 'rows', also)}")
+    dev = dev_line(result, lambda e: f"ppl {e.ppl:.2f} of the centre word")
+    if dev is not None:
+        print(dev)
     print(f"signature   {format_signature(result.signature)}")
     print(f"vectors     sohsm w2v export {run} --format text")
     print(f"neighbours  sohsm w2v neighbours {run} WORD")

@@ -20,6 +20,7 @@ all ranks first).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,10 @@ class TrainResult:
         stop_signal: for ``stopped == "interrupted"``, the signal that asked
             (``signal.SIGINT``, ``SIGTERM``, ``SIGHUP``, or ``SIGPIPE`` when standard output closed).
         writer: whether this process wrote the run's files (with several processes, rank 0 only).
+        session_tokens, session_s: the tokens and seconds of training of this session alone (its speed, as its
+            progress bar gives it; a new run's are its totals).
+        compile_s, compile_tokens: the seconds and tokens of this session's steps that compiled (``compile``): the
+            seconds are left out of ``elapsed_s``, and both out of the speed.
     """
 
     run_dir: Path
@@ -79,6 +84,16 @@ class TrainResult:
     paths: dict[str, Path] = field(default_factory=dict)
     stop_signal: int | None = None
     writer: bool = True
+    session_tokens: int = 0
+    session_s: float = 0.0
+    compile_s: float = 0.0
+    compile_tokens: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """This session's speed: its tokens over its seconds of training, steps that compiled left out (0 where it
+        trained none)."""
+        return (self.session_tokens - self.compile_tokens) / self.session_s if self.session_s > 0 else 0.0
 
 
 class _NoRecords:
@@ -125,6 +140,7 @@ class TrainingLoop:
         self.config, self.run_dir, self.task, self.ranks = config, run_dir, task, ranks
         self.model, self.head, self.optimizer, self.device = model, head, optimizer, ranks.device
         self.state, self.first_step = state, state.step
+        self.first_tokens, self.first_elapsed_s = state.tokens, state.elapsed_s
         self.show_progress = show_progress and ranks.is_writer
         self.signature = run_signature(config, head, task.vocab, task.corpus_signature)
         self.one_step = TrainStep(task, model, head, optimizer, ranks, config.optim.clip, amp=config.amp,
@@ -138,6 +154,7 @@ class TrainingLoop:
         else:
             host_rates(optimizer)  # a checkpoint of a graphed run keeps its rates as tensors
         self.clock = Clock(state.elapsed_s, self.device)
+        self.compile_s, self.compile_tokens = 0.0, 0  # steps that compiled, left out of the clock (:meth:`train_step`)
         state.interval.loss_sum = state.interval.loss_sum.to(self.device)
         self.last_eval: EvalResult | None = None
         self.last_eval_step = -1
@@ -225,7 +242,14 @@ class TrainingLoop:
         if self.rate.moves_every_step:
             self.set_rate()
         run = self.step_graph or self.one_step
+        compiles, started = compile_count() if self.config.compile else None, time.perf_counter()
         result = run(batch, self.state.step + 1)  # all ranks' loss and targets
+        if compiles is not None and compile_count() != compiles:  # torch compiled in it: not training time
+            seconds = time.perf_counter() - started
+            self.clock.leave_out(seconds)
+            self.bar.leave_out(result.tokens)
+            self.compile_s += seconds
+            self.compile_tokens += result.tokens
         self.state.interval.add(result.loss_sum, result.tokens)
         self.state.step += 1
         self.state.tokens += result.tokens
@@ -353,6 +377,10 @@ class TrainingLoop:
         state, task = self.state, self.task
         lines = (task.startup_lines(self.model, self.head, self.device, self.planned_tokens, state.tokens)
                  if self.show_progress else [])
+        speed = [f"{self.config.amp} autocast (--amp)"] if self.config.amp else []
+        speed += ["compiled (--compile; compiling is not counted as training time)"] if self.config.compile else []
+        if lines and speed:  # after the device, which ends the first line
+            lines[0] += " | " + ", ".join(speed)
         if self.show_progress and self.ranks.world > 1:
             lines.append(f"processes  {self.ranks.world} ({torch.distributed.get_backend()}), each on "
                          f"1/{self.ranks.world} of every batch; this one (rank 0) writes")
@@ -371,7 +399,18 @@ class TrainingLoop:
         return TrainResult(run_dir=run_dir, stopped=stopped, step=state.step, tokens=state.tokens,
                            elapsed_s=state.elapsed_s, epoch=state.epoch_float(self.task.epoch_length),
                            best_ppl=state.best_ppl, last_eval=self.last_eval, signature=self._signature(), paths=paths,
-                           stop_signal=self.signals.signum, writer=self.ranks.is_writer)
+                           stop_signal=self.signals.signum, writer=self.ranks.is_writer,
+                           session_tokens=state.tokens - self.first_tokens,
+                           session_s=state.elapsed_s - self.first_elapsed_s, compile_s=self.compile_s,
+                           compile_tokens=self.compile_tokens)
+
+
+def compile_count() -> int:
+    """How many frames :func:`torch.compile` has compiled in this process (its counters, read on the host): a
+    step that changes it compiled (the first, a recompilation)."""
+    from torch._dynamo.utils import counters
+
+    return counters["frames"]["total"]
 
 
 def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, head: Head,
