@@ -245,4 +245,6 @@ def test_a_diverging_hand_written_step_stops_the_run_without_a_checkpoint(cli, t
     code, _, err = cli("w2v", "train", "--corpus", str(text), "--run-dir", str(run), "--epochs", "1", "--lr", "1e30",
                        "--update-row-cap", "None", *W2V_SMALL)
     assert code == 2 and "training diverged at step" in err and "the loss is nan" in err, err
+    assert "a lower learning rate (--lr 1e+29, a tenth of this run's) in another run directory" in err, err
+    assert "--clip" not in err  # word vectors take none
     assert not (run / "last.pt").exists()

@@ -31,10 +31,11 @@ from torch import nn
 from sohsm.heads import Head, SelfOrganizingHead
 from sohsm.train.builders import head_k, run_signature
 from sohsm.train.checkpoint import BEST, CONFIG_FILE, LAST, METRICS_FILE, save_checkpoint
-from sohsm.train.config import RunConfig
+from sohsm.fields import FieldError, escape, suggest
+from sohsm.train.config import RunConfig, apply_overrides
 from sohsm.train.distributed import Ranks
 from sohsm.train.evaluation import EvalResult, EvaluationStopped, evaluate
-from sohsm.train.guard import StopSignals, check_eval, check_finite_parameters, write_line
+from sohsm.train.guard import DivergenceError, StopSignals, check_eval, check_finite_parameters, write_line
 from sohsm.train.metrics import MetricsLog
 from sohsm.train.progress import progress_bar
 from sohsm.train.rundir import rng_state
@@ -109,6 +110,24 @@ class _NoRecords:
         pass
 
 
+#: the clipping a diverged run is told to try where it had none (the paper's text8 setting)
+CLIP_SUGGESTED = 0.25
+
+
+class RunDiverged(FieldError, DivergenceError):
+    """A session diverged (:class:`~sohsm.train.guard.DivergenceError`): the message adds what the run directory
+    still holds and the settings to change, as fields (a command line names them by its flags)."""
+
+
+def _takes(config: RunConfig, overrides: dict[str, Any]) -> bool:
+    """Whether ``config`` with ``overrides`` is a valid config of its task (a suggestion must be one)."""
+    try:
+        apply_overrides(config, overrides)
+    except ValueError:
+        return False
+    return True
+
+
 def planned_tokens(config: RunConfig, task: Task) -> int:
     """The tokens a run trains on: its ``epochs``, or ``max_tokens`` where fewer."""
     tokens = config.epochs * task.tokens_per_epoch
@@ -154,6 +173,10 @@ class TrainingLoop:
         else:
             host_rates(optimizer)  # a checkpoint of a graphed run keeps its rates as tensors
         self.clock = Clock(state.elapsed_s, self.device)
+        #: the step of each checkpoint saved (``last.pt``, ``best.pt``), this session's or the one resumed from
+        self.saved_steps: dict[str, int | None] = {LAST: state.step} if state.step else {}
+        if state.step and (run_dir / BEST).is_file():
+            self.saved_steps[BEST] = None  # (its step is in the file)
         self.compile_s, self.compile_tokens = 0.0, 0  # steps that compiled, left out of the clock (:meth:`train_step`)
         state.interval.loss_sum = state.interval.loss_sum.to(self.device)
         self.last_eval: EvalResult | None = None
@@ -181,6 +204,8 @@ class TrainingLoop:
             try:
                 stopped = self.train()
                 self.finish(stopped)
+            except DivergenceError as error:
+                raise self.diverged(error) from None
             finally:
                 self.bar.close()
         return self.result(stopped)
@@ -297,6 +322,35 @@ class TrainingLoop:
             contents = self.checkpoint_contents()
             if self.ranks.is_writer:
                 save_checkpoint(self.run_dir / name, contents)
+            self.saved_steps[name] = self.state.step
+
+    def diverged(self, error: DivergenceError) -> RunDiverged:
+        """``error`` with what the run directory still holds and what to change: a resumed run keeps its settings
+        and takes the same steps again, so a lower rate (a tenth of the run's, where the config takes it) or
+        clipping means a new run."""
+        config, held = self.config, [name for name in (LAST, BEST) if name in self.saved_steps]
+        if LAST in held:
+            saved = (f"{' and '.join(held)} (step {self.saved_steps[LAST]:,}) "
+                     f"{'were' if len(held) > 1 else 'was'} left as {'they were' if len(held) > 1 else 'it was'}, "
+                     "the last good ones")
+        elif held:
+            saved = f"{BEST} (step {self.saved_steps[BEST]:,}) was left as it was; no {LAST} was written yet"
+        else:
+            due = f"due at step {config.checkpoint_every:,}" if config.checkpoint_every else "due at the end"
+            saved = f"nothing was saved: it diverged before its first checkpoint ({due})"
+        changes = []
+        rate = getattr(config, "learning_rate", config.optim.learning_rate)  # a task's own default, else the optimizer's
+        lower = float(f"{rate / 10:.3g}")
+        if _takes(config, {"optim.lr": lower}):
+            changes.append(("a lower learning rate ({}, a tenth of this run's)", suggest("optim.lr", lower)))
+        else:
+            changes.append(("a lower learning rate", None))
+        if config.optim.clip is None and _takes(config, {"optim.clip": CLIP_SUGGESTED}):
+            changes.append(("gradient clipping ({})", suggest("optim.clip", CLIP_SUGGESTED)))
+        where = "in another run directory" + ("" if held else " (or in this one, removed first)")
+        template = (f"{escape(str(error))}; {escape(saved)}; a resumed run keeps its settings and takes the same steps "
+                    f"again: train a new run with {' or '.join(text for text, _ in changes)} {where}")
+        return RunDiverged(template, *(field for _, field in changes if field is not None))
 
     def set_rate(self) -> None:
         rate = self.rate.at(self.state.epoch, self.state.step, self.state.lr_scale)
