@@ -352,6 +352,24 @@ def test_resume_without_last_pt_refuses_rather_than_overwriting_the_run(tmp_path
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"] == list(range(1, 7))
 
 
+def test_a_truncated_last_pt_says_best_pt_is_intact_and_how_to_continue_from_it(tmp_path, ptb_slice, small, cli):
+    run_dir = tmp_path / "run"
+    code, _, err = _train(cli, run_dir, ptb_slice, small, "--max-tokens", 4 * TOKENS_PER_STEP, "--eval-every", 2)
+    assert code == 0, err
+    data = (run_dir / "last.pt").read_bytes()
+    (run_dir / "last.pt").write_bytes(data[: len(data) // 3])  # a copy cut short, a full disk
+    resume = ("lm", "train", "--run-dir", run_dir, "--resume", "--quiet", "--max-tokens", 6 * TOKENS_PER_STEP)
+    line = _one_line_error(*cli(*resume)[::2])
+    assert "last.pt: not a readable checkpoint (the file is cut short or damaged: PytorchStreamReader" in line
+    assert f"best.pt beside it is intact (step 4): to continue from best.pt, copy it to {run_dir / 'last.pt'}" in line
+    assert "..." not in line
+    line = _one_line_error(*cli("lm", "eval", run_dir, "--checkpoint", "last")[::2])
+    assert line.endswith("; best.pt beside it is intact (step 4)")
+    (run_dir / "last.pt").write_bytes((run_dir / "best.pt").read_bytes())  # as it says
+    code, out, err = cli(*resume)
+    assert code == 0 and "step 6" in out, err
+
+
 def test_ctrl_c_during_a_dev_evaluation_abandons_it_and_keeps_the_last_step(tmp_path, ptb_slice, small, cli,
                                                                              monkeypatch):
     import sohsm.train.session as session

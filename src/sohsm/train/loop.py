@@ -244,8 +244,14 @@ def _resume(task_class: type[Task], config: RunConfig, saved: RunConfig, run_dir
             progress: bool, ranks: Ranks) -> TrainResult:
     """Rebuild the run from ``last.pt`` and train on (rank 0 holds the lock)."""
     path = run_dir / LAST
-    checkpoint = load_checkpoint(path, map_location=resolve_device(str(ranks.device)),
-                                 formats=(task_class.checkpoint_format,))
+    try:
+        checkpoint = load_checkpoint(path, map_location=resolve_device(str(ranks.device)),
+                                     formats=(task_class.checkpoint_format,))
+    except ValueError as error:
+        if f"{BEST} beside it is intact" not in str(error):
+            raise
+        raise ValueError(f"{error}: to continue from {BEST}, copy it to {path} and resume (the steps since it are "
+                         "trained again)") from None
     with reading_checkpoint(path, values=True):
         trained_head = checkpoint["signature"]["head"]
         trained_world = int(checkpoint.get("world_size", 1))
