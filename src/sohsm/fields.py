@@ -100,12 +100,12 @@ def escape(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
-def did_you_mean(word: str, names: Iterable[str]) -> str:
-    """``"did you mean ptb?"``: the known ``names`` close to a mistyped ``word`` (``difflib``'s measure, as
-    settings files' keys are matched), or ``""`` where none is close.
+def did_you_mean(word: str, names: Iterable[str], n: int = 3) -> str:
+    """``"did you mean ptb?"``: the (at most ``n``) known ``names`` close to a mistyped ``word`` (``difflib``'s
+    measure, as settings files' keys are matched), or ``""`` where none is close.
 
     >>> did_you_mean("self_organised", ["full", "self_organized", "tree"])
     'did you mean self_organized?'
     """
-    close = difflib.get_close_matches(str(word), [str(name) for name in names], n=3, cutoff=0.6)
+    close = difflib.get_close_matches(str(word), [str(name) for name in names], n=n, cutoff=0.6)
     return f"did you mean {' or '.join(close)}?" if close else ""

@@ -1,6 +1,8 @@
 """`lm train --amp bf16|fp16` and `--compile`: short runs against the float32, eager run."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -14,9 +16,12 @@ OPTIONS = ["--head", "self_organized", "--emb-size", "32", "--hidden-size", "32"
            "--bptt", "10", "--quiet", "--eval-every", "0", "--log-every", "10", "--max-tokens", STEPS * 160]
 
 
-def _train(cli, run_dir, corpus, *extra) -> tuple[list[float], float]:
-    code, out, err = cli("lm", "train", "--corpus", corpus, "--run-dir", run_dir, *OPTIONS, *extra)
+def _train(cli, run_dir, corpus, *extra, said: list | None = None) -> tuple[list[float], float]:
+    options = [o for o in OPTIONS if o != "--quiet" or said is None]
+    code, out, err = cli("lm", "train", "--corpus", corpus, "--run-dir", run_dir, *options, *extra)
     assert code == 0, err
+    if said is not None:
+        said += [out, err]
     records = read_metrics(run_dir / "metrics.jsonl")
     train = [r["nll_nats"] for r in records if r["kind"] == "train"]
     (dev,) = [r["nll_nats"] for r in records if r["kind"] == "eval"]
@@ -52,10 +57,18 @@ def test_compiled_run_matches_the_eager_run(tmp_path, ptb_slice, cli):
     torch._dynamo.reset()
     short = ["--max-tokens", 10 * 160, "--log-every", 2]
     eager, _ = _train(cli, tmp_path / "eager", ptb_slice, *short)
-    compiled, _ = _train(cli, tmp_path / "compiled", ptb_slice, *short, "--compile")
+    said: list[str] = []
+    compiled, _ = _train(cli, tmp_path / "compiled", ptb_slice, *short, "--compile", said=said)
     assert compiled == pytest.approx(eager, rel=1e-4)
     a, b = (torch.load(tmp_path / name / "last.pt", weights_only=True) for name in ("eager", "compiled"))
     assert b["config"]["compile"] and not a["config"]["compile"]
+    # the start says so; the steps that compiled are not training time (seconds here, 10 tiny steps far less)
+    out, err = said
+    assert "| cpu | compiled (--compile; compiling is not counted as training time)" in err.splitlines()[0]
+    compiling = re.search(r" \+ ([\d.]+) s compiling \(--compile; not counted\)$", out, re.MULTILINE)
+    assert compiling, out
+    compiling = float(compiling[1])
+    assert b["elapsed_s"] < compiling, (b["elapsed_s"], out)
     for part in ("model", "head"):
         assert a[part].keys() == b[part].keys()  # the eager modules' names, no compile wrapper
         for key, value in a[part].items():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 
 import pytest
 import torch
@@ -79,6 +80,11 @@ def test_tree_build_writes_a_bootstrapped_tree(tmp_path, ptb_slice, small, cli, 
     assert int(lengths.max()) - int(lengths.min()) <= 1
     head = build_head("tree_file", 32, vocab_size, path=str(output))
     assert torch.equal(head.tree, children)
+    (command,) = [shlex.split(line.partition(":")[2]) for line in out.splitlines() if line.startswith("train with it:")]
+    argv = [tmp_path / "tree-file" if word == "RUN_DIR" else word for word in command[1:]]  # as printed, but sohsm
+    code, _, err = cli(*argv, *small, "--max-tokens", 2 * TOKENS_PER_STEP)
+    assert code == 0, err
+    assert json.loads((tmp_path / "tree-file" / "config.json").read_text())["head"]["options"] == {"path": str(output)}
     code, _, err = cli("tree", "build", run_dir, "--output", output)  # never overwrites
     assert code == 2 and "exists" in err
     code, _, err = cli("tree", "build", tmp_path / "no-run", "--output", tmp_path / "x.pt")

@@ -52,6 +52,10 @@ def test_one_word_clusters_are_counted_not_listed_before_the_learned_ones(runs, 
     lines = out.strip().splitlines()
     assert re.search(r"; \d+ one-word clusters not listed \(the <unk> <eos> ", lines[0]), lines[0]
     assert all(int(row.split()[2]) > 1 for row in lines[2:])
+    assert [int(row.split()[0]) for row in lines[2:]] == [1, 2, 3, 4, 5]  # ranks skip no hidden cluster
+    code, out, err = cli("clusters", "show", runs / "sohsm", "--word", "the")
+    learned = int(re.search(r"(\d+) clusters \(", out).group(1)) - int(re.search(r"; (\d+) one-word", lines[0])[1])
+    assert code == 0 and int(out.splitlines()[2].split()[0]) == learned + 1, out  # after the learned ones
     code, out, err = cli("clusters", "show", runs / "sohsm", "--top", 5, "--one-word")
     assert code == 0 and "not listed" not in out, err
     rows = out.strip().splitlines()[2:]
@@ -59,6 +63,7 @@ def test_one_word_clusters_are_counted_not_listed_before_the_learned_ones(runs, 
     table = cluster_lines(runs / "sohsm", top=5)
     assert "one-word clusters not listed (the <unk> <eos> " in table[0]
     assert all(int(row.split("|")[3]) > 1 for row in table[4:]) and len(table) == 4 + 5
+    assert [int(row.split("|")[1]) for row in table[4:]] == [1, 2, 3, 4, 5]
 
 
 def test_clusters_show_word(runs, cli):

@@ -141,6 +141,7 @@ def test_a_run_with_other_settings_is_refused_before_anything_trains(tmp_path, p
     (["--head-option", "gamma=abc"], "head 'self_organized': option gamma must be float, got 'abc'"),
     (["--variant", "x:full:gamma=2"], "--variant x: head 'full' has no option 'gamma'; its options: bias"),
     (["--heads", "full,self_organized", "--head-option", "gamma=-1"], "head 'self_organized': gamma must be positive"),
+    (["--heads", "full", "--variant", "x:full"], "run full-x would train the same run as full (the same head"),
 ])
 def test_bad_heads_and_options_are_one_line_before_anything_is_written(tmp_path, ptb_slice, small, cli, options,
                                                                         message):

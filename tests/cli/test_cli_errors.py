@@ -46,6 +46,30 @@ def test_a_mistyped_name_gets_the_known_names_close_to_it(argv, words, cli, tmp_
     assert not list(tmp_path.iterdir())
 
 
+def test_a_choice_error_without_a_close_name_has_no_dangling_separator(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(*cli("lm", "train", "--corpus", "ptb", "--head", "zzz", "--run-dir", "x")[::2])
+    assert "invalid choice: 'zzz' (choose from adaptive," in line and ";" not in line
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["lm", "train", "--run-dir", "x", "--hiden-size", "8"],
+     "unrecognized arguments: --hiden-size 8 (did you mean --hidden-size?)"),
+    (["lm", "train", "--run-dir", "x", "--epohcs=2"], "(did you mean --epochs?)"),
+    (["lm", "train", "--run-dir", "x", "--hiden-size", "8", "--epohcs", "2"],
+     "(--hiden-size: did you mean --hidden-size?; --epohcs: did you mean --epochs?)"),
+    (["lm", "eval", "runs/x", "--spilt", "test"], "(did you mean --split?)"),
+    (["s2s", "train", "--run-dir", "x", "--max-sise", "9"], "(did you mean --max-size?)"),
+])
+def test_a_misspelled_flag_gets_the_flag_closest_to_it(argv, words, cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(*cli(*argv)[::2], f"sohsm {argv[0]}: error: ")
+    assert words in line, line
+    assert "(see sohsm " in line
+    line = _one_line(*cli("lm", "train", "--run-dir", "x", "--zzzzzz", "2")[::2])
+    assert "did you mean" not in line and "unrecognized arguments: --zzzzzz 2 (see" in line
+
+
 def test_the_commands_own_checks_use_the_same_prefix(cli, tmp_path):
     line = _one_line(*cli(*NEW_RUN, "--run-dir", tmp_path / "r", "--head-option", "gamma")[::2])
     assert "--head-option: expected KEY=VALUE" in line

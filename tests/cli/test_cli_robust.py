@@ -5,6 +5,7 @@ import errno
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,6 +117,24 @@ def test_a_diverging_learning_rate_stops_with_one_line_and_saves_nothing(tmp_pat
     assert not (run_dir / "last.pt").exists() and not (run_dir / "best.pt").exists()
 
 
+def test_a_run_diverged_before_its_first_checkpoint_says_what_works(tmp_path, ptb_slice, small, cli):
+    """No checkpoint to speak of, and no advice that cannot be followed: a resumed run keeps its rate, so the
+    lower one it names (a tenth) goes to a new run, in another directory or in this one removed first."""
+    run_dir = tmp_path / "run"
+    line = _one_line_error(*_train(cli, run_dir, ptb_slice, small, "--lr", "1e300", "--clip", "none",
+                                   "--log-every", 1)[::2])
+    assert "nothing was saved: it diverged before its first checkpoint (due at step 1,000)" in line, line
+    assert "left as they were" not in line
+    assert ("train a new run with a lower learning rate (--lr 1e+299, a tenth of this run's) or gradient clipping "
+            "(--clip 0.25) in another run directory (or in this one, removed first)") in line
+    line = _one_line_error(*_train(cli, run_dir, ptb_slice, small, "--lr", "0.1")[::2])  # its records are there
+    assert "holds the records of a run stopped before its first checkpoint" in line and "remove it" in line
+    assert "--lr is 1e+300 in the run" in _one_line_error(*cli("lm", "train", "--run-dir", run_dir, "--resume",
+                                                               "--lr", "0.1")[::2])  # why a new run is the way
+    shutil.rmtree(run_dir)  # what it says, followed: the directory trains again
+    assert _train(cli, run_dir, ptb_slice, small, "--lr", "0.1", "--max-tokens", TOKENS_PER_STEP)[0] == 0
+
+
 @pytest.mark.parametrize("fused, log_every", [(True, 1), (True, 1000), (False, 1000)])
 def test_divergence_keeps_the_last_good_checkpoints(tmp_path, ptb_slice, small, cli, monkeypatch, fused, log_every):
     """The flag is read at the next log line, evaluation or checkpoint (every step with --log-every 1; at step 10
@@ -138,7 +157,9 @@ def test_divergence_keeps_the_last_good_checkpoints(tmp_path, ptb_slice, small, 
     monkeypatch.setattr(LSTMLanguageModel, "forward", nan_from_step_7)
     code, out, err = cli("lm", "train", "--run-dir", run_dir, "--resume", "--quiet",
                          "--max-tokens", 20 * TOKENS_PER_STEP)
-    assert "diverged at step 7: the loss is nan" in _one_line_error(code, err)
+    line = _one_line_error(code, err)
+    assert "diverged at step 7: the loss is nan; last.pt and best.pt (step 5) were left as they were" in line
+    assert "train a new run with a lower learning rate (--lr 0.01, a tenth of this run's) in another run" in line
     assert {name: (run_dir / name).read_bytes() for name in before} == before
     monkeypatch.undo()
     assert cli("lm", "eval", run_dir)[0] == 0  # the good model still evaluates
@@ -184,6 +205,20 @@ def test_a_second_trainer_on_a_locked_run_is_refused(tmp_path, ptb_slice, small,
         line = _one_line_error(*cli("lm", "train", "--run-dir", run_dir, "--resume", "--max-tokens", 10_000)[::2])
     assert "in use by another trainer" in line and str(os.getpid()) in line
     assert (run_dir / "metrics.jsonl").read_bytes() == metrics
+
+
+def test_a_run_another_trainer_writes_before_its_first_checkpoint_is_in_use(tmp_path, ptb_slice, small, cli):
+    """best.pt and records, no last.pt yet: the run is live, not damaged; nothing to copy, nothing touched."""
+    run_dir = tmp_path / "run"
+    code, _, err = _train(cli, run_dir, ptb_slice, small, "--max-tokens", 4 * TOKENS_PER_STEP, "--eval-every", 2,
+                          "--checkpoint-every", 2)
+    assert code == 0, err
+    (run_dir / "last.pt").unlink()  # as it stands before its first checkpoint
+    kept = {path.name: path.read_bytes() for path in run_dir.iterdir()}
+    with RunLock(run_dir):  # its trainer holds the lock
+        line = _one_line_error(*cli("lm", "train", "--run-dir", run_dir, "--resume", "--max-tokens", 10_000)[::2])
+        assert "in use by another trainer" in line and "last.pt" not in line, line
+        assert {path.name: path.read_bytes() for path in run_dir.iterdir() if path.name != ".lock"} == kept
 
 
 def test_orphan_temporary_files_are_cleaned_at_the_next_start(tmp_path, ptb_slice, small, cli):
@@ -315,6 +350,24 @@ def test_resume_without_last_pt_refuses_rather_than_overwriting_the_run(tmp_path
     code, out, err = cli(*resume)
     assert code == 0 and "step 6" in out, err
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"] == list(range(1, 7))
+
+
+def test_a_truncated_last_pt_says_best_pt_is_intact_and_how_to_continue_from_it(tmp_path, ptb_slice, small, cli):
+    run_dir = tmp_path / "run"
+    code, _, err = _train(cli, run_dir, ptb_slice, small, "--max-tokens", 4 * TOKENS_PER_STEP, "--eval-every", 2)
+    assert code == 0, err
+    data = (run_dir / "last.pt").read_bytes()
+    (run_dir / "last.pt").write_bytes(data[: len(data) // 3])  # a copy cut short, a full disk
+    resume = ("lm", "train", "--run-dir", run_dir, "--resume", "--quiet", "--max-tokens", 6 * TOKENS_PER_STEP)
+    line = _one_line_error(*cli(*resume)[::2])
+    assert "last.pt: not a readable checkpoint (the file is cut short or damaged: PytorchStreamReader" in line
+    assert f"best.pt beside it is intact (step 4): to continue from best.pt, copy it to {run_dir / 'last.pt'}" in line
+    assert "..." not in line
+    line = _one_line_error(*cli("lm", "eval", run_dir, "--checkpoint", "last")[::2])
+    assert line.endswith("; best.pt beside it is intact (step 4)")
+    (run_dir / "last.pt").write_bytes((run_dir / "best.pt").read_bytes())  # as it says
+    code, out, err = cli(*resume)
+    assert code == 0 and "step 6" in out, err
 
 
 def test_ctrl_c_during_a_dev_evaluation_abandons_it_and_keeps_the_last_step(tmp_path, ptb_slice, small, cli,

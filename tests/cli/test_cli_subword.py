@@ -155,6 +155,7 @@ def test_clusters_show_prints_subwords_as_text(bpe_run, cli):
     code, out, err = cli("clusters", "show", bpe_run, "--top", 3)
     assert code == 0, err
     assert "subwords" in out.splitlines()[0] and '" the"' in out.splitlines()[0] and "Ġ" not in out
+    assert out.splitlines()[1].endswith("most frequent subwords") and "words" not in out.splitlines()[1].split()
     rows = out.splitlines()[2:]
     assert len(rows) == 3 and all('"' in row for row in rows)
     code, out, err = cli("clusters", "show", bpe_run, "--word", "the")

@@ -137,13 +137,15 @@ def test_the_summarys_evaluate_hint_runs_as_printed_or_says_where_the_files_are(
     assert code == 0, err
     (hint,) = [line.split(None, 1)[1] for line in out.splitlines() if line.startswith("evaluate ")]
     if w2v_cli.eval_file("questions-words.txt") is not None:
-        program, *argv = shlex.split(hint)
+        program, *argv = shlex.split(hint, comments=True)  # as a shell reads it
         code, out, err = cli(*argv)
         assert program == "sohsm" and code == 0 and "analogies " in out and "similarity " in out, err
-    monkeypatch.setattr(w2v_cli, "eval_file", lambda name: None)  # no gensim: the hint says where to get them
-    assert "pip install gensim" in w2v_cli._eval_hint(str(run)) and "gensim/test/test_data/" in w2v_cli._eval_hint("r")
+    monkeypatch.setattr(w2v_cli, "eval_file", lambda name: None)  # no gensim: the hint says it needs the extra
+    assert w2v_cli._eval_hint(str(run)).endswith("   # needs the w2v extra: pip install 'sohsm[w2v]' (its gensim "
+                                                 "ships word2vec's files)")
     code, _, err = cli("w2v", "eval", str(run), "--analogies", "questions-words.txt")
-    assert code == 2 and "questions-words.txt comes with gensim (pip install gensim), in gensim/test/test_data/" in err
+    assert code == 2 and ("questions-words.txt comes with the w2v extra (pip install 'sohsm[w2v]': its gensim ships "
+                          "it, in gensim/test/test_data/)") in err, err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -245,4 +247,6 @@ def test_a_diverging_hand_written_step_stops_the_run_without_a_checkpoint(cli, t
     code, _, err = cli("w2v", "train", "--corpus", str(text), "--run-dir", str(run), "--epochs", "1", "--lr", "1e30",
                        "--update-row-cap", "None", *W2V_SMALL)
     assert code == 2 and "training diverged at step" in err and "the loss is nan" in err, err
+    assert "a lower learning rate (--lr 1e+29, a tenth of this run's) in another run directory" in err, err
+    assert "--clip" not in err  # word vectors take none
     assert not (run / "last.pt").exists()

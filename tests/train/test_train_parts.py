@@ -61,6 +61,31 @@ def test_checkpoint_errors(tmp_path):
     assert checkpoint_path(tmp_path, "best") == tmp_path / "last.pt"  # before any evaluation
 
 
+def test_a_checkpoint_cut_short_says_so_in_one_sentence_and_whether_the_other_is_intact(tmp_path):
+    """A truncated last.pt: torch's zip error in its first sentence (no advice, no cut at '...'), and best.pt
+    beside it named with its step when it reads."""
+    save_checkpoint(tmp_path / "best.pt", {"format": "sohsm.lm-checkpoint/1", "step": 800})
+    data = (tmp_path / "best.pt").read_bytes()
+    (tmp_path / "last.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError) as info:
+        load_checkpoint(tmp_path / "last.pt")
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'last.pt'}: not a readable checkpoint (the file is cut short or "
+                              "damaged: PytorchStreamReader failed reading zip archive"), message
+    assert message.endswith("); best.pt beside it is intact (step 800)") and "..." not in message, message
+    assert "miniz" not in message and "\n" not in message
+    (tmp_path / "best.pt").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"\(the file is cut short or damaged: it ends too early\); last.pt beside "
+                                         "it is damaged too$"):
+        load_checkpoint(tmp_path / "best.pt")
+    with pytest.raises(ValueError, match="; best.pt beside it is damaged too$"):
+        load_checkpoint(tmp_path / "last.pt")
+    for junk in (b"2" * 100, b"hello world", b"\x80\x02}q\x00."):
+        (tmp_path / "junk.pt").write_bytes(junk)
+        with pytest.raises(ValueError, match=r"\(not a file torch.save wrote"):
+            load_checkpoint(tmp_path / "junk.pt")
+
+
 def test_metrics_log_drops_records_past_the_resumed_step(tmp_path):
     with MetricsLog(tmp_path, tensorboard=False) as log:
         for step in (1, 2, 3):

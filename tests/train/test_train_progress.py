@@ -77,3 +77,18 @@ def test_the_estimate_names_what_the_task_counts(capsys):
     bar.close()
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("≈")]
     assert "for 100,000 rows at " in line and " rows/s" in line and "tok" not in line
+
+
+def test_the_closing_line_gives_the_speed_of_training_time_alone():
+    """Evaluations and checkpoints between steps (the clock paused) are not in the closing line's speed, which is
+    the summary's: 2,000 tokens in 4 s of training, whatever the wall clock spent besides."""
+    training, log = [10.0], io.StringIO()
+    bar = _EstimatingBar(total=4000, initial=1000, file=log, mininterval=0, desc="train", unit="tok",
+                         clock=lambda: training[0])
+    bar.update(1000)
+    training[0] += 2.0
+    bar.update(1000)
+    training[0] += 2.0
+    bar.close()
+    closing = re.split(r"[\r\n]", log.getvalue().strip())[-1]
+    assert "[00:04<00:02, 500.00tok/s]" in closing, closing

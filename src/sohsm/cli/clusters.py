@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "List the clusters of a run's head, heaviest (by share of training tokens) first, with "
             "their sizes, token mass and most frequent words, like the paper's Table 3; or the cluster of one word. "
             "One-word clusters (a self-organized head's shortlist: each of its most frequent words alone) are "
-            "counted and named in the first line, not listed, unless --one-word. A subword run's tokens are "
+            "counted and named in the first line, not listed, unless --one-word; the ranks number the clusters "
+            "listed (the one-word ones rank after the others unless --one-word). A subword run's tokens are "
             "written as the text they stand for, quoted (\"Ġthe\" as \" the\").",
         ),
         epilog="examples:\n  sohsm clusters show runs/ptb-sohsm --top 8 --words 10\n"
@@ -72,14 +73,15 @@ def _show(args: argparse.Namespace) -> int:
             raise CommandError(f"{args.run} was trained with the {run.config.head.name!r} head, which has no "
                                "word clusters; clusters exist for two-level heads only")
         show = token_text(run)
+        table = cluster_table(run.head, run.vocab, words=0 if args.word is not None else words)
+        learned, one_word = learned_first(table)
+        # ranks as the listing numbers its rows: by mass, the one-word clusters after the others unless --one-word
+        ranked = table if args.one_word else learned + one_word
+        rank = {s.cluster: i + 1 for i, s in enumerate(ranked)}
         if args.word is not None:
-            rows = [cluster_of_word(run.head, run.vocab, token_named(args.word, run.vocab, show), words)]
-            table = cluster_table(run.head, run.vocab, words=0)
-            rank = {s.cluster: i + 1 for i, s in enumerate(table)}
+            rows, one_word = [cluster_of_word(run.head, run.vocab, token_named(args.word, run.vocab, show), words)], []
         else:
-            table = cluster_table(run.head, run.vocab, words)
-            rank = {s.cluster: i + 1 for i, s in enumerate(table)}
-            listed, one_word = (table, []) if args.one_word else learned_first(table)
+            listed, one_word = (table, []) if args.one_word else (learned, one_word)
             rows = listed[: args.top] if args.top else listed
     except ValueError as error:
         raise CommandError(str(error)) from None
@@ -89,9 +91,11 @@ def _show(args: argparse.Namespace) -> int:
     skipped = f"; {one_word_note(one_word)}, --one-word lists them" if args.word is None and one_word else ""
     print(f"{run.path} (step {run.step:,}): {run.config.head.name} head, {len(table)} clusters "
           f"({empty} empty), {len(run.vocab):,} {'words' if show is None else 'subwords'}{skipped}")
-    print(f"{'rank':>4}  {'cluster':>7}  {'words':>5}  {'tf-mass':>7}  most frequent words")
+    entries = "words" if show is None else "subwords"
+    print(f"{'rank':>4}  {'cluster':>7}  {entries:>{max(5, len(entries))}}  {'tf-mass':>7}  most frequent {entries}")
     for s in rows:
-        print(f"{rank[s.cluster]:>4}  {s.cluster:>7}  {s.size:>5}  {s.tf_mass:>7.4f}  {' '.join(s.words)}")
+        print(f"{rank[s.cluster]:>4}  {s.cluster:>7}  {s.size:>{max(5, len(entries))}}  {s.tf_mass:>7.4f}  "
+              f"{' '.join(s.words)}")
     return 0
 
 

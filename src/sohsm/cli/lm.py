@@ -7,7 +7,7 @@ import shlex
 import sys
 
 from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as _wrap
-from sohsm.cli.train_options import add_train_command
+from sohsm.cli.train_options import add_train_command, dev_line, stop_reason, training_time
 from sohsm.cli.lm_compare import register_compare
 from sohsm.data.errors import DataError
 
@@ -75,21 +75,22 @@ def _count(value: int | None) -> str:
     return "?" if value is None else f"{value:,}"
 
 
+def _dev_scores(e) -> str:
+    """``ppl 91.20, cluster ppl 12.10, in-cluster ppl 7.54``; a head without clusters has no parts to give."""
+    if e.ppl_cluster is None:
+        return f"ppl {e.ppl:.2f}"
+    return f"ppl {e.ppl:.2f}, cluster ppl {e.ppl_cluster:.2f}, in-cluster ppl {_fmt(e.ppl_in_cluster)}"
+
+
 def _print_summary(result) -> None:
     from sohsm.train import format_signature
-    from sohsm.train.guard import signal_name
 
     run = shlex.quote(str(result.run_dir))
-    interrupted = f"interrupted ({signal_name(result.stop_signal)})" if result.stop_signal else "interrupted"
-    why = {"done": "all epochs done", "max_tokens": "token budget spent", "time_budget": "time budget spent",
-           "interrupted": interrupted}[result.stopped]
-    speed = result.tokens / result.elapsed_s if result.elapsed_s > 0 else 0.0
-    print(f"stopped     {why}: step {result.step:,}, {result.tokens:,} tokens, epoch {result.epoch:.2f}, "
-          f"{result.elapsed_s:.1f} s of training ({speed:,.0f} tokens/s)")
-    if result.last_eval is not None:
-        e = result.last_eval
-        print(f"dev         ppl {e.ppl:.2f}, cluster ppl {_fmt(e.ppl_cluster)}, in-cluster ppl "
-              f"{_fmt(e.ppl_in_cluster)} (best ppl {_fmt(result.best_ppl)})")
+    print(f"stopped     {stop_reason(result)}: step {result.step:,}, {result.tokens:,} tokens, epoch "
+          f"{result.epoch:.2f}, {training_time(result)}")
+    dev = dev_line(result, _dev_scores)
+    if dev is not None:
+        print(dev)
     print(f"signature   {format_signature(result.signature)}")
     print(f"metrics     {result.paths['metrics']}")
     saved = [str(result.paths[k]) for k in ("last", "best") if result.paths[k].is_file()]

@@ -84,7 +84,7 @@ class Parser(argparse.ArgumentParser):
         if action.choices is not None and value not in action.choices:
             hint = did_you_mean(value, action.choices)
             listed = ", ".join(map(str, action.choices))
-            raise argparse.ArgumentError(action, f"invalid choice: {value!r}; {hint + ' ' if hint else ''}"
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{'; ' + hint if hint else ''} "
                                                  f"(choose from {listed})")
 
     def error(self, message: str) -> NoReturn:
@@ -135,6 +135,29 @@ def command_of(argv: list[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
+def subcommand_parser(parser: argparse.ArgumentParser, words: Iterable[str | None]) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``words`` name (``["lm", "train"]``), as deep as they go; ``parser`` itself
+    for none."""
+    for word in words:
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if word is None or not actions or word not in actions[0].choices:
+            break
+        parser = actions[0].choices[word]
+    return parser
+
+
+def flag_hint(unknown: list[str], parser: argparse.ArgumentParser) -> str:
+    """``" (did you mean --hidden-size?)"``: the flag of ``parser`` closest to each mistyped one among ``unknown``
+    (``--hiden-size``, ``--hiden-size=8``), or ``""`` where none is close."""
+    flags = [option for action in parser._actions for option in action.option_strings if option.startswith("--")]
+    mistyped = [word.partition("=")[0] for word in unknown if word.startswith("--")]
+    hints = {word: did_you_mean(word, flags, n=1) for word in mistyped}
+    hints = {word: hint for word, hint in hints.items() if hint}
+    if len(hints) == 1:
+        return f" ({next(iter(hints.values()))})"
+    return " (" + "; ".join(f"{word}: {hint}" for word, hint in hints.items()) + ")" if hints else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` (default: the process's arguments) asks for; its exit status.
 
@@ -150,8 +173,10 @@ def _main(argv: list[str]) -> int:
     parser = build_parser([command for command in [command_of(argv)] if command in COMMANDS])
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # found by the top parser, but said under the subcommand that was given them
-        prog = " ".join(["sohsm", *(getattr(args, key, None) or "" for key in ("command", f"{args.command}_command"))])
-        print(error_line(prog, f"unrecognized arguments: {' '.join(unknown)} (see {prog.strip()} --help)"),
+        words = [getattr(args, key, None) for key in ("command", f"{args.command}_command")]
+        prog = " ".join(["sohsm", *filter(None, words)])
+        hint = flag_hint(unknown, subcommand_parser(parser, words))
+        print(error_line(prog, f"unrecognized arguments: {' '.join(unknown)}{hint} (see {prog} --help)"),
               file=sys.stderr)
         return 2
     args.argv = argv  # for commands that quote themselves in what they write

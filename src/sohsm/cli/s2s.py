@@ -6,7 +6,7 @@ import shlex
 import sys
 
 from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as _wrap
-from sohsm.cli.train_options import add_train_command
+from sohsm.cli.train_options import add_train_command, dev_line, stop_reason, training_time
 from sohsm.data.errors import DataError
 
 _EPILOG = """\
@@ -159,11 +159,11 @@ def _print_summary(result) -> None:
     from sohsm.train import format_signature
 
     run = shlex.quote(str(result.run_dir))
-    print(f"stopped     {result.stopped}: step {result.step:,}, {result.tokens:,} target tokens, epoch "
-          f"{result.epoch:.2f}, {result.elapsed_s:.1f} s of training "
-          f"({result.tokens / max(result.elapsed_s, 1e-9):,.0f} tokens/s)")
-    if result.last_eval is not None:
-        print(f"dev         ppl {result.last_eval.ppl:.2f} (best {result.best_ppl:.2f})")
+    print(f"stopped     {stop_reason(result)}: step {result.step:,}, {result.tokens:,} target tokens, epoch "
+          f"{result.epoch:.2f}, {training_time(result)}")
+    dev = dev_line(result, lambda e: f"ppl {e.ppl:.2f}")
+    if dev is not None:
+        print(dev)
     reverse = _print_reverse_accuracy(result.run_dir)
     print(f"signature   {format_signature(result.signature)}")
     if not reverse:

@@ -142,6 +142,43 @@ def head_overrides(head: str, options: dict[str, Any], update_every: int | None)
     return overrides
 
 
+def stop_reason(result: Any, budget: str = "token") -> str:
+    """Why a session stopped, in the words every task's summary uses: ``all epochs done``, ``token budget spent``
+    (``budget``: what the task's ``--max-tokens`` counts, "row" for word vectors), ``time budget spent``,
+    ``interrupted (SIGTERM)``."""
+    if result.stopped == "interrupted":
+        from sohsm.train.guard import signal_name
+
+        return f"interrupted ({signal_name(result.stop_signal)})" if result.stop_signal else "interrupted"
+    return {"done": "all epochs done", "max_tokens": f"{budget} budget spent",
+            "time_budget": "time budget spent"}[result.stopped]
+
+
+def training_time(result: Any, unit: str = "tokens", also: str = "") -> str:
+    """``"1.1 s of training (18,148 tokens/s)"``: a summary's seconds of training (all sessions) and this session's
+    speed, as its progress bar's closing line gives it (``also``: more said in its brackets); a resumed run says
+    whose is which; compiling, where the session compiled, is given apart."""
+    text = f"{result.elapsed_s:.{2 if result.elapsed_s < 1 else 1}f} s of training"
+    resumed = result.session_tokens != result.tokens
+    if result.session_s > 0:
+        text += f" ({result.tokens_per_s:,.0f} {unit}/s{' this session' if resumed else ''}{also})"
+    if result.compile_s > 0:
+        text += f" + {result.compile_s:.1f} s compiling (--compile; not counted)"
+    return text
+
+
+def dev_line(result: Any, scores: Callable[[Any], str]) -> str | None:
+    """A summary's ``dev`` line: ``scores(last evaluation)`` and the best perplexity; for a session that stopped
+    before its first evaluation, the run's best perplexity so far; ``None`` for a run never evaluated."""
+    if result.last_eval is not None:
+        best = "n/a" if result.best_ppl is None else f"{result.best_ppl:.2f}"
+        return f"dev         {scores(result.last_eval)} (best {best})"
+    if result.best_ppl is not None:
+        return (f"dev         best ppl {result.best_ppl:.2f} (from an earlier session; this one stopped before "
+                "its first evaluation)")
+    return None
+
+
 def add_train_command(sub: argparse._SubParsersAction, config_class: type, summary: Callable[[Any], None], *,
                       help: str, description: str, epilog: str) -> argparse.ArgumentParser:
     """Add a task's ``train`` subcommand: the flags of ``config_class``, then :func:`train_command` and

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as _wrap
@@ -61,5 +62,9 @@ def _build(args: argparse.Namespace) -> int:
           f"(step {built.run.step:,}); path length min {int(lengths.min())}, mean {lengths.mean():.2f}, "
           f"max {int(lengths.max())}; {float((counts * lengths).sum() / counts.sum()):.2f} per training token"
           + (f"; {unseen} words never predicted (placed by the mean context)" if unseen else ""))
-    print("use it with the 'tree_file' head: sohsm.build_head('tree_file', d, N, path=FILE)")
+    corpus = built.run.config.data.corpus
+    output = shlex.quote(str(args.output))
+    print(f"train with it: sohsm lm train --corpus {shlex.quote(str(corpus))} --head tree_file --head-option "
+          f"path={output} --run-dir RUN_DIR")
+    print(f"in Python:     sohsm.build_head('tree_file', d, {len(lengths)}, path={str(args.output)!r})")
     return 0

@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from sohsm.cli.main import RAW, CommandError, add_command_group, wrap
-from sohsm.cli.train_options import add_train_command
+from sohsm.cli.train_options import add_train_command, dev_line, stop_reason, training_time
 from sohsm.data.errors import DataError
 
 _TRAIN_EPILOG = """\
@@ -71,8 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        epilog="examples:\n  sohsm w2v eval runs/w2v --analogies questions-words.txt "
                        "--similarity wordsim353.tsv")
     _run_arg(p)
-    p.add_argument("--analogies", help="a questions-words.txt file")
-    p.add_argument("--similarity", help="a WordSim-353-format file (word1 TAB word2 TAB score)")
+    p.add_argument("--analogies", help="a questions-words.txt file (questions-words.txt with no such file here: "
+                   "gensim's copy of word2vec's, with the w2v extra)")
+    p.add_argument("--similarity", help="a WordSim-353-format file (word1 TAB word2 TAB score; wordsim353.tsv with no "
+                   "such file here: gensim's copy, with the w2v extra)")
     p.add_argument("--sections", action="store_true", help="also the accuracy of each analogy section")
     p.set_defaults(func=_eval)
 
@@ -87,15 +89,13 @@ def _print_summary(result) -> None:
     from sohsm.train import format_signature
 
     run = shlex.quote(str(result.run_dir))
-    why = {"done": "all epochs done", "max_tokens": "row budget spent", "time_budget": "time budget spent",
-           "interrupted": "interrupted"}[result.stopped]
-    words = _corpus_words(result)
-    seconds = result.elapsed_s if result.elapsed_s > 0 else float("inf")
-    print(f"stopped     {why}: step {result.step:,}, {result.tokens:,} rows, epoch {result.epoch:.2f}, "
-          f"{result.elapsed_s:.1f} s of training ({result.tokens / seconds:,.0f} rows/s, the progress bar's unit; "
-          f"{words / seconds:,.0f} corpus words/s)")
-    if result.last_eval is not None:
-        print(f"dev         ppl {result.last_eval.ppl:.2f} of the centre word (best {result.best_ppl:.2f})")
+    words_per_row = _corpus_words(result) / result.tokens if result.tokens else 0.0
+    also = f", the progress bar's unit; {result.tokens_per_s * words_per_row:,.0f} corpus words/s"
+    print(f"stopped     {stop_reason(result, 'row')}: step {result.step:,}, {result.tokens:,} rows, epoch "
+          f"{result.epoch:.2f}, {training_time(result, 'rows', also)}")
+    dev = dev_line(result, lambda e: f"ppl {e.ppl:.2f} of the centre word")
+    if dev is not None:
+        print(dev)
     print(f"signature   {format_signature(result.signature)}")
     print(f"vectors     sohsm w2v export {run} --format text")
     print(f"neighbours  sohsm w2v neighbours {run} WORD")
@@ -125,21 +125,40 @@ def eval_file(name: str) -> Path | None:
     return None
 
 
+#: what installs word2vec's evaluation files (gensim, with the compiled loop)
+EVAL_INSTALL_HINT = "pip install 'sohsm[w2v]'"
+
+
 def _where_eval_files_are(name: str) -> str:
     """Where word2vec's file ``name`` is to be found, in words."""
     found = eval_file(name)
     return (f"word2vec's {name} is {found}" if found else
-            f"word2vec's {name} comes with gensim (pip install gensim), in {GENSIM_TEST_DATA.as_posix()}/")
+            f"word2vec's {name} comes with the w2v extra ({EVAL_INSTALL_HINT}: its gensim ships it, in "
+            f"{GENSIM_TEST_DATA.as_posix()}/)")
+
+
+def eval_path(flag: str, path: str) -> str:
+    """The file ``--FLAG PATH`` of `w2v eval` reads: ``PATH``, or gensim's copy of word2vec's file where ``PATH``
+    is that file's bare name and no such file is here (``--analogies questions-words.txt``).
+
+    Raises:
+        CommandError: no such file, saying where word2vec's comes from.
+    """
+    if Path(path).is_file():
+        return path
+    found = eval_file(EVAL_FILES[flag]) if path == EVAL_FILES[flag] else None
+    if found is None:
+        raise CommandError(f"--{flag}: no file {path} ({_where_eval_files_are(EVAL_FILES[flag])})")
+    return str(found)
 
 
 def _eval_hint(run: str) -> str:
-    """`w2v eval` on word2vec's own evaluation files: a command that runs as printed where gensim's copies are
-    installed, else the files' names and where to get them."""
-    found = {flag: eval_file(name) for flag, name in EVAL_FILES.items()}
-    if all(found.values()):
-        return f"sohsm w2v eval {run} " + " ".join(f"--{flag} {shlex.quote(str(path))}" for flag, path in found.items())
-    return (f"sohsm w2v eval {run} " + " ".join(f"--{flag} {name}" for flag, name in EVAL_FILES.items())
-            + f"   # word2vec's files: pip install gensim puts them in {GENSIM_TEST_DATA.as_posix()}/")
+    """`w2v eval` on word2vec's own evaluation files by name (it reads gensim's copies): as printed it runs where
+    the w2v extra is installed, and says that it needs it where it is not."""
+    command = f"sohsm w2v eval {run} " + " ".join(f"--{flag} {name}" for flag, name in EVAL_FILES.items())
+    if all(eval_file(name) for name in EVAL_FILES.values()):
+        return command + "   # word2vec's files, gensim's copies"
+    return command + f"   # needs the w2v extra: {EVAL_INSTALL_HINT} (its gensim ships word2vec's files)"
 
 
 def _corpus_words(result) -> int:
@@ -216,9 +235,8 @@ def _eval(args: argparse.Namespace) -> int:
     if not args.analogies and not args.similarity:
         raise CommandError("give --analogies FILE, --similarity FILE or both")
     for name in ("analogies", "similarity"):
-        path = getattr(args, name)
-        if path and not Path(path).is_file():
-            raise CommandError(f"--{name}: no file {path} ({_where_eval_files_are(EVAL_FILES[name])})")
+        if getattr(args, name):
+            setattr(args, name, eval_path(name, getattr(args, name)))
     vectors = _load(args)
     try:
         if args.analogies:

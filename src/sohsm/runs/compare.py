@@ -118,7 +118,9 @@ def plan_comparison(out: str | os.PathLike[str], runs: Sequence[PlannedRun]) -> 
         seen.add(run.name)
     _check_same_settings(runs)
     corpora: dict[tuple, Any] = {}
-    plans = [_plan(out / run.name, _completed(_normalised(run), corpora)) for run in runs]
+    completed = [_completed(_normalised(run), corpora) for run in runs]
+    _check_distinct(completed)
+    plans = [_plan(out / run.name, run) for run in completed]
     _check_new_runs_build([p.run for p in plans if p.status == "new"], corpora)
     return plans
 
@@ -136,6 +138,18 @@ def _check_same_settings(runs: Sequence[PlannedRun]) -> None:
             if not key.startswith("head.") and key not in HEAD_BOUND and value != first[key]:
                 raise ValueError(f"run {run.name} differs from run {runs[0].name} in {key} ({value!r} against "
                                  f"{first[key]!r}); the runs of a comparison differ only in their head")
+
+
+def _check_distinct(runs: Sequence[PlannedRun]) -> None:
+    """Refuse two runs with one config (a variant without options of its own, or with its head's defaults):
+    the second would train the first again."""
+    seen: dict[str, str] = {}
+    for run in runs:
+        key = json.dumps(run.config.flat(), sort_keys=True, default=str)
+        if key in seen:
+            raise ValueError(f"run {run.name} would train the same run as {seen[key]} (the same head with the same "
+                             "options): give a variant options of its own (NAME:HEAD:KEY=VALUE,...)")
+        seen[key] = run.name
 
 
 def _normalised(run: PlannedRun) -> PlannedRun:

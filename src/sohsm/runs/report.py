@@ -110,6 +110,11 @@ def _fmt(value: Any, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
+def seconds_text(seconds: float) -> str:
+    """Seconds as a table gives them: ``0.42``, ``7.3``, ``1,254`` (a short run is not rounded to 0)."""
+    return f"{seconds:.2f}" if seconds < 10 else f"{seconds:.1f}" if seconds < 100 else f"{seconds:,.0f}"
+
+
 def results_table(summaries: Sequence[RunSummary]) -> list[str]:
     """A markdown table of the runs, one row each; "speed vs full" appears when a run of the reference head (the full
     softmax, :data:`~sohsm.head_catalogue.REFERENCE_HEAD`) is among them."""
@@ -127,7 +132,7 @@ def results_table(summaries: Sequence[RunSummary]) -> list[str]:
             ratio = s.tokens_per_s / reference.tokens_per_s if s.tokens_per_s else None
             speed = f" {_fmt(ratio, '.1f')}{'x' if ratio else ''} |"
         lines.append(
-            f"| {s.run} | {s.head} | {s.tokens:,} | {_fmt(s.epochs, '.2f')} | {s.train_s:.0f} | "
+            f"| {s.run} | {s.head} | {s.tokens:,} | {_fmt(s.epochs, '.2f')} | {seconds_text(s.train_s)} | "
             f"{_fmt(s.tokens_per_s, ',.0f')} |{speed} {_fmt(s.best_ppl, '.2f')} | {_fmt(s.ppl, '.2f')} | "
             f"{_fmt(s.ppl_cluster, '.2f')} | {_fmt(s.ppl_in_cluster, '.2f')} | {s.reclusterings} | "
             f"{_fmt(s.empty_clusters, 'd')} |"
@@ -146,21 +151,24 @@ def cluster_lines(run_dir: str | os.PathLike[str], top: int = 8, words: int = 10
         ValueError: the run has no checkpoint, or its head has no clusters.
     """
     run = load_run(run_dir, checkpoint)
-    table = shown(cluster_table(run.head, run.vocab, words=words), token_text(run))
+    show = token_text(run)
+    table = shown(cluster_table(run.head, run.vocab, words=words), show)
     empty = sum(1 for s in table if s.size == 0)
-    rank = {s.cluster: i for i, s in enumerate(table, start=1)}
     listed, one_word = learned_first(table)
     skipped = f"; {one_word_note(one_word)}" if one_word else ""
+    entries = "words" if show is None else "subwords"
+    ranked = "of two or more words" if one_word else ""
     lines = [
         f"`{run.run_dir.name}` ({run.config.head.name} head, {run.path.name} at step {run.step:,}, "
         f"{run.tokens:,} training tokens): the {min(top, len(listed))} heaviest of {len(table)} clusters "
-        f"({empty} empty{skipped}), most frequent words first; rank is by tf-mass among all clusters.",
+        f"({empty} empty{skipped}), most frequent {entries} first; rank is by tf-mass among the clusters"
+        f"{' ' + ranked if ranked else ''}.",
         "",
-        "| rank | cluster | words | tf-mass | most frequent words |",
+        f"| rank | cluster | {entries} | tf-mass | most frequent {entries} |",
         "|---:|---:|---:|---:|---|",
     ]
-    for s in listed[:top]:
-        lines.append(f"| {rank[s.cluster]} | {s.cluster} | {s.size} | {s.tf_mass:.4f} | {' '.join(s.words)} |")
+    for rank, s in enumerate(listed[:top], start=1):
+        lines.append(f"| {rank} | {s.cluster} | {s.size} | {s.tf_mass:.4f} | {' '.join(s.words)} |")
     return lines
 
 

@@ -103,7 +103,8 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # torch raises many types for a damaged file
-        raise ValueError(f"{path}: not a readable checkpoint ({_load_failure(error)})") from None
+        raise ValueError(f"{path}: not a readable checkpoint ({_load_failure(error)}){_other_checkpoint(path)}") \
+            from None
     found = format_task(checkpoint.get("format")) if isinstance(checkpoint, dict) else None
     if found is None or (formats is not None and checkpoint["format"] not in formats):
         kind = f" {format_task(formats[0])}" if formats is not None and len(formats) == 1 else ""
@@ -112,17 +113,41 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
 
 
 def _load_failure(error: Exception) -> str:
-    """torch's reason a checkpoint did not load, in one line, without its advice to load with
-    ``weights_only=False`` (unsafe for a file one did not write, and no help for a damaged one)."""
+    """torch's reason a checkpoint did not load, in one line: its first sentence, without its advice to load with
+    ``weights_only=False`` (unsafe for a file one did not write, and no help for a damaged one); a file cut short
+    (a write that never finished, a full disk, a copy stopped) said as such."""
     text = str(error)
     if "Weights only load failed" in text:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
-        what = f" ({found.group(1)})" if found else ""
-        return f"it holds Python objects{what} besides tensors and plain containers, which a sohsm checkpoint never does"
-    text = " ".join(text.split())
-    if len(text) > 200:
-        text = text[:200] + " ..."
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+        if found:
+            return (f"it holds Python objects ({found.group(1)}) besides tensors and plain containers, which a sohsm "
+                    "checkpoint never does")
+        found = re.search(r"WeightsUnpickler error: (.+?)\s*(?:Check the documentation|$)", " ".join(text.split()))
+        return "not a file torch.save wrote" + (f": {found.group(1)}" if found else "")
+    first = " ".join(text.split()).split(". ")[0].rstrip(".")
+    if isinstance(error, EOFError) or "zip archive" in first:
+        return f"the file is cut short or damaged: {first or 'it ends too early'}"
+    if isinstance(error, OSError):  # the machine's reason (permissions, a folder in its place)
+        return error.strerror or first or type(error).__name__
+    return f"not a file torch.save wrote, or a damaged one ({type(error).__name__}{': ' + first if first else ''})"
+
+
+def _step_of(path: Path) -> int | None:
+    """The step of a readable checkpoint at ``path``, read without its weights; ``None`` if it does not read."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"])
+    except Exception:  # torch raises many types for a damaged file
+        return None
+
+
+def _other_checkpoint(path: Path) -> str:
+    """``"; best.pt beside it is intact (step 800)"``: the run's other checkpoint, where ``path`` is one of a
+    run's and the other reads."""
+    other = {LAST: BEST, BEST: LAST}.get(path.name)
+    if other is None or not (path.parent / other).is_file():
+        return ""
+    step = _step_of(path.parent / other)
+    return f"; {other} beside it is intact (step {step:,})" if step is not None else f"; {other} beside it is damaged too"
 
 
 def check_same_data(where: str | os.PathLike[str], trained_vocab: Vocabulary, trained_on: str, vocab: Vocabulary,

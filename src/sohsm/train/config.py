@@ -139,7 +139,7 @@ class LoopSettings:
     epochs: int = 5
     #: stop after this many training tokens (all sessions together); ``None``: no limit
     max_tokens: int | None = None
-    #: stop after this many seconds of training (all sessions, evaluation excluded); ``None``: no limit
+    #: stop after this many seconds of training (all sessions; evaluation and compiling excluded); ``None``: no limit
     time_budget: float | None = field(default=None, metadata={"metavar": "SECONDS"})
     #: evaluate on dev every this many steps (and at each epoch's end); ``None``: four times an epoch (a curve
     #: from the first epoch on); 0: at epochs' ends only

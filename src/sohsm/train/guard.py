@@ -8,7 +8,8 @@
   (one per step) and :func:`check_finite_parameters`: a non-finite loss,
   gradient or parameter stops the run with :class:`DivergenceError`; nothing
   non-finite is stepped into the model or written to a checkpoint, so
-  ``last.pt`` and ``best.pt`` stay the last good ones.
+  ``last.pt`` and ``best.pt`` stay the last good ones (the training loop's error says which it holds, and what
+  to change: :class:`sohsm.train.session.RunDiverged`).
 * :func:`write_line`: a progress line whose reader went away (``sohsm lm train
   ... | head``) stops the run like a signal instead of killing it mid-step.
 """
@@ -189,7 +190,7 @@ def check_step(loss: Tensor, grad_norm: Tensor, step: int) -> None:
     loss_value, norm_value = values.tolist()
     what = (f"the loss is {loss_value}" if not math.isfinite(loss_value)
             else f"the gradient norm is {norm_value}")
-    raise DivergenceError(f"training diverged at step {step}: {what}; {_KEPT}")
+    raise DivergenceError(f"training diverged at step {step}: {what}")
 
 
 class DivergenceWatch:
@@ -249,7 +250,7 @@ class DivergenceWatch:
             return
         what = (f"the loss is {loss_value}" if not math.isfinite(loss_value)
                 else f"the gradient norm is {norm_value}")
-        raise DivergenceError(f"training diverged at step {int(step)}: {what}; {_KEPT}")
+        raise DivergenceError(f"training diverged at step {int(step)}: {what}")
 
 
 def check_eval(nll_nats: float, step: int) -> None:
@@ -259,7 +260,7 @@ def check_eval(nll_nats: float, step: int) -> None:
         DivergenceError: naming the step.
     """
     if math.isnan(nll_nats):
-        raise DivergenceError(f"training diverged at step {step}: the dev loss is nan; {_KEPT}")
+        raise DivergenceError(f"training diverged at step {step}: the dev loss is nan")
 
 
 def check_finite_parameters(modules: Iterable[torch.nn.Module], step: int) -> None:
@@ -271,7 +272,7 @@ def check_finite_parameters(modules: Iterable[torch.nn.Module], step: int) -> No
     for module in modules:
         for name, param in module.named_parameters():
             if not bool(torch.isfinite(param).all()):
-                raise DivergenceError(f"training diverged at step {step}: parameter {name} is not finite; {_KEPT}")
+                raise DivergenceError(f"training diverged at step {step}: parameter {name} is not finite")
 
 
 def check_loaded_parameters(modules: Iterable[torch.nn.Module], path) -> None:
@@ -284,7 +285,3 @@ def check_loaded_parameters(modules: Iterable[torch.nn.Module], path) -> None:
         check_finite_parameters(modules, 0)
     except DivergenceError:
         raise ValueError(f"{path} holds weights that are not finite (a diverged model); it cannot be used") from None
-
-
-_KEPT = ("the checkpoints were left as they were (the last good ones); a lower learning rate or "
-         "gradient clipping may help")

@@ -16,8 +16,9 @@ closed terminal (SIGHUP): the step in flight finishes first; a second signal
 aborts at once. It then evaluates on dev (unless interrupted) and writes
 ``last.pt``, from which :func:`resume_training` continues exactly: with the same
 seed the losses are those of an uninterrupted run. A non-finite loss, gradient
-or parameter stops the run with :class:`~sohsm.train.guard.DivergenceError` and
-leaves the checkpoints as they were (:mod:`sohsm.train.guard`).
+or parameter stops the run with :class:`~sohsm.train.session.RunDiverged` (a
+:class:`~sohsm.train.guard.DivergenceError` that says which checkpoints it left as they were, and what to change
+in a new run: a resumed one keeps its settings) (:mod:`sohsm.train.guard`).
 
 Before anything is written, the settings are checked against the data and the
 device (:meth:`~sohsm.train.task.Task.check_fits`); while a session trains it holds the run
@@ -40,6 +41,7 @@ import torch
 from sohsm.fields import FieldError
 from sohsm.train.builders import resolve_device
 from sohsm.train.checkpoint import (
+    BEST,
     CONFIG_FILE,
     LAST,
     METRICS_FILE,
@@ -103,6 +105,10 @@ def train(config: RunConfig, run_dir: str | os.PathLike[str], *, progress: bool 
     resolve_device(config.device)
     with Ranks.join(config.device) as ranks:
         def check_directory() -> None:
+            if holds_run(run_dir) and not any((run_dir / name).exists() for name in (LAST, BEST)):
+                raise ValueError(f"{run_dir} holds the records of a run stopped before its first checkpoint (no "
+                                 f"{LAST}): resume it to start it again with its settings; to train another with "
+                                 "other settings, remove it or choose another directory")
             if holds_run(run_dir):
                 raise ValueError(f"{run_dir} already holds a training run; resume it or choose another directory")
             check_writable(run_dir)
@@ -215,7 +221,11 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
     with Ranks.join(config.device) as ranks:
         ranks.first(lambda: check_writable(run_dir))
         if not (run_dir / LAST).is_file():
-            ranks.first(lambda: check_restartable(run_dir, config.checkpoint_every))
+            def check_restart() -> None:
+                with RunLock(run_dir):  # a run another trainer writes before its first checkpoint is in use, no more
+                    check_restartable(run_dir, config.checkpoint_every)
+
+            ranks.first(check_restart)
             return _start(task_class, config, run_dir, progress, restart=True, ranks=ranks)
         lock = RunLock(run_dir)
 
@@ -234,8 +244,14 @@ def _resume(task_class: type[Task], config: RunConfig, saved: RunConfig, run_dir
             progress: bool, ranks: Ranks) -> TrainResult:
     """Rebuild the run from ``last.pt`` and train on (rank 0 holds the lock)."""
     path = run_dir / LAST
-    checkpoint = load_checkpoint(path, map_location=resolve_device(str(ranks.device)),
-                                 formats=(task_class.checkpoint_format,))
+    try:
+        checkpoint = load_checkpoint(path, map_location=resolve_device(str(ranks.device)),
+                                     formats=(task_class.checkpoint_format,))
+    except ValueError as error:
+        if f"{BEST} beside it is intact" not in str(error):
+            raise
+        raise ValueError(f"{error}: to continue from {BEST}, copy it to {path} and resume (the steps since it are "
+                         "trained again)") from None
     with reading_checkpoint(path, values=True):
         trained_head = checkpoint["signature"]["head"]
         trained_world = int(checkpoint.get("world_size", 1))

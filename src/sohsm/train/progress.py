@@ -17,6 +17,8 @@ every :data:`LOSS_REFRESH_S` seconds (:meth:`wants_loss`: each a device sync, so
 budget that ends the run before its planned tokens, the bar's total is the tokens the budget will reach
 at the speed so far, so its percentage and ETA follow the budget. Where standard error is not a terminal
 (a log file, a pipe), a line written beside the bar ends the bar's line instead of overwriting it with spaces.
+The bar's elapsed time is the session's training time (evaluations, checkpoints and compiling left out), so the
+speed its closing line gives is the one the summary prints.
 """
 from __future__ import annotations
 
@@ -69,9 +71,24 @@ class _EstimatingBar(tqdm):
         self._time_left, self._cuda, self._updates, self._mark = time_left, cuda, 0, None
         self._born = time.perf_counter()
         self._clock, self._planned = clock, self.total
+        self._clock_born, self._left_out = clock(), 0
         self._budget_end = None if time_left is None else clock() + time_left
         self._clock_mark: tuple[float, float] | None = None
         self._shown_record, self._shown_at = False, -math.inf
+
+    @property
+    def format_dict(self):
+        """tqdm's fields, with the session's seconds of training as its elapsed time (evaluations, checkpoints and
+        compiling left out, as the summary's speed leaves them): the closing line's average speed is the summary's."""
+        fields = super().format_dict
+        if hasattr(self, "_clock_born"):  # (tqdm sets disable before its closing line)
+            fields["elapsed"] = max(self._clock() - self._clock_born, 0.0)
+            fields["initial"] = fields.get("initial", 0) + self._left_out  # tqdm's rate: (n - initial) / elapsed
+        return fields
+
+    def leave_out(self, tokens: int) -> None:
+        """Count ``tokens`` trained outside the clock (a step that compiled) out of the speed shown."""
+        self._left_out += tokens
 
     def show_loss(self, nll: float, is_nll: bool, record: bool = True) -> None:
         """Show a mean training loss in nats (and its perplexity, where it is a log-likelihood) beside the bar;

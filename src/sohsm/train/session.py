@@ -20,6 +20,7 @@ all ranks first).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,11 @@ from torch import nn
 from sohsm.heads import Head, SelfOrganizingHead
 from sohsm.train.builders import head_k, run_signature
 from sohsm.train.checkpoint import BEST, CONFIG_FILE, LAST, METRICS_FILE, save_checkpoint
-from sohsm.train.config import RunConfig
+from sohsm.fields import FieldError, escape, suggest
+from sohsm.train.config import RunConfig, apply_overrides
 from sohsm.train.distributed import Ranks
 from sohsm.train.evaluation import EvalResult, EvaluationStopped, evaluate
-from sohsm.train.guard import StopSignals, check_eval, check_finite_parameters, write_line
+from sohsm.train.guard import DivergenceError, StopSignals, check_eval, check_finite_parameters, write_line
 from sohsm.train.metrics import MetricsLog
 from sohsm.train.progress import progress_bar
 from sohsm.train.rundir import rng_state
@@ -65,6 +67,10 @@ class TrainResult:
         stop_signal: for ``stopped == "interrupted"``, the signal that asked
             (``signal.SIGINT``, ``SIGTERM``, ``SIGHUP``, or ``SIGPIPE`` when standard output closed).
         writer: whether this process wrote the run's files (with several processes, rank 0 only).
+        session_tokens, session_s: the tokens and seconds of training of this session alone (its speed, as its
+            progress bar gives it; a new run's are its totals).
+        compile_s, compile_tokens: the seconds and tokens of this session's steps that compiled (``compile``): the
+            seconds are left out of ``elapsed_s``, and both out of the speed.
     """
 
     run_dir: Path
@@ -79,6 +85,16 @@ class TrainResult:
     paths: dict[str, Path] = field(default_factory=dict)
     stop_signal: int | None = None
     writer: bool = True
+    session_tokens: int = 0
+    session_s: float = 0.0
+    compile_s: float = 0.0
+    compile_tokens: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """This session's speed: its tokens over its seconds of training, steps that compiled left out (0 where it
+        trained none)."""
+        return (self.session_tokens - self.compile_tokens) / self.session_s if self.session_s > 0 else 0.0
 
 
 class _NoRecords:
@@ -92,6 +108,24 @@ class _NoRecords:
 
     def __exit__(self, *exc) -> None:
         pass
+
+
+#: the clipping a diverged run is told to try where it had none (the paper's text8 setting)
+CLIP_SUGGESTED = 0.25
+
+
+class RunDiverged(FieldError, DivergenceError):
+    """A session diverged (:class:`~sohsm.train.guard.DivergenceError`): the message adds what the run directory
+    still holds and the settings to change, as fields (a command line names them by its flags)."""
+
+
+def _takes(config: RunConfig, overrides: dict[str, Any]) -> bool:
+    """Whether ``config`` with ``overrides`` is a valid config of its task (a suggestion must be one)."""
+    try:
+        apply_overrides(config, overrides)
+    except ValueError:
+        return False
+    return True
 
 
 def planned_tokens(config: RunConfig, task: Task) -> int:
@@ -125,6 +159,7 @@ class TrainingLoop:
         self.config, self.run_dir, self.task, self.ranks = config, run_dir, task, ranks
         self.model, self.head, self.optimizer, self.device = model, head, optimizer, ranks.device
         self.state, self.first_step = state, state.step
+        self.first_tokens, self.first_elapsed_s = state.tokens, state.elapsed_s
         self.show_progress = show_progress and ranks.is_writer
         self.signature = run_signature(config, head, task.vocab, task.corpus_signature)
         self.one_step = TrainStep(task, model, head, optimizer, ranks, config.optim.clip, amp=config.amp,
@@ -138,6 +173,11 @@ class TrainingLoop:
         else:
             host_rates(optimizer)  # a checkpoint of a graphed run keeps its rates as tensors
         self.clock = Clock(state.elapsed_s, self.device)
+        #: the step of each checkpoint saved (``last.pt``, ``best.pt``), this session's or the one resumed from
+        self.saved_steps: dict[str, int | None] = {LAST: state.step} if state.step else {}
+        if state.step and (run_dir / BEST).is_file():
+            self.saved_steps[BEST] = None  # (its step is in the file)
+        self.compile_s, self.compile_tokens = 0.0, 0  # steps that compiled, left out of the clock (:meth:`train_step`)
         state.interval.loss_sum = state.interval.loss_sum.to(self.device)
         self.last_eval: EvalResult | None = None
         self.last_eval_step = -1
@@ -164,6 +204,8 @@ class TrainingLoop:
             try:
                 stopped = self.train()
                 self.finish(stopped)
+            except DivergenceError as error:
+                raise self.diverged(error) from None
             finally:
                 self.bar.close()
         return self.result(stopped)
@@ -225,7 +267,14 @@ class TrainingLoop:
         if self.rate.moves_every_step:
             self.set_rate()
         run = self.step_graph or self.one_step
+        compiles, started = compile_count() if self.config.compile else None, time.perf_counter()
         result = run(batch, self.state.step + 1)  # all ranks' loss and targets
+        if compiles is not None and compile_count() != compiles:  # torch compiled in it: not training time
+            seconds = time.perf_counter() - started
+            self.clock.leave_out(seconds)
+            self.bar.leave_out(result.tokens)
+            self.compile_s += seconds
+            self.compile_tokens += result.tokens
         self.state.interval.add(result.loss_sum, result.tokens)
         self.state.step += 1
         self.state.tokens += result.tokens
@@ -273,6 +322,35 @@ class TrainingLoop:
             contents = self.checkpoint_contents()
             if self.ranks.is_writer:
                 save_checkpoint(self.run_dir / name, contents)
+            self.saved_steps[name] = self.state.step
+
+    def diverged(self, error: DivergenceError) -> RunDiverged:
+        """``error`` with what the run directory still holds and what to change: a resumed run keeps its settings
+        and takes the same steps again, so a lower rate (a tenth of the run's, where the config takes it) or
+        clipping means a new run."""
+        config, held = self.config, [name for name in (LAST, BEST) if name in self.saved_steps]
+        if LAST in held:
+            saved = (f"{' and '.join(held)} (step {self.saved_steps[LAST]:,}) "
+                     f"{'were' if len(held) > 1 else 'was'} left as {'they were' if len(held) > 1 else 'it was'}, "
+                     "the last good ones")
+        elif held:
+            saved = f"{BEST} (step {self.saved_steps[BEST]:,}) was left as it was; no {LAST} was written yet"
+        else:
+            due = f"due at step {config.checkpoint_every:,}" if config.checkpoint_every else "due at the end"
+            saved = f"nothing was saved: it diverged before its first checkpoint ({due})"
+        changes = []
+        rate = getattr(config, "learning_rate", config.optim.learning_rate)  # a task's own default, else the optimizer's
+        lower = float(f"{rate / 10:.3g}")
+        if _takes(config, {"optim.lr": lower}):
+            changes.append(("a lower learning rate ({}, a tenth of this run's)", suggest("optim.lr", lower)))
+        else:
+            changes.append(("a lower learning rate", None))
+        if config.optim.clip is None and _takes(config, {"optim.clip": CLIP_SUGGESTED}):
+            changes.append(("gradient clipping ({})", suggest("optim.clip", CLIP_SUGGESTED)))
+        where = "in another run directory" + ("" if held else " (or in this one, removed first)")
+        template = (f"{escape(str(error))}; {escape(saved)}; a resumed run keeps its settings and takes the same steps "
+                    f"again: train a new run with {' or '.join(text for text, _ in changes)} {where}")
+        return RunDiverged(template, *(field for _, field in changes if field is not None))
 
     def set_rate(self) -> None:
         rate = self.rate.at(self.state.epoch, self.state.step, self.state.lr_scale)
@@ -353,6 +431,10 @@ class TrainingLoop:
         state, task = self.state, self.task
         lines = (task.startup_lines(self.model, self.head, self.device, self.planned_tokens, state.tokens)
                  if self.show_progress else [])
+        speed = [f"{self.config.amp} autocast (--amp)"] if self.config.amp else []
+        speed += ["compiled (--compile; compiling is not counted as training time)"] if self.config.compile else []
+        if lines and speed:  # after the device, which ends the first line
+            lines[0] += " | " + ", ".join(speed)
         if self.show_progress and self.ranks.world > 1:
             lines.append(f"processes  {self.ranks.world} ({torch.distributed.get_backend()}), each on "
                          f"1/{self.ranks.world} of every batch; this one (rank 0) writes")
@@ -371,7 +453,18 @@ class TrainingLoop:
         return TrainResult(run_dir=run_dir, stopped=stopped, step=state.step, tokens=state.tokens,
                            elapsed_s=state.elapsed_s, epoch=state.epoch_float(self.task.epoch_length),
                            best_ppl=state.best_ppl, last_eval=self.last_eval, signature=self._signature(), paths=paths,
-                           stop_signal=self.signals.signum, writer=self.ranks.is_writer)
+                           stop_signal=self.signals.signum, writer=self.ranks.is_writer,
+                           session_tokens=state.tokens - self.first_tokens,
+                           session_s=state.elapsed_s - self.first_elapsed_s, compile_s=self.compile_s,
+                           compile_tokens=self.compile_tokens)
+
+
+def compile_count() -> int:
+    """How many frames :func:`torch.compile` has compiled in this process (its counters, read on the host): a
+    step that changes it compiled (the first, a recompilation)."""
+    from torch._dynamo.utils import counters
+
+    return counters["frames"]["total"]
 
 
 def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, head: Head,

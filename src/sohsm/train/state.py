@@ -113,3 +113,10 @@ class Clock:
 
     def now(self) -> float:
         return self.total + (time.perf_counter() - self._start if self._start is not None else 0.0)
+
+    def leave_out(self, seconds: float) -> None:
+        """Take ``seconds`` just spent back out of the count (a step that compiled: compiling is not training)."""
+        if self._start is not None:
+            self._start += seconds
+        else:
+            self.total -= seconds

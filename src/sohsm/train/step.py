@@ -191,5 +191,5 @@ class TrainStep:
         stepped = self.precision.step(self.optimizer)
         if not stepped and self.precision.scaler.get_scale() < MIN_SCALE:
             raise DivergenceError(f"training diverged at step {step}: the fp16 gradients stay non-finite "
-                                  f"(loss scale below {MIN_SCALE:g}); the checkpoints were left as they were")
+                                  f"(loss scale below {MIN_SCALE:g})")
         return StepResult(loss_sum, tokens, not stepped)

@@ -49,7 +49,7 @@ class S2SDataConfig:
     extra: bool = True
     #: title words seen fewer times become ``<unk>`` (1: every word of the training titles)
     min_count: int = 1
-    #: the paper's 69k most frequent title words (more than these titles hold)
+    #: the paper's 69k most frequent title words (more than these titles hold); ``None``: every title word
     max_size: int | None = 69_000
     #: a ``sohsm lm train`` run on the training titles whose clusters the head takes and keeps fixed; ``None``: the
     #: head's own
