@@ -39,6 +39,7 @@ from sohsm.heads.adaptive import check_cutoffs
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
 from sohsm.heads.tying import HeadEmbedding
+from sohsm.lazy import outside_compile
 
 
 class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
@@ -480,7 +481,7 @@ class TwoLevelSoftmax(BandedWords, WritesWeightGradient, ClusteredHead):
             observe(target, parts.cluster_log_probs.detach())
         return parts
 
-    @torch.compiler.disable
+    @outside_compile
     def _score_eagerly(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor,
                        backend: BackendInfo) -> TwoLevelLogProb:
         """:meth:`_score` outside ``torch.compile``'s graph, for a backend that reads its batch back: its
