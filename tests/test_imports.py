@@ -221,3 +221,11 @@ def test_the_head_catalogue_is_the_registry():
     from sohsm import head_catalogue
 
     assert head_catalogue.HEADS == head_catalogue.from_registry(), "run `python -m sohsm.head_catalogue`"
+
+
+def test_importing_sohsm_hf_imports_transformers_only_when_a_name_is_used():
+    """``from transformers import PreTrainedModel`` alone takes seconds: ``import sohsm.hf`` defers it to the first
+    use of one of its names."""
+    out = _python("import sys\nimport sohsm.hf\nprint('transformers' in sys.modules, 'torch' in sys.modules)\n"
+                  "sohsm.hf.use_head\nprint('transformers' in sys.modules)")
+    assert out.split() == ["False", "False", "True"]

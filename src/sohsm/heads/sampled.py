@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from sohsm.heads.base import Head, HeadOutput, init_word_vectors, upcast
 from sohsm.heads.registry import register_head
+from sohsm.lazy import outside_compile
 
 
 def noise_distribution(counts: Tensor | None, n_classes: int, power: float = 1.0) -> Tensor:
@@ -114,7 +115,7 @@ class SampledSoftmax(Head):
         self._cdf = None  # the noise buffer may have changed dtype or device
         return super()._apply(fn, recurse)
 
-    @torch.compiler.disable  # drawn on the host from the head's own generator; torch.compile cannot trace it
+    @outside_compile  # drawn on the host from the head's own generator; torch.compile cannot trace it
     def noise_samples(self, n: int | None = None) -> Tensor:
         """Draw ``n`` (default :attr:`n_samples`) word ids from the noise distribution, with replacement.
 

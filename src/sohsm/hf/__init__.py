@@ -13,15 +13,19 @@
 * :class:`HeadCallback` (:mod:`sohsm.hf.callback`): attaches the head to the optimizer a ``Trainer`` builds;
 * :func:`load` (:mod:`sohsm.hf.saving`): reads back what ``save_pretrained`` wrote.
 
-``import sohsm`` imports none of this; ``import sohsm.hf`` imports ``transformers``.
+``import sohsm`` imports none of this; ``import sohsm.hf`` checks that ``transformers`` is installed and imports
+each name's module (and ``transformers`` with it: ``PreTrainedModel`` alone takes seconds) when the name is first
+used, so a program that imports it and uses it on one path only pays on that path.
 """
-try:
-    import transformers  # noqa: F401
-except ImportError as error:  # pragma: no cover - the extra is installed wherever the tests run
-    raise ImportError("sohsm.hf needs transformers: pip install 'sohsm[hf]'") from error
+import importlib.util
 
-from sohsm.hf.callback import HeadCallback
-from sohsm.hf.head import LMHead, head_of, use_head
-from sohsm.hf.saving import load
+from sohsm.lazy import lazy_exports
 
-__all__ = ["HeadCallback", "LMHead", "head_of", "load", "use_head"]
+if importlib.util.find_spec("transformers") is None:  # pragma: no cover - the extra is installed wherever tests run
+    raise ImportError("sohsm.hf needs transformers: pip install 'sohsm[hf]'")
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "sohsm.hf.callback": ("HeadCallback",),
+    "sohsm.hf.head": ("LMHead", "head_of", "use_head"),
+    "sohsm.hf.saving": ("load",),
+})

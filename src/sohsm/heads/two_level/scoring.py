@@ -22,6 +22,7 @@ from sohsm.heads.two_level.ops import (BackendInfo, ClusterLayout, TwoLevelLogPr
 from sohsm.heads.two_level.ops.grouped import compute_dtype
 from sohsm.heads.two_level.ops.topk import DEFAULT_CLUSTERS, DeviceTopK, topk_in_clusters
 from sohsm.heads.two_level.word_vectors import WordVectors
+from sohsm.lazy import outside_compile
 
 
 class ScoringHost(Protocol):
@@ -105,7 +106,7 @@ class TwoLevelScoring:
             observe(target, parts.cluster_log_probs.detach())
         return parts
 
-    @torch.compiler.disable
+    @outside_compile
     def _score_eagerly(self, cluster_logits: Tensor, hidden_w: Tensor, target: Tensor,
                        backend: BackendInfo) -> TwoLevelLogProb:
         """:meth:`_score` outside ``torch.compile``'s graph, for a backend that reads its batch back: its
