@@ -366,8 +366,22 @@ def test_a_truncated_last_pt_says_best_pt_is_intact_and_how_to_continue_from_it(
     line = _one_line_error(*cli("lm", "eval", run_dir, "--checkpoint", "last")[::2])
     assert line.endswith("; best.pt beside it is intact (step 4)")
     (run_dir / "last.pt").write_bytes((run_dir / "best.pt").read_bytes())  # as it says
-    code, out, err = cli(*resume)
+    with pytest.warns(UserWarning, match="holds no optimizer state .best.pt keeps none.: the optimizer starts afresh"):
+        code, out, err = cli(*resume)
     assert code == 0 and "step 6" in out, err
+
+
+def test_best_pt_keeps_what_evaluation_needs_and_last_pt_what_a_resume_needs(tmp_path, ptb_slice, small, cli):
+    """Adam's (or Adagrad's) state is for resuming, which reads last.pt: best.pt holds none (an s2s run's Adam
+    moments were two thirds of each checkpoint)."""
+    run_dir = tmp_path / "run"
+    code, _, err = _train(cli, run_dir, ptb_slice, small, "--max-tokens", 2 * TOKENS_PER_STEP, "--optimizer", "adam")
+    assert code == 0, err
+    last, best = (torch.load(run_dir / name, weights_only=True) for name in ("last.pt", "best.pt"))
+    assert set(last) - set(best) == {"optimizer"} and last["optimizer"]["state"]
+    assert (run_dir / "best.pt").stat().st_size < (run_dir / "last.pt").stat().st_size / 2
+    for command in (("lm", "eval", run_dir), ("lm", "generate", run_dir, "--prompt", "the", "--length", 3)):
+        assert cli(*command)[0] == 0
 
 
 def test_ctrl_c_during_a_dev_evaluation_abandons_it_and_keeps_the_last_step(tmp_path, ptb_slice, small, cli,

@@ -12,7 +12,8 @@ A run directory holds::
 
 A checkpoint is a plain dict (``torch.load(..., weights_only=True)`` reads it)::
 
-    format, model, head, optimizer       (state_dicts)
+    format, model, head, optimizer       (state_dicts; best.pt has no optimizer: it is read to evaluate, decode and
+                                          inspect, a resume reads last.pt; Adam's two moments were 2/3 of an s2s one)
     config, vocab                        (dicts)
     rng: {torch, cuda}                   position: {epoch, ...the task's: row and state for a language model}
     step, tokens, elapsed_s, best_ppl, log (the open train-record interval)

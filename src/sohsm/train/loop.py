@@ -33,6 +33,7 @@ only rank 0 writes, and all ranks stop at the same step. One step, with
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -251,7 +252,7 @@ def _resume(task_class: type[Task], config: RunConfig, saved: RunConfig, run_dir
         if f"{BEST} beside it is intact" not in str(error):
             raise
         raise ValueError(f"{error}: to continue from {BEST}, copy it to {path} and resume (the steps since it are "
-                         "trained again)") from None
+                         "trained again, the optimizer started afresh)") from None
     with reading_checkpoint(path, values=True):
         trained_head = checkpoint["signature"]["head"]
         trained_world = int(checkpoint.get("world_size", 1))
@@ -270,7 +271,11 @@ def _resume(task_class: type[Task], config: RunConfig, saved: RunConfig, run_dir
     with reading_checkpoint(path):
         model.load_state_dict(checkpoint["model"])
         head.load_state_dict(checkpoint["head"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
+        if "optimizer" in checkpoint:
+            optimizer.load_state_dict(checkpoint["optimizer"])
+        else:  # a best.pt copied in its place: its weights, without what the optimizer had learnt
+            warnings.warn(f"{path} holds no optimizer state (best.pt keeps none): the optimizer starts afresh from "
+                          "its weights, so the run goes on close to, not exactly as, it would have", stacklevel=2)
         set_rng_state(checkpoint["rng_ranks"][ranks.rank] if ranks.world > 1 else checkpoint["rng"], device)
         state = RunState.from_checkpoint(checkpoint)
         state.cursor = task.restore(checkpoint["position"], device)

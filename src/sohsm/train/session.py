@@ -320,6 +320,8 @@ class TrainingLoop:
             self.one_step.raise_if_diverged()
             self.state.elapsed_s = self.clock.total
             contents = self.checkpoint_contents()
+            if name == BEST:  # read to evaluate, decode and inspect; a resume reads last.pt
+                del contents["optimizer"]
             if self.ranks.is_writer:
                 save_checkpoint(self.run_dir / name, contents)
             self.saved_steps[name] = self.state.step
