@@ -9,7 +9,7 @@
   gradient or parameter stops the run with :class:`DivergenceError`; nothing
   non-finite is stepped into the model or written to a checkpoint, so
   ``last.pt`` and ``best.pt`` stay the last good ones (the training loop's error says which it holds, and what
-  to change: :class:`sohsm.train.session.RunDiverged`).
+  to change: :class:`sohsm.train.result.RunDiverged`).
 * :func:`write_line`: a progress line whose reader went away (``sohsm lm train
   ... | head``) stops the run like a signal instead of killing it mid-step.
 """

@@ -16,7 +16,7 @@ closed terminal (SIGHUP): the step in flight finishes first; a second signal
 aborts at once. It then evaluates on dev (unless interrupted) and writes
 ``last.pt``, from which :func:`resume_training` continues exactly: with the same
 seed the losses are those of an uninterrupted run. A non-finite loss, gradient
-or parameter stops the run with :class:`~sohsm.train.session.RunDiverged` (a
+or parameter stops the run with :class:`~sohsm.train.result.RunDiverged` (a
 :class:`~sohsm.train.guard.DivergenceError` that says which checkpoints it left as they were, and what to change
 in a new run: a resumed one keeps its settings) (:mod:`sohsm.train.guard`).
 
