@@ -1,4 +1,4 @@
 """`python -m sohsm` is the same as the `sohsm` command."""
-from sohsm.cli.main import main
+from sohsm.cli.main import run
 
-raise SystemExit(main())
+run()

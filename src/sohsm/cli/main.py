@@ -158,6 +158,26 @@ def flag_hint(unknown: list[str], parser: argparse.ArgumentParser) -> str:
     return " (" + "; ".join(f"{word}: {hint}" for word, hint in hints.items()) + ")" if hints else ""
 
 
+def run() -> NoReturn:
+    """The ``sohsm`` command and ``python -m sohsm``: :func:`main` on the process's arguments, then exit.
+
+    A process that trained beside others (``torchrun``) leaves with ``os._exit`` once its
+    output is flushed, skipping the interpreter's shutdown, where torch 2.13's gloo
+    worker threads can abort a run that succeeded (see
+    :func:`sohsm.train.distributed.started_a_group`).
+    """
+    code = main()
+    distributed = sys.modules.get("sohsm.train.distributed")  # not imported: no process group was started
+    if distributed is not None and distributed.started_a_group():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe or stream: nothing more can be written to it
+                pass
+        os._exit(code)
+    raise SystemExit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` (default: the process's arguments) asks for; its exit status.
 

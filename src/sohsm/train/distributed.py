@@ -33,6 +33,23 @@ from sohsm.heads.base import Head
 #: how long a collective may wait for the other ranks before the run fails
 TIMEOUT = datetime.timedelta(minutes=30)
 
+#: whether this process started a process group (see :func:`started_a_group`)
+_STARTED_A_GROUP = False
+
+
+def started_a_group() -> bool:
+    """Whether this process started a process group (:meth:`Ranks.join` under ``torchrun``).
+
+    Such a process should end without the interpreter's shutdown (``os._exit`` after flushing,
+    as the ``sohsm`` command does): with torch 2.13, a gloo group outlives
+    ``destroy_process_group`` once DistributedDataParallel wrapped a module, and its worker
+    threads may still be letting go of the last collective's tensors, which takes the GIL; a
+    thread that asks for the GIL while the interpreter finalizes aborts the process
+    (SIGABRT, "terminate called without an active exception") after a run that succeeded.
+    A barrier before leaving does not prevent it.
+    """
+    return _STARTED_A_GROUP
+
 
 def requested_world_size() -> int:
     """The number of processes ``torchrun`` started (``WORLD_SIZE``), or 1."""
@@ -84,8 +101,9 @@ class Ranks:
             base = torch.device("cuda", local)
         owns = False
         if not dist.is_initialized():
+            global _STARTED_A_GROUP
             dist.init_process_group("nccl" if base.type == "cuda" else "gloo", timeout=TIMEOUT)
-            owns = True
+            owns = _STARTED_A_GROUP = True
         return cls(dist.get_rank(), dist.get_world_size(), base, owns_group=owns)
 
     def leave(self) -> None:
