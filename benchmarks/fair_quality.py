@@ -29,10 +29,12 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
 import kept_runs
+import tuning
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "fair"
@@ -74,7 +76,9 @@ NOTES: dict[str, str] = {
                    "code of 0e3a607 for this head; about an hour on one thread beside another run), seeds 2 and 3 at 750bd75 "
                    "(the same; 27-29 minutes each beside another run). "
                    "The earlier six-epoch tables (docs/results/lm.md) compared the "
-                   "tied self-organized head with untied heads only.",
+                   "tied self-organized head with untied heads only. `adaptive_tuned-tied` (adaptive softmax in the "
+                   "form the tuning protocol chose at one epoch, docs/results/tuning.md; the other heads' choices were "
+                   "their defaults, the runs above) seeds 1-3 at 140dea8 (v0.3.0's training code).",
     "lstm256-wikitext-2": "Trained at commit 74ebcba (the training code of 0e3a607), seed 1. The full softmax (33k "
                           "words: about four hours a run on one thread here) and the untied two-level heads were "
                           "trained on a GPU: the next table. The `div_value=4` variant at 78dd720, and seeds 2 and 3 "
@@ -166,19 +170,29 @@ RUNS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     # frequency binning's own clusters (no shortlist) for the transformer's first PTB epoch (227 steps), then
     # re-clustered at the default rate from step 228 on: a short budget is frequency binning, a long one self-organizes
     "self_organized_bins_first-tied": ("self_organized", True, ("init=frequency", "shortlist=0", "first_update=228")),
+    # adaptive softmax as the tuning protocol chose it on PTB (docs/results/tuning.md): cutoffs at 10% and 40% of the
+    # N words, div_value 2 (torch's stock settings cost it ~5.6% dev there at one epoch)
+    "adaptive_tuned-tied": ("adaptive", True, ("cutoffs=[10%N,40%N]", "div_value=2")),
 }
 #: runs asked for by name only
 VARIANTS = ("self_organized_div4-tied", "self_organized_late-tied", "self_organized_gradual-tied",
-            "self_organized_bins_first-tied")
+            "self_organized_bins_first-tied", "adaptive_tuned-tied")
 #: what ``train`` trains unless ``--runs`` says: each head tied and untied
 MAIN_RUNS = tuple(name for name in RUNS if name not in VARIANTS)
 
 #: the runs every other is compared with, seed by seed
-REFERENCES = ("full-tied", "full-untied", "adaptive-untied", "adaptive-tied", "two_level_frequency-tied",
+REFERENCES = ("full-tied", "full-untied", "adaptive-untied", "adaptive-tied", "adaptive_tuned-tied", "two_level_frequency-tied",
               "two_level_frequency-untied", "self_organized-tied")
 KEPT = (*kept_runs.KEPT, "test.json")
 #: corpora with a training and a dev split only: their runs are compared on dev
 NO_TEST_SPLIT = ("text8-small",)
+
+
+def scaled_options(options: tuple[str, ...], corpus: str) -> list[str]:
+    """``options`` with each ``P%N`` replaced by P% of the corpus's vocabulary size, rounded (the tuning protocol's
+    scaling)."""
+    n_words = tuning.CORPORA[corpus][1]
+    return [re.sub(r"(\d+)%N", lambda m: str(round(int(m.group(1)) / 100 * n_words)), option) for option in options]
 
 
 def _folder(protocol: str, device: str) -> str:
@@ -198,7 +212,7 @@ def train(protocol: str, seeds: list[int], runs: list[str], runs_dir: Path, devi
                 continue
             run = runs_dir / folder / f"seed-{seed}" / name
             new_run = ["--corpus", corpus, *settings, "--head", head,
-                       *(arg for option in options for arg in ("--head-option", option)),
+                       *(arg for option in scaled_options(options, corpus) for arg in ("--head-option", option)),
                        "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed),
                        "--checkpoint-every", "200", "--device", device, "--quiet"]
             label = f"{folder} seed {seed} {name}"
