@@ -64,8 +64,7 @@ def native_lstm():
 @pytest.fixture
 def emulated(monkeypatch):
     """Graphs on the CPU: the emulator in place of torch.cuda's, and no refusal for the device alone."""
-    monkeypatch.setattr(step_graph_module, "GRAPH_API",
-                        (graph_emulator.EmulatedGraph, graph_emulator.emulated_capture, graph_emulator.no_sync))
+    monkeypatch.setattr(step_graph_module, "GRAPH_API", graph_emulator.EmulatedGraphs)
     monkeypatch.setattr(step_graph_module, "device_refusal", lambda device: None)
     made = []
     original = step_graph_module.StepGraph.__init__
@@ -112,8 +111,13 @@ def test_a_replayed_step_trains_exactly_as_the_eager_one(tmp_path, corpus, head,
         if isinstance(value, torch.Tensor):
             assert torch.equal(graphed["head"][name], value), name
     if head.startswith("self_organized"):
-        assert graph.captures >= 3  # captured again after each re-clustering (at steps 12, 24, 36)
+        # three re-clusterings (after steps 12, 24, 36) rewrite the layout in place: one capture serves the run, and
+        # the first replay after each is checked against an eager step
+        assert graph.captures == 1 and graph.checks == 4 and graph.difference == 0, vars(graph)
+        assert len(graphed["head"]["history"]) == 3 if "history" in graphed["head"] else True
         assert graphed["head"]["steps"] == eager["head"]["steps"] == 40
+    else:
+        assert graph.captures == 1 and graph.checks == 1 and graph.difference == 0, vars(graph)
 
 
 def test_short_batches_and_epoch_starts_run_eagerly(tmp_path, corpus, emulated):
@@ -147,6 +151,164 @@ def test_a_capture_that_fails_falls_back_to_eager_steps_with_one_warning(tmp_pat
     assert graph.failed and graph.captures == 0 and graph.replays == 0
     eager, _ = _static_eager(tmp_path / "eager", corpus, "full", "--max-tokens", str(20 * 24))
     assert losses == eager
+
+
+def _weights(run_dir):
+    return torch.load(run_dir / "last.pt", weights_only=True)
+
+
+def _assert_same_weights(a, b) -> None:
+    for part in ("model", "head"):
+        for name, value in b[part].items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(a[part][name], value), f"{part}.{name}"
+
+
+@pytest.mark.parametrize("skipped", ["_fused_adagrad_", "_log_softmax"])
+def test_a_wrong_replay_is_caught_by_its_check_and_the_run_trains_eagerly(tmp_path, corpus, monkeypatch, emulated,
+                                                                          skipped):
+    """A replay made wrong on purpose (it leaves out the optimizer's update, or one op of the forward, whose output
+    then keeps its value of the capture: a stale op) differs from the eager step it is checked against at the capture:
+    one warning with the measured difference, the graph given up, and the run ends with exactly the weights and losses
+    of a run that never captured (``--step-graph off``)."""
+    monkeypatch.setattr(step_graph_module, "GRAPH_API",
+                        lambda device: graph_emulator.EmulatedGraphs(device, skip=lambda func: skipped in str(func)))
+    extra = ["--max-tokens", str(20 * 24)]
+    with pytest.warns(RuntimeWarning, match=r"the captured training step's replay differs from the eager step by "
+                                            r"([0-9.e+-]+|inf) \(relative; at most 0.0001 expected\); the run goes on with "
+                                            r"eager steps") as warned:
+        losses, _ = _train(tmp_path / "graph", corpus, "full", *extra)
+    assert len([w for w in warned if "CUDA graph" in str(w.message) or "replay" in str(w.message)]) == 1
+    (graph,) = emulated
+    assert graph.failed and graph.captures == 1 and graph.replays == 0 and graph.checks == 1
+    assert graph.difference > 1e-2  # far past the tolerance: the check measures, it does not merely flag
+    assert not graph.train_step.static  # the static form undone
+    off, _ = _train(tmp_path / "off", corpus, "full", *extra, "--step-graph", "off")
+    assert losses == off
+    _assert_same_weights(_weights(tmp_path / "graph"), _weights(tmp_path / "off"))
+
+
+def test_a_capture_that_fails_half_way_leaves_a_clean_eager_run(tmp_path, corpus, monkeypatch, emulated):
+    """A head that reads a value back only while capturing, dropout 0.2, 30 steps: torch's capture then ends by raising
+    an error of its own and leaves the capture's stream current and the generator capturing (the emulator models
+    both, and an eager step raises while they last). The run finishes, its one warning names the first cause (the
+    read, not the capture's end), the stream and generator are put right, the static form is undone, and the run
+    trains as ``--step-graph off`` does, bit for bit."""
+    from sohsm.heads.full import FullSoftmax
+
+    forward = FullSoftmax.forward
+
+    def reads_back_while_capturing(self, hidden, target):
+        out = forward(self, hidden, target)
+        if graph_emulator.capturing():
+            float(out.loss.detach())  # a host read: refused while capturing
+        return out
+
+    monkeypatch.setattr(FullSoftmax, "forward", reads_back_while_capturing)
+    extra = ["--max-tokens", str(30 * 24), "--dropout", "0.2"]
+    with pytest.warns(RuntimeWarning, match=r"could not be captured as a CUDA graph \(CaptureError: operation not "
+                                            r"permitted when stream is capturing \(aten._local_scalar_dense") as warned:
+        losses, _ = _train(tmp_path / "graph", corpus, "full", *extra)
+    assert not any("capture_end" in str(w.message) for w in warned)
+    (graph,) = emulated
+    assert graph.failed and graph.captures == 0 and graph.replays == 0 and graph.eager_steps == 30
+    assert graph.graphs.stream == "default" and not graph.graphs.generator_capturing
+    assert not graph.train_step.static and not graph.train_step.precision.cache_enabled is False
+    assert all(not isinstance(g["lr"], torch.Tensor) for g in graph.optimizer.param_groups)
+    off, _ = _train(tmp_path / "off", corpus, "full", *extra, "--step-graph", "off")
+    assert losses == off
+    _assert_same_weights(_weights(tmp_path / "graph"), _weights(tmp_path / "off"))
+
+
+def test_a_layout_replaced_instead_of_rewritten_is_caught_after_the_re_clustering(tmp_path, corpus, monkeypatch,
+                                                                                  emulated):
+    """The first replay after a re-clustering is checked against an eager step: a layout tensor replaced by a new one
+    (the graph still reads the old storage, an eager step the new) is caught there, the graph given up with one
+    warning, and the run goes on eagerly; until then it trained as its static eager steps."""
+    from sohsm.heads.two_level.ops import layout as layout_module
+
+    update = layout_module.ClusterLayout.update_from
+    rewritten = tuple(n for n in layout_module._DEVICE_TENSORS if n != "cluster_and_position")
+
+    def replaces_one(self, other):
+        update(self, other)
+        self.cluster_and_position = other.cluster_and_position  # new storage: what a captured graph does not read
+
+    monkeypatch.setattr(layout_module, "_DEVICE_TENSORS", rewritten)
+    monkeypatch.setattr(layout_module.ClusterLayout, "update_from", replaces_one)
+    extra = ["--max-tokens", str(30 * 24), "--update-every", "12"]
+    with pytest.warns(RuntimeWarning, match=r"replay differs from the eager step"):
+        losses, _ = _train(tmp_path / "graph", corpus, "self_organized-banded", *extra)
+    graph = emulated[0]
+    assert graph.failed and graph.captures == 1 and graph.checks == 2, vars(graph)
+    eager, _ = _static_eager(tmp_path / "eager", corpus, "self_organized-banded", *extra)
+    assert losses[:12] == eager[:12] and len(losses) == 30
+
+
+def test_every_capture_replay_and_eager_step_runs_on_the_runs_device(tmp_path, corpus, emulated):
+    """``--device cuda:1``: the side stream, the capture and every replay run under ``torch.cuda.device`` of the run's
+    device (else kernels could go to another device's stream and the graph capture nothing)."""
+    _train(tmp_path / "run", corpus, "self_organized-banded", "--max-tokens", str(30 * 24), "--update-every", "12")
+    (graph,) = emulated
+    kinds = {what for what, _ in graph.graphs.log}
+    assert kinds == {"eager", "capture", "replay"} and all(inside for _, inside in graph.graphs.log)
+    context = step_graph_module.CudaGraphs(torch.device("cuda", 1)).device_context()
+    assert isinstance(context, torch.cuda.device) and context.idx == 1
+
+
+def test_the_triton_probe_runs_in_the_steps_dtype(monkeypatch):
+    """``auto`` takes Triton's kernels only where they run in the dtype the step computes in: a probe that fails in
+    bf16 alone refuses the bf16 step (its fallback reads back) and not the float32 one."""
+    from sohsm import build_head
+    from sohsm.heads.two_level.ops import backends
+
+    monkeypatch.setattr(step_graph_module, "device_refusal", lambda device: None)
+    monkeypatch.setitem(backends._triton_problems, ("cuda", torch.float32), None)
+    monkeypatch.setitem(backends._triton_problems, ("cuda", torch.bfloat16), "no bf16 kernel here")
+    head = build_head("self_organized", 8, 100)
+    cuda = torch.device("cuda")
+    with pytest.warns(RuntimeWarning, match="no bf16 kernel here"):
+        assert "reads its batch back" in step_graph_module.graph_refusal(cuda, head, amp="bf16")
+    assert step_graph_module.graph_refusal(cuda, head) is None
+
+
+def _reachable_tensors(roots, skip) -> list:
+    """Every tensor reachable from ``roots`` through attributes, dicts, lists and tuples (not through ``skip``)."""
+    found, seen, stack = [], set(), list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or any(obj is s for s in skip):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            found.append(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set)):
+            stack.extend(obj)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, type) and type(obj).__module__.split(".")[0] in (
+                "sohsm", "torch"):
+            stack.extend(vars(obj).values())
+    return found
+
+
+@pytest.mark.parametrize("head", ["self_organized-banded", "self_organized-banded-triton", "adaptive"])
+def test_nothing_kept_for_later_was_made_inside_the_capture(tmp_path, corpus, head, emulated):
+    """A tensor made while capturing lives in the graph's memory, which holds nothing until a replay writes it (and is
+    overwritten by each replay): nothing the model, head, optimizer, task or step keeps may be one, but the step's
+    own outputs (its loss, gradient norm and the carried state, which each replay writes)."""
+    _train(tmp_path / "run", corpus, head, "--max-tokens", str(12 * 24),
+           *(["--update-every", "100"] if head.startswith("self_organized") else []))
+    (graph,) = emulated
+    captured = graph.captured
+    assert graph.failed is None and graph.captures == 1 and captured is not None
+    allowed = {t.untyped_storage().data_ptr() for t in [*captured.result, *(captured.state_out or ())]
+               if isinstance(t, torch.Tensor)}
+    roots = [graph.train_step, graph.task, graph.optimizer, graph.head]
+    kept = [t for t in _reachable_tensors(roots, skip=[graph, captured, captured.graph])
+            if t.untyped_storage().data_ptr() in captured.graph.made - allowed]
+    assert not kept, [tuple(t.shape) for t in kept]
 
 
 def test_resume_with_a_graph_equals_an_uninterrupted_run(tmp_path, corpus, emulated):
@@ -236,6 +398,7 @@ def test_two_ordinary_steps_issue_the_same_ops_on_the_same_storage(tmp_path, cor
     """The static step itself, without any graph: steps 6 and 7 of a run (after the warm-up, before a re-clustering)
     dispatch the same ops, on the same weights, gradients, buffers and optimizer state, with the same scalars."""
     monkeypatch.setattr(step_graph_module, "device_refusal", lambda device: None)
+    monkeypatch.setattr(step_graph_module, "GRAPH_API", graph_emulator.EmulatedGraphs)
     monkeypatch.setattr(step_graph_module.StepGraph, "__call__",
                         lambda self, batch, step: self.train_step(batch, step))  # static, eager
     original, seen = TrainStep.__call__, []
@@ -265,5 +428,43 @@ def test_a_replayed_bf16_step_trains_exactly_as_the_eager_one(tmp_path, corpus, 
     eager_losses, _ = _static_eager(tmp_path / "eager", corpus, "self_organized-banded", *extra)
     graph_losses, _ = _train(tmp_path / "graph", corpus, "self_organized-banded", *extra)
     graph = emulated[1]
-    assert graph.failed is None and graph.captures >= 2 and graph.replays >= 15, vars(graph)
+    assert graph.failed is None and graph.captures == 1 and graph.checks == 3 and graph.replays >= 15, vars(graph)
     assert graph_losses == eager_losses
+
+
+def test_auto_keeps_adaptive_softmax_eager_where_its_static_form_is_large(monkeypatch):
+    """Adaptive softmax's static step scores every row against every tail: ``auto`` captures it while one copy of
+    those scores stays within 1 GiB (33k words, 2,560 rows: 0.3 GiB), and keeps it eager beyond (256k: 2.3 GiB);
+    ``on`` captures it anyway."""
+    from types import SimpleNamespace
+
+    from sohsm import build_head
+
+    monkeypatch.setattr(step_graph_module, "device_refusal", lambda device: None)
+    cuda, ranks = torch.device("cuda"), SimpleNamespace(world=1)
+
+    def refusal(n, setting):
+        head = build_head("adaptive", 32, n)
+        config = SimpleNamespace(step_graph=setting, amp=None, compile=False)
+        return step_graph_module.step_graph_refusal(config, head, None, ranks, cuda, rows=2560)
+
+    assert refusal(33_278, "auto") is None
+    reason = refusal(256_000, "auto")
+    assert " GiB a copy" in reason and "--step-graph on captures it anyway" in reason
+    assert not step_graph_module.resolve_step_graph("auto", reason)
+    assert refusal(256_000, "on") is None
+
+
+def test_the_memory_estimate_counts_what_a_captured_step_holds():
+    """With the step captured (CUDA, not ``off``), the pre-flight estimate adds the check's copies (weights, gradients,
+    optimizer state, the weights an eager step wrote) and a head's static buffers (adaptive softmax's tail scores)."""
+    from sohsm.tasks.lm import LMConfig
+    from sohsm.tasks.lm.preflight import estimate_bytes
+    from sohsm.train import apply_overrides
+
+    config = apply_overrides(LMConfig(), {"head.name": "adaptive", "batch_size": 128, "bptt": 20})
+    eager, covers = estimate_bytes(config, 33_278)
+    graphed, graph_covers = estimate_bytes(config, 33_278, graph=True)
+    assert "captured step's check" in graph_covers and "check" not in covers
+    static_scores = 3 * 2560 * (33_278 - 1513) * 4
+    assert graphed - eager > static_scores

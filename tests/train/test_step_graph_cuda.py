@@ -54,3 +54,57 @@ def test_a_captured_step_trains_as_the_eager_steps(tmp_path, corpus, head):
     graphed, (graph,) = _train(tmp_path / "graph", corpus, head, "--step-graph", "on")
     assert graph.failed is None and graph.captures >= 1 and graph.replays >= 25, vars(graph)
     torch.testing.assert_close(torch.tensor(graphed), torch.tensor(eager), rtol=1e-4, atol=1e-4)
+
+
+def test_the_replay_checks_against_eager_steps_at_real_shapes(tmp_path):
+    """WikiText-2, LSTM 512, bf16, batch 128 x 20, 60 steps, a re-clustering every 25: one capture, the replay checked
+    against an eager step at the capture and after each re-clustering (rewritten in place), within 1e-3."""
+    from needs import need_corpus
+
+    need_corpus("wikitext-2")
+    made = []
+    original = step_graph_module.StepGraph.__init__
+
+    def keep(self, *a, **k):
+        original(self, *a, **k)
+        made.append(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(step_graph_module.StepGraph, "__init__", keep)
+        assert main(["lm", "train", "--corpus", "wikitext-2", "--run-dir", str(tmp_path / "run"), "--device", "cuda",
+                     "--amp", "bf16", "--emb-size", "512", "--hidden-size", "512", "--batch-size", "128", "--bptt", "20",
+                     "--max-tokens", str(60 * 128 * 20), "--update-every", "25", "--eval-every", "0",
+                     "--checkpoint-every", "0", "--log-every", "20", "--quiet", "--step-graph", "on"]) == 0
+    (graph,) = made
+    print(f"captures {graph.captures}, checks {graph.checks}, replays {graph.replays}, "
+          f"largest difference {graph.difference:.3g}")
+    assert graph.failed is None and graph.captures == 1 and graph.checks == 3 and graph.replays >= 50, vars(graph)
+    assert graph.difference <= 1e-3
+
+
+def test_a_capture_that_fails_half_way_leaves_a_clean_eager_run_on_cuda(tmp_path, corpus, monkeypatch):
+    """A head that reads a value back only while capturing, dropout 0.2, 30 steps: the run finishes (the generator
+    usable again: the eager dropouts after it run), its one warning names the read, the current stream is the default
+    one again, and the losses follow a run with ``--step-graph off``."""
+    from sohsm.heads.full import FullSoftmax
+
+    forward = FullSoftmax.forward
+
+    def reads_back_while_capturing(self, hidden, target):
+        out = forward(self, hidden, target)
+        if torch.cuda.is_current_stream_capturing():
+            float(out.loss.detach())  # a host read: refused while capturing
+        return out
+
+    monkeypatch.setattr(FullSoftmax, "forward", reads_back_while_capturing)
+    extra = ["--dropout", "0.2", "--max-tokens", str(30 * 48)]
+    with pytest.warns(RuntimeWarning, match=r"could not be captured as a CUDA graph") as warned:
+        losses, (graph,) = _train(tmp_path / "graph", corpus, "full", *extra)
+    messages = [str(w.message) for w in warned if "CUDA graph" in str(w.message)]
+    print(messages)
+    assert len(messages) == 1 and "capture_end" not in messages[0]
+    assert graph.failed and graph.captures == 0 and len(losses) == 30
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    torch.nn.functional.dropout(torch.ones(8, device="cuda"), 0.5)  # the generator is not left capturing
+    off, _ = _train(tmp_path / "off", corpus, "full", *extra, "--step-graph", "off")
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(off), rtol=1e-4, atol=1e-4)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sohsm.heads.base import Head, HeadOutput, init_word_vectors
+from sohsm.heads.base import Head, HeadMemory, HeadOutput, init_word_vectors
 from sohsm.heads.registry import register_head
 from sohsm.heads.tying import HeadEmbedding
 
@@ -47,6 +47,13 @@ def frequency_ranks(counts: Tensor | None, n_classes: int) -> Tensor:
     if bool((counts < 0).any()):
         raise ValueError(f"counts must be non-negative, got min {counts.min().item()}")
     return torch.sort(counts.to(torch.float64), descending=True, stable=True).indices
+
+
+#: the most bytes of one copy of a static step's tail scores (``rows x sum n_i`` float32) for ``step_graph="auto"``
+#: to capture adaptive softmax's step: a batch of 2,560 rows over WikiText-2's 33k words holds 0.3 GiB (captured),
+#: over 256k words 2.3 GiB (eager); the static form's peak is a few such copies (docs/benchmarks/adaptive-static.md).
+#: Where on a GPU the bytes start to cost more than the launches a graph saves has not been measured yet
+STATIC_SCORE_BYTES = 2**30
 
 
 class AdaptiveSoftmax(Head):
@@ -124,6 +131,13 @@ class AdaptiveSoftmax(Head):
         self._static = False  # see set_static
         #: where each tail cluster starts among the frequency ranks (a static step's buckets; not saved)
         self.register_buffer("tail_starts", torch.tensor(self.asm.cutoffs[:-1]), persistent=False)
+        #: each tail cluster's share of the training tokens (by ``counts``; without them, of the words): the rows an
+        #: ordinary step scores against it (:meth:`static_overhead`)
+        edges = self.asm.cutoffs
+        weights = (torch.ones(n_classes, dtype=torch.float64) if counts is None
+                   else torch.as_tensor(counts, dtype=torch.float64)[word_of_rank].clamp_min(0))
+        total = float(weights.sum()) or 1.0
+        self.tail_shares = [float(weights[low:high].sum()) / total for low, high in zip(edges[:-1], edges[1:])]
 
     def reset_parameters(self) -> None:
         """Word vectors (the head softmax's rows, each tail's ``[n_i, d_i]`` vectors) by :func:`init_word_vectors`,
@@ -166,9 +180,42 @@ class AdaptiveSoftmax(Head):
         bound by the ops it issues, does not notice."""
         self._static = bool(static)
 
-    def graph_refusal(self, device: torch.device) -> str | None:
+    def graph_refusal(self, device: torch.device, compute: torch.dtype | None = None) -> str | None:
         """``None``: a static step (:meth:`set_static`) reads nothing back."""
         return None
+
+    @classmethod
+    def memory_estimate(cls, in_features: int, n_classes: int, options: dict, rows: int) -> HeadMemory:
+        """Its word vectors (the base's bound), and captured as a CUDA graph its static form's tail scores: three
+        ``[rows, sum n_i]`` float32 copies (scores, log-softmax, gradient) where ``auto`` captures it."""
+        cutoffs = check_cutoffs(options.get("cutoffs"), n_classes)
+        one_copy = rows * (n_classes - cutoffs[0]) * 4
+        memory = super().memory_estimate(in_features, n_classes, options, rows)
+        return memory._replace(graph_bytes=3 * one_copy if one_copy <= STATIC_SCORE_BYTES else 0)
+
+    def static_overhead(self) -> float:
+        """Scores a static step computes over those of an ordinary one, per row: every row against the head softmax
+        and every tail (``h + sum n_i``), where torch's module scores a tail's rows only (``h + sum p_i n_i``, ``p_i``
+        the tail's share of the tokens). About 7 over WikiText-2's 33k words with the stock cutoffs, 10 at 256k:
+        the static form holds that many times the bytes of the ordinary step's scores (a ``[B, n_i]`` float32 buffer
+        per tail and its gradient; docs/benchmarks/adaptive-static.md measures the peaks)."""
+        head = self.asm.shortlist_size + self.asm.n_clusters
+        sizes = [high - low for low, high in zip(self.asm.cutoffs[:-1], self.asm.cutoffs[1:])]
+        return (head + sum(sizes)) / (head + sum(p * n for p, n in zip(self.tail_shares, sizes)))
+
+    def static_decline(self, rows: int | None = None) -> str | None:
+        """Why ``step_graph="auto"`` keeps this head's step eager: a static step over ``rows`` rows would hold a
+        ``[rows, n_i]`` float32 score buffer per tail, more than :data:`STATIC_SCORE_BYTES` in all (``"on"``
+        captures it anyway). ``rows`` unknown: ``None``."""
+        if rows is None:
+            return None
+        tails = self.asm.cutoffs[-1] - self.asm.cutoffs[0]
+        nbytes = rows * tails * 4
+        if nbytes <= STATIC_SCORE_BYTES:
+            return None
+        return (f"adaptive softmax's static step would score all {rows:,} rows against every tail, "
+                f"{nbytes / 2**30:.1f} GiB a copy ({self.static_overhead():.1f}x the scores of its ordinary step; "
+                f"auto captures up to {STATIC_SCORE_BYTES / 2**30:g} GiB, --step-graph on captures it anyway)")
 
     def _static_output(self, hidden: Tensor, ranks: Tensor) -> Tensor:
         """``log P(target | h)`` per row with static shapes: every row scored by the head softmax and every tail."""

@@ -209,16 +209,33 @@ class Head(nn.Module):
         captured CUDA graph replays the step on it). A head with state of its own between steps (the self-organized
         head's waiting statistics) keeps it in fixed buffers while ``static``; nothing to do by default."""
 
-    def graph_refusal(self, device: torch.device) -> str | None:
-        """Why a training step of this head on ``device`` cannot be captured as a CUDA graph (``None``: it can). A
-        captured step reads nothing back to the host and keeps every shape from step to step; a head says so by
-        overriding this (the full, adaptive and two-level heads with a sync-free backend do)."""
+    def graph_refusal(self, device: torch.device, compute: torch.dtype | None = None) -> str | None:
+        """Why a training step of this head on ``device``, computing in ``compute`` (``None``: its weights' dtype;
+        bf16 under bf16 autocast), cannot be captured as a CUDA graph (``None``: it can). A captured step reads
+        nothing back to the host and keeps every shape from step to step; a head says so by overriding this (the
+        full, adaptive and two-level heads with a sync-free backend do)."""
         return f"the {type(self).__name__} head reads values back to the host in a training step"
 
+    def static_decline(self, rows: int | None = None) -> str | None:
+        """Why ``step_graph="auto"`` leaves this head's step over ``rows`` rows eager although it could be captured
+        (its static form costs more than a graph saves), or ``None``. ``"on"`` captures it anyway. ``None`` here."""
+        return None
+
     def static_fingerprint(self) -> tuple:
-        """What changes when the tensors a training step reads are replaced (a re-clustering's new layout): a captured
-        step is captured again when it changes. Parameters, gradients and buffers are checked by the caller."""
+        """What changes when the tensors a training step reads are replaced (a layout made anew by a load): a captured
+        step is captured again when it changes; serials, never ``id()``, which a new object may reuse. Parameters,
+        gradients and buffers are checked by the caller."""
         return ()
+
+    def step_tensors(self) -> list[Tensor]:
+        """Tensors a training step writes besides the parameters, their gradients and the registered buffers (a
+        static step's ring of waiting statistics): what a check of a captured step saves and puts back. None here."""
+        return []
+
+    def static_rewrites(self) -> int:
+        """How many times the tensors a static step reads were rewritten in place (a re-clustering's new layout): a
+        replay after one is checked against an eager step. ``0`` here."""
+        return 0
 
     def host_state(self) -> Any:
         """The host-side bookkeeping a training forward changes (what :meth:`replayed` redoes), to be put back by

@@ -66,7 +66,7 @@ class FullSoftmax(Head):
             if self.bias is not None and bias is not None:
                 self.bias.copy_(bias)
 
-    def graph_refusal(self, device: torch.device) -> str | None:
+    def graph_refusal(self, device: torch.device, compute: torch.dtype | None = None) -> str | None:
         """``None``: one product and a cross-entropy, nothing read back."""
         return None
 

@@ -34,12 +34,15 @@ class HeadMemory(NamedTuple):
         word_vectors: of which its word vectors (what tying shares with the input embedding).
         extra_bytes: bytes alive during a step beyond parameters, gradients and optimizer state.
         extra: what ``extra_bytes`` are (``""`` when none), as a list's item: ``"output logits"``.
+        graph_bytes: bytes its step holds besides when captured as a CUDA graph (a static form's buffers, kept in
+            the graph's memory pool for the whole run).
     """
 
     parameters: int
     word_vectors: int
     extra_bytes: int = 0
     extra: str = ""
+    graph_bytes: int = 0
 
 
 class ClusterScores(NamedTuple):

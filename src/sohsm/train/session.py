@@ -99,7 +99,8 @@ class TrainingLoop:
         self.one_step.precision.load_state_dict(scaler)
         #: the step captured as one CUDA graph (:mod:`sohsm.train.step_graph`), or ``None``: every step eager
         self.step_graph = None
-        refusal = step_graph_refusal(config, head, optimizer, ranks, self.device)
+        refusal = step_graph_refusal(config, head, optimizer, ranks, self.device,
+                                     rows=task.tokens_per_step // max(ranks.world, 1))
         if resolve_step_graph(getattr(config, "step_graph", "off"), refusal):
             self.step_graph = StepGraph(self.one_step, task)
         else:
@@ -264,6 +265,9 @@ class TrainingLoop:
 
     def set_rate(self) -> None:
         rate = self.rate.at(self.state.epoch, self.state.step, self.state.lr_scale)
+        if self.step_graph is not None:  # a replay reads the rate on the device, until the graph is given up
+            self.step_graph.set_rate(rate)
+            return
         for group in self.optimizer.param_groups:
             if isinstance(group["lr"], torch.Tensor):  # a captured step reads it there (one fill, no read)
                 group["lr"].fill_(rate)

@@ -72,11 +72,13 @@ class StepResult(NamedTuple):
         loss_sum: the loss summed over all ranks' targets (float64, on the device).
         tokens: targets of all ranks.
         skipped: the update was skipped (fp16 gradients overflowed).
+        grad_norm: the gradient norm before clipping (on the device), where the step computed one.
     """
 
     loss_sum: Tensor
     tokens: int
     skipped: bool
+    grad_norm: Tensor | None = None
 
 
 class TrainStep:
@@ -184,7 +186,7 @@ class TrainStep:
             finally:
                 vars(self.optimizer).pop("found_inf", None)
                 vars(self.optimizer).pop("grad_scale", None)
-            return StepResult(loss_sum, tokens, not stepped)
+            return StepResult(loss_sum, tokens, not stepped, norm)
         norm = clip_gradients(self.params, self.clip) if self.clip is not None else gradient_norm(self.params)
         overflow_ok = self.precision.skips_overflow()
         check_step(loss_sum / tokens, torch.zeros(()) if overflow_ok else norm, step)
@@ -192,4 +194,4 @@ class TrainStep:
         if not stepped and self.precision.scaler.get_scale() < MIN_SCALE:
             raise DivergenceError(f"training diverged at step {step}: the fp16 gradients stay non-finite "
                                   f"(loss scale below {MIN_SCALE:g})")
-        return StepResult(loss_sum, tokens, not stepped)
+        return StepResult(loss_sum, tokens, not stepped, norm)

@@ -10,22 +10,27 @@ ordinary step issues the same ops on the same storage) and::
     clipping and the optimizer step as one graph                ->  replay it, step after step
 
 A step runs eagerly instead where a replay would be wrong or the graph does not fit: the first steps after
-anything the graph reads was replaced (a re-clustering's new layout, a loaded checkpoint, a gradient set to
-``None``), a batch of another shape (an epoch's short last batch), the first window of an epoch (no carried
-state yet). Re-clusterings, the fold of the waiting statistics, evaluation and checkpoints run outside the
-graph, after the step, as they do eagerly: the optimizer's post-step hooks are called after each replay, and
-the head redoes the host-side part of its forward (:meth:`~sohsm.heads.Head.replayed`).
+anything the graph reads was replaced (a loaded checkpoint, a gradient set to ``None``), a batch of another
+shape (an epoch's short last batch), the first window of an epoch (no carried state yet). A re-clustering of a
+static step writes the new layout into the tensors the graph reads, so one capture serves a run.
+Re-clusterings, the fold of the waiting statistics, evaluation and checkpoints run outside the graph, after the
+step, as they do eagerly: the optimizer's post-step hooks are called after each replay, and the head redoes the
+host-side part of its forward (:meth:`~sohsm.heads.Head.replayed`).
 
-A capture that fails falls back to eager steps for the rest of the session, with one warning naming why.
-``step_graph`` of a run's config: ``"auto"`` (on where CUDA is and the head and optimizer allow it),
-``"on"`` (refused, before anything is written, where they do not), ``"off"``.
+The graph proves itself before it is trusted: a capture's first replay, and the first replay after each
+re-clustering, is checked against an eager step on the same batch (:mod:`sohsm.train.step_check`; one extra step
+each). A replay that differs, or a capture that fails, gives the graph up: what the step changed is put back, the
+static form undone (adaptive softmax's ordinary step, autocast's weight cache, the rates as numbers), the step
+taken eagerly, as every later one, with one warning naming the measured difference or the first cause.
+``step_graph`` of a run's config: ``"auto"`` (on where CUDA is and the head and optimizer allow it, and the head's
+static form is worth it: :meth:`~sohsm.heads.Head.static_decline`), ``"on"`` (refused, before anything is
+written, where they do not), ``"off"``.
 """
 from __future__ import annotations
 
 import collections
-import contextlib
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -33,8 +38,11 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from sohsm.heads import Head
 from sohsm.train.config import STEP_GRAPH_CHOICES
+from sohsm.train.cuda_graphs import CudaGraphs
 from sohsm.train.device_adagrad import DeviceAdagrad
 from sohsm.train.step import StepResult, TrainStep
+from sohsm.train.step_check import CHECK_TOLERANCE, Reference, Snapshot, reference_of, restore, take_snapshot
+from sohsm.train.step_check import difference as check_difference
 
 #: eager steps with unchanged tensors before the first capture (the allocator settles, Triton's kernels are tuned)
 WARMUP_STEPS = 3
@@ -49,10 +57,6 @@ def optimizer_refusal(optimizer: torch.optim.Optimizer) -> str | None:
         return None
     return (f"the {type(optimizer).__name__} step is not fused and reads its step counts on the host "
             "(a fused Adam, AdamW or SGD step, or Adagrad, can be captured)")
-
-
-#: ``(graph class, capture context, synchronize)``; ``None``: torch's CUDA graphs (tests put a CPU stand-in here)
-GRAPH_API = None
 
 
 def device_refusal(device: torch.device) -> str | None:
@@ -77,7 +81,7 @@ def graph_refusal(device: torch.device, head: Head, *, world: int = 1, amp: str 
         return "torch.compile captures graphs of its own (mode='reduce-overhead')"
     if head.sparse:
         return "the head hands out row-sparse gradients, whose shapes change from step to step"
-    reason = head.graph_refusal(device)
+    reason = head.graph_refusal(device, torch.bfloat16 if amp == "bf16" else None)
     if reason is None and optimizer is not None:
         reason = optimizer_refusal(optimizer)
     return reason
@@ -97,9 +101,10 @@ def resolve_step_graph(setting: str, refusal: str | None) -> bool:
 
 
 def step_graph_refusal(config: Any, head: Head, optimizer: torch.optim.Optimizer, ranks: Any,
-                       device: torch.device) -> str | None:
+                       device: torch.device, rows: int | None = None) -> str | None:
     """Why a run (its config's ``step_graph``, ``amp``, ``compile``) cannot capture its step (``None``: it can, or
-    it does not ask to).
+    it does not ask to); with ``"auto"`` also why it would rather not for a step of ``rows`` rows
+    (:meth:`~sohsm.heads.Head.static_decline`).
 
     Raises:
         ValueError: ``step_graph`` is ``"on"`` and the step cannot be captured (one line saying why).
@@ -108,6 +113,8 @@ def step_graph_refusal(config: Any, head: Head, optimizer: torch.optim.Optimizer
     refusal = graph_refusal(device, head, world=ranks.world, amp=getattr(config, "amp", None),
                             compile=getattr(config, "compile", False), optimizer=optimizer)
     resolve_step_graph(setting, refusal)
+    if refusal is None and setting == "auto":  # could be captured, but its static form costs more than it saves
+        refusal = head.static_decline(rows)
     return refusal
 
 
@@ -121,12 +128,19 @@ def device_rates(optimizer: torch.optim.Optimizer) -> None:
             group["lr"] = torch.tensor(float(lr), dtype=torch.float32, device=device)
 
 
-def host_rates(optimizer: torch.optim.Optimizer) -> None:
-    """Undo :func:`device_rates` (a checkpoint of a graphed run resumed without a graph)."""
+def host_rates(optimizer: torch.optim.Optimizer, rate: float | None = None) -> None:
+    """Undo :func:`device_rates` (a checkpoint of a graphed run resumed without a graph, a graph given up): each
+    group's rate a Python number again, ``rate`` where the loop's own number is known (a float32 tensor rounds it)."""
     for group in optimizer.param_groups:
         if isinstance(group["lr"], Tensor):
-            group["lr"] = float(group["lr"])
+            group["lr"] = float(group["lr"]) if rate is None else rate
 
+
+
+
+#: what :class:`StepGraph` captures with: a class taking the run's device (:class:`CudaGraphs`); ``None``: torch's
+#: CUDA graphs (tests put an emulation that runs on the CPU here)
+GRAPH_API = None
 
 class _Captured:
     """One captured step: the graph, its fixed inputs and outputs, and the key it is valid for."""
@@ -143,62 +157,72 @@ class StepGraph:
         train_step: the run's step; made static here.
         task: the run's task (its carried state goes through fixed buffers).
         warmup: eager steps with unchanged tensors before a capture (default :data:`WARMUP_STEPS`).
-        graph_class, capture: ``torch.cuda.CUDAGraph`` and ``torch.cuda.graph`` (a test passes stand-ins).
-        synchronize: waits for the device before a capture (``torch.cuda.synchronize``).
+        graphs: what captures and replays (default: :data:`GRAPH_API`, else :class:`CudaGraphs` of the run's device).
 
     Attributes:
         captures, replays, eager_steps: how the session's steps ran.
-        failed: why the capture failed (the session then runs eagerly), or ``None``.
+        checks: replays checked against an eager step (each capture's first, and the first after each re-clustering
+            written in place; :mod:`sohsm.train.step_check`); ``difference``: the largest relative difference such a
+            check measured.
+        failed: why the graph was given up (the session then runs eagerly, its step no longer static), or ``None``.
     """
 
-    def __init__(self, train_step: TrainStep, task: Any, *, warmup: int | None = None,
-                 graph_class: Callable[[], Any] | None = None, capture: Callable[[Any], Any] | None = None,
-                 synchronize: Callable[[], None] | None = None) -> None:
+    def __init__(self, train_step: TrainStep, task: Any, *, warmup: int | None = None, graphs: Any = None) -> None:
         self.train_step, self.task = train_step, task
         self.optimizer, self.head = train_step.optimizer, train_step.head
         self.warmup = WARMUP_STEPS if warmup is None else warmup
-        api = GRAPH_API or (torch.cuda.CUDAGraph, torch.cuda.graph, torch.cuda.synchronize)
-        self.graph_class, self.capture = graph_class or api[0], capture or api[1]
-        self.synchronize = synchronize or api[2]
-        #: CUDA's graphs want the eager warm-up off the default stream (torch's "whole network capture"): the
-        #: eager steps run on this side stream, ordered both ways against the default one
-        real = api[0] is torch.cuda.CUDAGraph and graph_class is None and torch.cuda.is_available()
-        self.stream = torch.cuda.Stream() if real else None
+        self.graphs = graphs if graphs is not None else (GRAPH_API or CudaGraphs)(train_step.ranks.device)
+        with self.graphs.device_context():
+            self.stream = self.graphs.new_stream()
         train_step.set_static(True)
         device_rates(self.optimizer)
+        compute = torch.bfloat16 if train_step.precision.amp == "bf16" else train_step.params[0].dtype
+        #: how far a checked replay may stand from its eager step (:data:`CHECK_TOLERANCE`)
+        self.tolerance = CHECK_TOLERANCE.get(compute, 1e-3)
         self.captured: _Captured | None = None
         self.failed: str | None = None
-        self.captures = self.replays = self.eager_steps = 0
+        self.captures = self.replays = self.eager_steps = self.checks = 0
+        self.difference = 0.0
         self._key_seen, self._steps_with_key = None, 0
+        self._rewrites_checked = self.head.static_rewrites()
+        self._rate: float | None = None
+
+    def set_rate(self, rate: float) -> None:
+        """The loop's rate for the coming steps: written into the device tensors a replay reads (one fill each, no
+        read), or the groups' numbers once the graph was given up."""
+        self._rate = rate
+        for group in self.optimizer.param_groups:
+            if isinstance(group["lr"], Tensor):
+                group["lr"].fill_(rate)
+            else:
+                group["lr"] = rate
 
     # -- the step ---------------------------------------------------------------------------------
     def __call__(self, batch: Any, step: int) -> StepResult:
-        """Train on ``batch`` as step ``step``: by a replay, a capture and its first replay, or eagerly."""
+        """Train on ``batch`` as step ``step``: by a replay, a capture and its checked first replay, or eagerly."""
+        with self.graphs.device_context():
+            return self._step(batch, step)
+
+    def _step(self, batch: Any, step: int) -> StepResult:
         key = self._key(batch)
         if self.failed is None and key is not None:
             if self.captured is not None and self.captured.key == key:
+                if self.head.static_rewrites() != self._rewrites_checked:  # a re-clustering rewrote the layout
+                    return self._checked_replay(batch, step)
                 return self._replay(batch, step)
             if key != self._key_seen:
                 self._key_seen, self._steps_with_key = key, 0
             warmup = self.warmup if not self.captures else min(self.warmup, RECAPTURE_WARMUP_STEPS)
             if self._steps_with_key >= warmup:
                 return self._capture(batch, step, key)
+        return self._eager(batch, step)
+
+    def _eager(self, batch: Any, step: int) -> StepResult:
         self.eager_steps += 1
-        with self._side_stream():
+        with self.graphs.side_stream(self.stream):
             result = self.train_step(batch, step)
         self._steps_with_key += 1
         return result
-
-    @contextlib.contextmanager
-    def _side_stream(self):
-        if self.stream is None:
-            yield
-            return
-        current = torch.cuda.current_stream()
-        self.stream.wait_stream(current)
-        with torch.cuda.stream(self.stream):
-            yield
-        current.wait_stream(self.stream)
 
     def release(self) -> None:
         """Drop the captured graph and its memory (at the end of a session)."""
@@ -228,6 +252,9 @@ class StepGraph:
 
     # -- capture and replay -------------------------------------------------------------------------
     def _capture(self, batch: Any, step: int, key: tuple) -> StepResult:
+        """Check, capture, replay: an eager step on the batch (its outcome kept), everything it changed put back, the
+        capture, its replay on the same batch, the two compared (:func:`~sohsm.train.step_check.difference`); the
+        graph is kept only if they agree, else given up (:meth:`_give_up`) and the step taken eagerly."""
         leaves, spec = tree_flatten(batch)
         static_batch = [t.clone() for t in leaves]
         state = self.task.carried_state()
@@ -236,43 +263,50 @@ class StepGraph:
         watch = self.train_step.watch
         if watch is not None:
             watch.at_step(step)  # outside the capture: a fill there would be replayed every step
+        snapshot = take_snapshot(self.train_step, self.task, self.graphs)
+        reference = self._reference(static_batch, spec, step)
+        restore(snapshot, self.train_step, self.task, self.graphs)
         hooks = self.optimizer._optimizer_step_post_hooks
-        host = self.head.host_state()
         self.captured = None
-        graph = self.graph_class()
-        self.synchronize()
+        graph = self.graphs.new_graph()
+        self.graphs.synchronize()
+        before = self.graphs.before_capture()
         # torch's Adam and AdamW refuse a capture unless their groups say capturable (their fused step is the same)
         capturable = [(g, g["capturable"]) for g in self.optimizer.param_groups if "capturable" in g]
+        first: list[BaseException] = []  # the body's error: the capture's end then raises one of its own
         try:
             self.optimizer._optimizer_step_post_hooks = collections.OrderedDict()  # run after each replay instead
             for group, _ in capturable:
                 group["capturable"] = True
             try:
-                with self.capture(graph):
-                    result = self.train_step(tree_unflatten(static_batch, spec), step)
+                with self.graphs.capture(graph, self.stream):
+                    try:
+                        result = self.train_step(tree_unflatten(static_batch, spec), step)
+                    except BaseException as error:
+                        first.append(error)
+                        raise
             finally:
                 self.optimizer._optimizer_step_post_hooks = hooks
                 for group, flag in capturable:
                     group["capturable"] = flag
         except Exception as error:  # noqa: BLE001 - any failure of a capture means: train eagerly
-            self.failed = f"{type(error).__name__}: {error}".splitlines()[0]
-            warnings.warn(f"the training step could not be captured as a CUDA graph ({self.failed}); "
-                          "the run goes on with eager steps", RuntimeWarning, stacklevel=2)
-            self.head.restore_host_state(host)
-            self.task.set_carried_state(state)
-            if watch is not None:
-                watch.at_step(step)
-            self.eager_steps += 1
-            with self._side_stream():
-                return self.train_step(batch, step)
+            self.graphs.after_failure(graph, before)
+            cause = first[0] if first else error
+            why = f"{type(cause).__name__}: {cause}".splitlines()[0]
+            return self._give_up(f"the training step could not be captured as a CUDA graph ({why})", snapshot,
+                                 batch, step)
         self.captures += 1
         self.captured = _Captured(key, graph, static_batch, spec, state_in, self.task.carried_state(), result)
         # the capture ran the step's host side once (the head's bookkeeping, the watch's mirror): its replay does not
         graph.replay()
+        mismatch = self._check(reference, result, snapshot)
+        if mismatch is not None:
+            return self._give_up(mismatch, snapshot, batch, step)
         self._after_replay(step)
         return result
 
-    def _replay(self, batch: Any, step: int) -> StepResult:
+    def _load_inputs(self, batch: Any, step: int) -> None:
+        """The batch and the carried state into the graph's fixed buffers; the watch's counter to the step."""
         captured = self.captured
         for static, value in zip(captured.batch, tree_flatten(batch)[0]):
             static.copy_(value)
@@ -281,11 +315,36 @@ class StepGraph:
             for static, value in zip(captured.state_in, state):
                 if static is not value:
                     static.copy_(value)
+            self.task.set_carried_state(captured.state_in)
         watch = self.train_step.watch
         if watch is not None:
             watch.at_step(step)
+
+    def _replay(self, batch: Any, step: int) -> StepResult:
+        self._load_inputs(batch, step)
+        self.captured.graph.replay()
+        return self._replayed(step)
+
+    def _checked_replay(self, batch: Any, step: int) -> StepResult:
+        """A replay checked against an eager step, as at a capture: the first after a re-clustering rewrote what the
+        graph reads in place (one more eager step per re-clustering)."""
+        captured = self.captured
+        self._load_inputs(batch, step)
+        snapshot = take_snapshot(self.train_step, self.task, self.graphs)
+        reference = self._reference(captured.batch, captured.spec, step)
+        restore(snapshot, self.train_step, self.task, self.graphs)
         captured.graph.replay()
+        self._rewrites_checked = self.head.static_rewrites()
+        mismatch = self._check(reference, captured.result, snapshot)
+        if mismatch is not None:
+            return self._give_up(mismatch, snapshot, batch, step)
+        return self._replayed(step)
+
+    def _replayed(self, step: int) -> StepResult:
+        """The host side of a replayed step: the watch's mirror, the head's bookkeeping, the eager tail."""
+        captured = self.captured
         self.replays += 1
+        watch = self.train_step.watch
         if watch is not None:
             watch.replayed(step)
         self.head.replayed(int(captured.result.tokens // max(self.train_step.ranks.world, 1)))
@@ -297,3 +356,37 @@ class StepGraph:
         self.task.set_carried_state(self.captured.state_out)
         for hook in list(self.optimizer._optimizer_step_post_hooks.values()):
             hook(self.optimizer, (), {})
+
+    # -- the check of a replay against an eager step -----------------------------------------------
+    def _reference(self, batch: list, spec: Any, step: int) -> Reference:
+        """The step run eagerly on ``batch`` (its static form, the optimizer's post-step hooks held back): its loss,
+        gradient norm and the parameters it wrote, copied."""
+        hooks = self.optimizer._optimizer_step_post_hooks
+        self.optimizer._optimizer_step_post_hooks = collections.OrderedDict()
+        try:
+            with self.graphs.side_stream(self.stream):
+                return reference_of(self.train_step(tree_unflatten(batch, spec), step), self.train_step.params)
+        finally:
+            self.optimizer._optimizer_step_post_hooks = hooks
+
+    def _check(self, reference: Reference, result: StepResult, snapshot: Snapshot) -> str | None:
+        """``None`` where the replay agrees with its eager step (within :attr:`tolerance`,
+        :data:`~sohsm.train.step_check.CHECK_TOLERANCE`), else why not."""
+        difference = check_difference(reference, result, self.train_step.params, snapshot)
+        self.checks += 1
+        self.difference = max(self.difference, difference)
+        if difference <= self.tolerance:
+            return None
+        return (f"the captured training step's replay differs from the eager step by {difference:.3g} (relative; "
+                f"at most {self.tolerance:g} expected)")
+
+    def _give_up(self, why: str, snapshot: Snapshot, batch: Any, step: int) -> StepResult:
+        """Drop the graph, put back what the step changed, leave the static form (adaptive softmax's ordinary step,
+        autocast's weight cache, the rates as numbers) and take the step eagerly, as every later one; warn once."""
+        self.captured = None
+        self.failed = why
+        warnings.warn(f"{why}; the run goes on with eager steps", RuntimeWarning, stacklevel=3)
+        restore(snapshot, self.train_step, self.task, self.graphs)
+        self.train_step.set_static(False)
+        host_rates(self.optimizer, self._rate)
+        return self._eager(batch, step)

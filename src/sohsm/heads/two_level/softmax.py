@@ -183,6 +183,7 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
         #: the word vectors' gradient buffers, band rows, reads and moves (:mod:`.word_vectors`)
         self.words = self._bind_words()
         self._layout_cache: ClusterLayout | None = None
+        self._static = False  # see set_static
         self._layout = ClusterLayout(self.assignment, self.n_clusters)
         #: optimizers given to :meth:`attach`, held weakly, each with its hook handle (or ``None``)
         self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -208,12 +209,9 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
 
     @property
     def _layout(self) -> ClusterLayout:
-        """Where each word's row sits, derived again if someone wrote into :attr:`assignment`.
-
-        DDP's buffer broadcast (at construction, and every forward with
-        ``broadcast_buffers=True``) copies rank 0's assignment in place, together
-        with rank 0's weights at construction: the rows are then laid out for it.
-        """
+        """Where each word's row sits, derived again if someone wrote into :attr:`assignment`. DDP's buffer broadcast
+        (at construction, and every forward with ``broadcast_buffers=True``) copies rank 0's assignment in place,
+        together with rank 0's weights at construction: the rows are then laid out for it."""
         layout = self._layout_cache
         assignment = self.assignment
         if assignment._version != layout.version:
@@ -242,18 +240,26 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
     def _gradient_weights(self) -> list[Tensor]:
         return self.words.weights
 
-    def graph_refusal(self, device: torch.device) -> str | None:
-        """``None`` with a sync-free backend on ``device`` (Triton's kernels on CUDA); the per-cluster one reads its
-        batch's clusters back."""
-        backend = self.backend_for(device)
+    def graph_refusal(self, device: torch.device, compute: torch.dtype | None = None) -> str | None:
+        """``None`` with a sync-free backend on ``device`` in ``compute`` (Triton's, probed in bf16 under bf16)."""
+        backend = self.backend_for(device, compute)
         if backend.sync_free:
             return None
         return (f"the {type(self).__name__} head's {backend.name!r} backend reads its batch back to the host "
                 "(backend='triton' or 'grouped_torch' does not)")
 
+    def set_static(self, static: bool) -> None:
+        """A static step's re-clustering rewrites the layout's tensors in place (:meth:`_move_words`): a captured
+        step reads the new clusters from the storage it was captured on, one capture for a whole run."""
+        super().set_static(static)
+        self._static = bool(static)
+
     def static_fingerprint(self) -> tuple:
-        """The layout object (a re-clustering or a load makes a new one) and the assignment's version."""
-        return (id(self._layout_cache), self.assignment._version)
+        """The layout's serial (a new layout: a load, ``.to()``, an eager re-clustering) and the sync-free width."""
+        return (self._layout.serial, self._sync_free_width())
+
+    def static_rewrites(self) -> int:  # noqa: D102 - Head's
+        return self._layout_cache.rewrites
 
     def clusters(self) -> list[Tensor]:
         """Word ids of each cluster (ascending), one tensor per cluster; empty clusters give empty tensors."""
@@ -352,7 +358,10 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
                         lambda weight: self._optimizer_state(weight, optimizer, rows=True))
         self.assignment.copy_(new)
         new_layout.version = self.assignment._version
-        self._layout = new_layout
+        if not self._static:
+            self._layout = new_layout
+        else:  # a captured step reads the layout's storage: the new clusters go there
+            old_layout.update_from(new_layout)
         return moved
 
     def _optimizer_state(self, param: Tensor, optimizer: torch.optim.Optimizer | None = None,

@@ -135,6 +135,19 @@ class BandRows:
                 self.groups[c].append(BandGroup(positions, b, first_row[k], first_row[k] + n))
 
 
+    @torch.no_grad()
+    def update_from(self, other: "BandRows") -> None:
+        """Become ``other`` in place (its values in this one's tensors, whose storage a captured step reads): the
+        bands' row counts are fixed, so every tensor keeps its shape (:meth:`ClusterLayout.update_from
+        <sohsm.heads.two_level.ops.layout.ClusterLayout.update_from>`)."""
+        for mine, theirs in zip([self.band_of_slot, self.row_of_slot, self.stacked_row_of_slot,
+                                 self.stacked_row_of_word, *self.slots],
+                                [other.band_of_slot, other.row_of_slot, other.stacked_row_of_slot,
+                                 other.stacked_row_of_word, *other.slots]):
+            mine.copy_(theirs)
+        self.groups, self.columns, self.sizes = other.groups, other.columns, other.sizes
+
+
 def widen(weights: Sequence[Tensor], rows: BandRows) -> Tensor:
     """``[N, d + d/div + ...]``: the band weights as one matrix in slot order, each row zero outside its band's block
     (differentiable: the gradient reaches each band's weight from its own block only). One block-diagonal matrix of

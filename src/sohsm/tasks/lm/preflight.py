@@ -42,13 +42,16 @@ def _check_split(what: str, tokens: int, field: str, batch_size: int) -> None:
                          has(field, batch_size))
 
 
-def estimate_bytes(config: LMConfig, n_words: int) -> tuple[int, str]:
+def estimate_bytes(config: LMConfig, n_words: int, graph: bool = False) -> tuple[int, str]:
     """A lower bound on the memory a training step needs, and what it covers.
 
     Counts the parameters of the model (LSTM or transformer) and the head, their gradients
     and the optimizer's state (float32), and what the head says a step holds besides
     (:meth:`~sohsm.heads.Head.memory_estimate`: the full softmax's logits, the self-organized
-    head's statistics). Activations of the model are left out: the bound stays a bound.
+    head's statistics). With ``graph`` (the step captured as a CUDA graph) also what the check of a replay
+    copies (:class:`~sohsm.train.step_graph.StepGraph`: the weights, gradients and optimizer state, and the
+    weights an eager step wrote) and the head's static buffers. Activations of the model are left out: the
+    bound stays a bound.
     """
     m, h = config.model, config.model.hidden_size
     if m.architecture == "transformer":  # per block: attention 4h^2 + 4h, MLP 8h^2 + 5h, two LayerNorms 4h
@@ -57,8 +60,14 @@ def estimate_bytes(config: LMConfig, n_words: int) -> tuple[int, str]:
         body = sum(4 * h * ((m.emb_size if layer == 0 else h) + h) + 8 * h for layer in range(m.layers))
     head = config.head.spec(check=False).memory_estimate(h, n_words, config.bptt * config.batch_size)
     params = n_words * m.emb_size + body + head.parameters - (head.word_vectors if m.tie_weights else 0)
-    total = params * _FLOAT * (2 + _OPTIMIZER_STATE.get(config.optim.optimizer, 2)) + head.extra_bytes
-    covers = "parameters, gradients" + (f", optimizer state and {head.extra}" if head.extra else " and optimizer state")
+    state = params * _FLOAT * (2 + _OPTIMIZER_STATE.get(config.optim.optimizer, 2))
+    total = state + head.extra_bytes
+    extras = [head.extra] if head.extra else []
+    if graph:  # the check of a captured step: a copy of all that, the weights one eager step wrote, static buffers
+        total += state + params * _FLOAT + head.graph_bytes
+        extras.append("the captured step's check")
+    covers = "parameters, gradients" + (f", optimizer state and {' and '.join(extras)}" if extras
+                                        else " and optimizer state")
     return total, covers
 
 
@@ -81,7 +90,8 @@ def check_memory(config: LMConfig, n_words: int, device: torch.device) -> None:
     available = device_memory(device)
     if available is None:
         return
-    needed, covers = estimate_bytes(config, n_words)
+    needed, covers = estimate_bytes(config, n_words, graph=device.type == "cuda"
+                                    and getattr(config, "step_graph", "off") != "off")
     if needed > available:
         m = config.model
         raise FieldError(

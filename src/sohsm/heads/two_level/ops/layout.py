@@ -7,6 +7,8 @@ one block. The head owns its layout (derived from its ``assignment``) and passes
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import Tensor
 
@@ -30,6 +32,9 @@ class ClusterLayout:
             the same as a ``[C]`` bias (0, or ``-inf``).
         retired: set by the owner once another layout replaces this one (the rows moved): a backward
             that saved this layout then refuses to write a gradient for rows that are no longer there.
+        serial: a number no other layout of this process has: what a captured step's fingerprint names (an
+            ``id()`` may be reused once a layout is freed). :meth:`update_from` keeps it, and its storage.
+        rewrites: how many times :meth:`update_from` rewrote this layout in place.
         bands: set by the owner of word vectors with differentiated dimensions (``div_value``), with the version
             of the bands it was derived from (``bands_version``): where each word's row sits in its band's weight
             (:class:`~sohsm.heads.two_level.word_bands.BandRows`); ``None``: one weight, rows in slot order.
@@ -63,6 +68,23 @@ class ClusterLayout:
         self.retired = False
         self.bands = None
         self.bands_version = -1
+        self.serial = next(_SERIALS)
+        self.rewrites = 0
+
+    @torch.no_grad()
+    def update_from(self, other: "ClusterLayout") -> None:
+        """Become ``other`` in place: its values copied into this layout's tensors (and band rows), whose storage a
+        captured CUDA graph reads, so that a re-clustering does not call for a new capture. Every tensor keeps its
+        shape (``[N]``, ``[C]``, ``[C + 1]``, ``[2, N]``; each band's row count is fixed), so only values move."""
+        for name in _DEVICE_TENSORS:
+            getattr(self, name).copy_(getattr(other, name))
+        self.version, self.max_size, self._host = other.version, other.max_size, other._host
+        if self.bands is not None and other.bands is not None:
+            self.bands.update_from(other.bands)
+            self.bands_version = other.bands_version
+        else:
+            self.bands, self.bands_version = other.bands, other.bands_version
+        self.rewrites += 1
 
     @property
     def sizes(self) -> list[int]:
@@ -77,6 +99,12 @@ class ClusterLayout:
             both = torch.cat([self.sizes_t, self.offsets_t]).tolist()
             self._host = (both[: self.sizes_t.numel()], both[self.sizes_t.numel():])
         return self._host
+
+
+#: the layout's device tensors, each of a shape the assignment does not change (:meth:`ClusterLayout.update_from`)
+_DEVICE_TENSORS = ("word_of_slot", "slot_of_word", "sizes_t", "offsets_t", "cluster_of_slot", "empty_clusters",
+                   "empty_bias", "position_of_word", "cluster_and_position")
+_SERIALS = itertools.count(1)
 
 
 @torch.no_grad()

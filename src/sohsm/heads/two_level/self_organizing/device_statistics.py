@@ -16,6 +16,7 @@ Functions over tensors and objects that own their state: none sees the head.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -82,6 +83,9 @@ def fold(q: Tensor, counts: Tensor, counts_given: bool, smoothing: str, shortlis
     q.index_add_(0, word_sorted, update)
 
 
+_SERIALS = itertools.count(1)
+
+
 class WaitingRing:
     """The batches waiting to be folded into ``q`` in fixed device buffers, in the order seen (a static step).
 
@@ -100,6 +104,7 @@ class WaitingRing:
         self.start = torch.arange(rows, device=device)
         self.positions = self.start.clone()  # where the next batch goes
         self.waiting = 0  # batches written since the last fold (host count)
+        self.serial = next(_SERIALS)  # names this ring in a captured step's fingerprint (an id() may be reused)
 
     def fits(self, target: Tensor, cluster_log_probs: Tensor) -> bool:
         """Whether a batch has the ring's shape and dtype (a short batch or another dtype is folded on its own)."""
@@ -111,6 +116,10 @@ class WaitingRing:
         self.targets.index_copy_(0, self.positions, target.reshape(-1))
         self.log_probs.index_copy_(0, self.positions, cluster_log_probs)
         self.positions.add_(self.rows)
+
+    def tensors(self) -> list[Tensor]:
+        """What a step writes: the two buffers and the position."""
+        return [self.targets, self.log_probs, self.positions]
 
     def wrote(self) -> None:
         self.waiting += 1

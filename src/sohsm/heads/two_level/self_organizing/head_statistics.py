@@ -108,6 +108,7 @@ class HeadStatistics:
         """In a static step the sync-free path's waiting batches go to a fixed ring on the device, folded after the
         optimizer step that fills it (a captured graph replays the copy into the ring, never the fold)."""
         self.statistics.set_static(static, self.counts)
+        super().set_static(static)
 
     def replayed(self, rows: int) -> None:
         """The host side of :meth:`_observe_sync_free` for a forward that ran in a replayed graph."""
@@ -115,7 +116,13 @@ class HeadStatistics:
             self.schedule.saw_later(rows)
 
     def static_fingerprint(self) -> tuple:
-        return (*super().static_fingerprint(), id(self.statistics.waiting.ring))
+        ring = self.statistics.waiting.ring
+        return (*super().static_fingerprint(), None if ring is None else ring.serial)
+
+    def step_tensors(self) -> list[Tensor]:
+        """The ring of waiting batches, which a static step writes (:meth:`Head.step_tensors`)."""
+        ring = self.statistics.waiting.ring
+        return [] if ring is None else ring.tensors()
 
     def host_state(self):
         ring = self.statistics.waiting.ring

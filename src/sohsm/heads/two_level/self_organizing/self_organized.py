@@ -249,10 +249,13 @@ class SelfOrganizedSoftmax(HeadStatistics, RankSync, TwoLevelSoftmax, SelfOrgani
         """Static width of the sync-free path's logits: the largest cluster Algorithm 1 may make.
 
         Wider while the clusters are (initial frequency bins); kept as an attribute, updated by eager
-        calls and re-assignments, so that ``torch.compile`` does not recompile at every re-assignment.
+        calls and re-assignments, so that ``torch.compile`` does not recompile at every re-assignment; in a static
+        step it never narrows (its ops keep their shapes across re-clusterings).
         """
         if not torch.compiler.is_compiling():
-            self._width = max(self.max_cluster_size, self._layout_cache.max_size)
+            width = max(self.max_cluster_size, self._layout_cache.max_size)
+            # a static step keeps its shapes: the widest it has been (a captured step is captured once)
+            self._width = max(self._width, width) if self._static else width
         return self._width
 
     # -- the schedule: attached to an optimizer, Algorithm 1 after the steps it is due -------------------------
@@ -290,8 +293,10 @@ class SelfOrganizedSoftmax(HeadStatistics, RankSync, TwoLevelSoftmax, SelfOrgani
         due = self.schedule.due(self.schedule.count_step(self.steps))  # self.steps += 1, counted on the host
         if due is None:
             return
-        # the step has used the gradient: dropped (as zero_grad() does), not moved with the words for no one
-        self.words.drop_gradients()
+        # the step has used the gradient: dropped (as zero_grad() does), not moved with the words for no one; a
+        # static step keeps its storage (a captured step writes it), moved with the words and zeroed by the next step
+        if not self._static:
+            self.words.drop_gradients()
         self.reassign(optimizer)
         if due == "freeze":
             self.freeze(optimizer)
