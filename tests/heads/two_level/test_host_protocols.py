@@ -12,13 +12,12 @@ import torch
 
 from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax
 from sohsm.heads.two_level import scoring
-from sohsm.heads.two_level.self_organizing import head_statistics, rank_sync
+from sohsm.heads.two_level.self_organizing import head_statistics
 from sohsm.heads.two_level.self_organizing.cluster_statistics import ClusterStatistics
 from sohsm.heads.two_level.self_organizing.recluster_schedule import PAPER_K, ReclusterSchedule
 
 N, D = 40, 8
-MIXINS = [(scoring, "TwoLevelScoring", "ScoringHost"), (head_statistics, "HeadStatistics", "StatisticsHost"),
-          (rank_sync, "RankSync", "RankSyncHost")]
+MIXINS = [(scoring, "TwoLevelScoring", "ScoringHost"), (head_statistics, "HeadStatistics", "StatisticsHost")]
 
 
 def _declared(protocol) -> set[str]:

@@ -1,5 +1,6 @@
 """What the self-organized head does with its statistics: each training batch handed to them, ``q`` read, moved by
-``.to()`` and kept in the state dict.
+``.to()`` and kept in the state dict, and shared by several processes (over the head's
+:class:`~sohsm.heads.two_level.self_organizing.rank_sync.RankGroup`).
 
 :class:`HeadStatistics` is mixed into :class:`~sohsm.heads.SelfOrganizedSoftmax`, so that these stay the head's
 methods (``head.q``, ``head.update_statistics``, the training forward's hooks); the state is the head's
@@ -37,6 +38,9 @@ def _user_stacklevel() -> int:
 class StatisticsHost(Protocol):
     """What :class:`HeadStatistics` reads of the head it is mixed into (:class:`~sohsm.heads.SelfOrganizedSoftmax`)."""
 
+    n_classes: int
+    n_clusters: int
+    assignment: Tensor
     counts: Tensor
     frozen: bool
     update_every: int | None
@@ -183,3 +187,43 @@ class HeadStatistics:
                                       error_msgs)
         self.statistics.fold_waiting(self.counts)  # what waited belongs to the q the loaded one replaces
         self.statistics.load(state_dict, prefix, missing_keys, unexpected_keys, error_msgs)
+
+    # -- several processes: one set of statistics and clusters over the head's RankGroup (``head.ranks``) ----------
+    def set_process_group(self, group="auto") -> None:
+        """Which processes' tokens feed the statistics and share one assignment.
+
+        ``"auto"`` (default): the process group of the
+        :class:`~torch.nn.parallel.DistributedDataParallel` module the head runs
+        inside, found at the first training forward; one process when there is
+        none. ``None``: this process alone (every rank keeps its own clusters).
+        A process group: those ranks, e.g. when gradients are all-reduced by hand.
+
+        With several ranks, a training forward keeps its targets and cluster
+        log-probabilities; after each optimizer step :meth:`merge_statistics` folds
+        all ranks' batches into ``q`` as one process would fold them concatenated
+        in rank order, and a re-assignment runs Algorithm 1 on rank 0 and
+        broadcasts the result (:meth:`broadcast_assignment`): every rank then moves
+        its words, weights and optimizer state the same way.
+        """
+        self.ranks.choose(group)
+
+    @torch.no_grad()
+    def merge_statistics(self) -> None:
+        """Fold the batches every rank observed since the last merge into ``q`` (a collective).
+
+        Every rank of the process group must call it at the same point (the head
+        does so itself after each step of an attached optimizer). The union is
+        folded in rank order, each rank's batches in the order it saw them, so
+        every rank ends with the same ``q`` that one process gets from that batch.
+        Nothing to do in one process (each batch is folded at its forward).
+        """
+        batch = self.ranks.gather(self.n_clusters, self.counts.device)
+        if batch is None:
+            return
+        self.schedule.saw(batch[0].numel(), self._corpus_counts())
+        self.update_statistics(*batch)
+
+    def broadcast_assignment(self, assignment: Tensor | None, fallback_words: int = 0) -> tuple[Tensor, int]:
+        """Rank 0's ``(assignment, fallback_words)`` on every rank of the process group (a collective;
+        :meth:`RankGroup.broadcast`)."""
+        return self.ranks.broadcast(assignment, fallback_words, self.n_classes, self.assignment.device)

@@ -4,18 +4,18 @@ With several ranks (DistributedDataParallel, or gradients all-reduced by hand), 
 rank keeps its batches' targets and cluster log-probabilities; after each optimizer
 step they are folded into ``q`` on every rank in one order, and a re-assignment
 runs Algorithm 1 on rank 0 and broadcasts the result, so every rank moves its
-words, weights and optimizer state the same way.
+words, weights and optimizer state the same way. :class:`RankGroup` does the collectives; the head's methods over
+it (``set_process_group``, ``merge_statistics``, ``broadcast_assignment``) are its statistics' own
+(:class:`~sohsm.heads.two_level.self_organizing.head_statistics.HeadStatistics`).
 """
 from __future__ import annotations
 
 import sys
-from typing import Protocol
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from sohsm.heads.two_level.self_organizing.recluster_schedule import ReclusterSchedule
 
 
 def is_zero_redundancy(optimizer: torch.optim.Optimizer) -> bool:
@@ -118,62 +118,3 @@ class RankGroup:
             payload[-1] = fallback_words
         dist.broadcast(payload, src=dist.get_global_rank(group, 0), group=group)
         return payload[:-1], int(payload[-1])
-
-
-class RankSyncHost(Protocol):
-    """What :class:`RankSync` reads of the head it is mixed into (:class:`~sohsm.heads.SelfOrganizedSoftmax`)."""
-
-    n_classes: int
-    n_clusters: int
-    assignment: Tensor
-    counts: Tensor
-    ranks: RankGroup
-    schedule: ReclusterSchedule
-
-    def update_statistics(self, target: Tensor, cluster_log_probs: Tensor) -> None: ...
-    def _corpus_counts(self) -> Tensor | None: ...
-
-
-class RankSync:
-    """Mixin of :class:`~sohsm.heads.SelfOrganizedSoftmax`: its methods for several processes, over its
-    :class:`RankGroup` (``head.ranks``). Its methods read of the head only what :class:`RankSyncHost` declares
-    (``tests/heads/two_level/test_host_protocols.py`` checks it)."""
-
-    def set_process_group(self, group="auto") -> None:
-        """Which processes' tokens feed the statistics and share one assignment.
-
-        ``"auto"`` (default): the process group of the
-        :class:`~torch.nn.parallel.DistributedDataParallel` module the head runs
-        inside, found at the first training forward; one process when there is
-        none. ``None``: this process alone (every rank keeps its own clusters).
-        A process group: those ranks, e.g. when gradients are all-reduced by hand.
-
-        With several ranks, a training forward keeps its targets and cluster
-        log-probabilities; after each optimizer step :meth:`merge_statistics` folds
-        all ranks' batches into ``q`` as one process would fold them concatenated
-        in rank order, and a re-assignment runs Algorithm 1 on rank 0 and
-        broadcasts the result (:meth:`broadcast_assignment`): every rank then moves
-        its words, weights and optimizer state the same way.
-        """
-        self.ranks.choose(group)
-
-    @torch.no_grad()
-    def merge_statistics(self) -> None:
-        """Fold the batches every rank observed since the last merge into ``q`` (a collective).
-
-        Every rank of the process group must call it at the same point (the head
-        does so itself after each step of an attached optimizer). The union is
-        folded in rank order, each rank's batches in the order it saw them, so
-        every rank ends with the same ``q`` that one process gets from that batch.
-        Nothing to do in one process (each batch is folded at its forward).
-        """
-        batch = self.ranks.gather(self.n_clusters, self.counts.device)
-        if batch is None:
-            return
-        self.schedule.saw(batch[0].numel(), self._corpus_counts())
-        self.update_statistics(*batch)
-
-    def broadcast_assignment(self, assignment: Tensor | None, fallback_words: int = 0) -> tuple[Tensor, int]:
-        """Rank 0's ``(assignment, fallback_words)`` on every rank of the process group (a collective;
-        :meth:`RankGroup.broadcast`)."""
-        return self.ranks.broadcast(assignment, fallback_words, self.n_classes, self.assignment.device)

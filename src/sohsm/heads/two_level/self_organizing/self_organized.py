@@ -20,10 +20,9 @@ checkpoint keeps. Its parts live beside it, one idea a file; each owns its state
   (:attr:`ranks`);
 * :mod:`~sohsm.heads.two_level.self_organizing.moved_words`: what a moved word's vector becomes.
 
-Two mixins remain, each declaring what it reads of the head (a ``typing.Protocol``):
+One mixin remains, declaring what it reads of the head (a ``typing.Protocol``):
 :class:`~.head_statistics.HeadStatistics` (what a training forward hands the statistics; ``q`` read, moved and
-saved through the head) and
-:class:`~.rank_sync.RankSync` (the head's methods for several processes).
+saved through the head; the statistics and clusters shared by several processes).
 """
 from __future__ import annotations
 
@@ -42,13 +41,13 @@ from sohsm.heads.two_level import run_defaults
 from sohsm.heads.two_level.self_organizing.cluster_statistics import ClusterStatistics
 from sohsm.heads.two_level.self_organizing.moved_words import give_cluster_means
 from sohsm.heads.two_level.self_organizing.head_statistics import HeadStatistics
-from sohsm.heads.two_level.self_organizing.rank_sync import RankGroup, RankSync, is_zero_redundancy
+from sohsm.heads.two_level.self_organizing.rank_sync import RankGroup, is_zero_redundancy
 from sohsm.heads.two_level.self_organizing.recluster_schedule import ReclusterSchedule
 from sohsm.heads.two_level.self_organizing.reclustering import Reclustering
 from sohsm.heads.two_level.softmax import TwoLevelSoftmax
 
 
-class SelfOrganizedSoftmax(HeadStatistics, RankSync, TwoLevelSoftmax, SelfOrganizingHead):
+class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
     """Two-level softmax whose word clusters are learned from the model's predictions.
 
     For every word ``w`` a row ``q[w]`` estimates ``E[log2 P(c | context) | next word = w]``
