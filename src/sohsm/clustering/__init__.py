@@ -7,6 +7,7 @@ from sohsm.clustering.assignments import (
     frequency_binning,
     greedy_assignment,
     greedy_assignment_reference,
+    initial_assignment,
     random_assignment,
 )
 from sohsm.clustering.trees import TreePaths, check_tree, huffman_tree, load_tree, random_tree, save_tree, tree_paths
@@ -24,6 +25,7 @@ __all__ = [
     "greedy_assignment",
     "greedy_assignment_reference",
     "huffman_tree",
+    "initial_assignment",
     "load_tree",
     "random_assignment",
     "random_tree",

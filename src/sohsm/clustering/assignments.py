@@ -109,6 +109,35 @@ class GreedyResult(NamedTuple):
     rounds: int = 0
 
 
+def initial_assignment(assignment: Tensor | str, n_words: int, n_clusters: int | None, counts: Tensor | None,
+                       seed: int = 0) -> tuple[Tensor, int]:
+    """``(assignment, n_clusters)`` a two-level softmax starts from: a given ``[N]`` tensor of cluster ids (``C``:
+    its largest id + 1 unless given), or ``"random"`` (balanced, seeded by ``seed``) or ``"frequency"`` (binning by
+    ``counts``, checked by the caller) into ``n_clusters`` (default ``ceil(sqrt(N))``); checked.
+
+    Raises:
+        ValueError: an unknown kind, ``n_clusters`` out of ``[1, N]``, ``"frequency"`` without counts, or an
+            assignment that does not fit (:func:`check_assignment`).
+    """
+    if isinstance(assignment, str):
+        n_clusters = default_n_clusters(n_words) if n_clusters is None else int(n_clusters)
+        if not 1 <= n_clusters <= n_words:
+            raise ValueError(f"n_clusters must be in [1, {n_words}], got {n_clusters}")
+        if assignment == "random":
+            assignment = random_assignment(n_words, n_clusters, torch.Generator().manual_seed(seed))
+        elif assignment == "frequency":
+            if counts is None:
+                raise ValueError("assignment='frequency' needs the word counts (counts=...)")
+            assignment = frequency_binning(counts, n_clusters)
+        else:
+            raise ValueError(f"assignment must be a tensor, 'random' or 'frequency', got {assignment!r}")
+    else:
+        assignment = torch.as_tensor(assignment)
+        if n_clusters is None:
+            n_clusters = int(assignment.max()) + 1 if assignment.numel() else 1
+    return check_assignment(assignment, n_words, int(n_clusters)), int(n_clusters)
+
+
 def _check_greedy_args(q: Tensor, tf: Tensor, max_size: int, freq_budget: float,
                        on_device: bool = False) -> tuple[Tensor, Tensor]:
     """Checked ``(q, tf)`` of Algorithm 1: float32 q with ``-inf`` raised to the lowest float, float64 tf,

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from sohsm.clustering import check_assignment, default_n_clusters, frequency_binning, random_assignment
+from sohsm.clustering import check_assignment, default_n_clusters, initial_assignment
 from sohsm.heads.adaptive import check_cutoffs
 from sohsm.heads.base import ClusteredHead, HeadMemory, check_counts
 from sohsm.heads.registry import register_head
@@ -138,24 +138,8 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
         self.backend = backend
         word_dim = word_width(word_dim, in_features, projection)
         bands = resolve_bands(div_value, cutoffs, counts, projection or word_dim is not None, n_classes, in_features)
-        if isinstance(assignment, str):
-            n_clusters = default_n_clusters(n_classes) if n_clusters is None else int(n_clusters)
-            if not 1 <= n_clusters <= n_classes:
-                raise ValueError(f"n_clusters must be in [1, {n_classes}], got {n_clusters}")
-            if assignment == "random":
-                assignment = random_assignment(n_classes, n_clusters, torch.Generator().manual_seed(seed))
-            elif assignment == "frequency":
-                if counts is None:
-                    raise ValueError("assignment='frequency' needs the word counts (counts=...)")
-                assignment = frequency_binning(check_counts(counts, self.n_classes), n_clusters)
-            else:
-                raise ValueError(f"assignment must be a tensor, 'random' or 'frequency', got {assignment!r}")
-        else:
-            assignment = torch.as_tensor(assignment)
-            if n_clusters is None:
-                n_clusters = int(assignment.max()) + 1 if assignment.numel() else 1
-        self.n_clusters = int(n_clusters)
-        assignment = check_assignment(assignment, n_classes, self.n_clusters)
+        counts = None if counts is None else check_counts(counts, n_classes)
+        assignment, self.n_clusters = initial_assignment(assignment, n_classes, n_clusters, counts, seed)
 
         self.projection = nn.Linear(in_features, 2 * in_features, bias=False) if projection else None
         #: ``d -> word_dim`` map of the hidden state before the in-cluster softmax (``None``: all ``d`` dimensions)
