@@ -64,8 +64,9 @@ class CudaGraphs:
     def before_capture(self) -> Any:
         """What a failed capture may leave changed: the current stream, and the generator's state (a capture puts it in
         a capturing mode that only the capture's end leaves; its copy, taken here, is not in it)."""
-        generator = self._generator()
-        state = generator.clone_state() if hasattr(generator, "clone_state") else None
+        state = None
+        with contextlib.suppress(Exception):  # graph-safe generator states: torch 2.4 on; without, nothing to copy
+            state = self._generator().clone_state()
         return torch.cuda.current_stream(self.device), state
 
     def after_failure(self, graph, before: Any) -> None:
@@ -81,14 +82,14 @@ class CudaGraphs:
         pool = None
         with contextlib.suppress(Exception):
             pool = graph.pool()
-        for name in ("_cuda_endAllocateToPool", "_cuda_endAllocateCurrentStreamToPool"):
-            end = getattr(torch._C, name, None)
-            if end is not None and pool is not None:
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        if pool is not None:  # a capture whose end failed neither ended its pool nor, reset, releases it
+            for name in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
                 with contextlib.suppress(Exception):
-                    end(self.device.index or 0, pool)
-                break
+                    getattr(torch._C, name)(index, pool)
         with contextlib.suppress(Exception):
             graph.reset()
-        if state is not None and hasattr(self._generator(), "graphsafe_set_state"):
-            self._generator().graphsafe_set_state(state)
+        if state is not None:
+            with contextlib.suppress(Exception):
+                self._generator().graphsafe_set_state(state)
         torch.cuda.set_stream(stream)
