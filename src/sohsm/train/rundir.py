@@ -16,6 +16,7 @@ import torch
 from sohsm.fields import Field, FieldError, escape, suggest
 from sohsm.train.checkpoint import BEST, LAST, METRICS_FILE
 from sohsm.train.config import RunConfig
+from sohsm.train.early import check_run_dir  # noqa: F401  (the loop's, from here)
 from sohsm.train.metrics import read_metrics
 from sohsm.train.task import Task, task_of_dict
 
@@ -33,13 +34,6 @@ def holds_run(run_dir: Path) -> bool:
         return metrics.is_file() and bool(read_metrics(metrics))
     except (OSError, ValueError):  # unreadable, or not UTF-8: something is there, leave it alone
         return True
-
-
-def check_run_dir(run_dir: str | os.PathLike[str]) -> Path:
-    """``run_dir`` as a path, refusing an empty name (which would train into the current folder)."""
-    if not str(run_dir).strip():
-        raise ValueError(f"the run directory must be named, got {str(run_dir)!r} (it would be the current folder)")
-    return Path(run_dir)
 
 
 def check_restartable(run_dir: Path, checkpoint_every: int) -> None:
