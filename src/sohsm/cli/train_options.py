@@ -159,13 +159,13 @@ def stop_reason(result: Any, budget: str = "token") -> str:
 def training_time(result: Any, unit: str = "tokens", also: str = "") -> str:
     """``"1.1 s of training (18,148 tokens/s)"``: a summary's seconds of training (all sessions) and this session's
     speed, as its progress bar's closing line gives it (``also``: more said in its brackets); a resumed run says
-    whose is which; compiling, where the session compiled, is given apart."""
+    whose is which; compiling, where the session compiled (``--compile``, word2vec's Numba loops), is given apart."""
     text = f"{result.elapsed_s:.{2 if result.elapsed_s < 1 else 1}f} s of training"
     resumed = result.session_tokens != result.tokens
     if result.session_s > 0:
         text += f" ({result.tokens_per_s:,.0f} {unit}/s{' this session' if resumed else ''}{also})"
     if result.compile_s > 0:
-        text += f" + {result.compile_s:.1f} s compiling (--compile; not counted)"
+        text += f" + {result.compile_s:.1f} s compiling ({getattr(result, 'compiled', '--compile')}; not counted)"
     return text
 
 
