@@ -202,7 +202,9 @@ def _generate(args: argparse.Namespace) -> int:
     except (ValueError, DataError) as error:
         raise CommandError(str(error)) from None
     if out.unknown:
-        print(f"note: not in the vocabulary (read as the unknown-word token): {' '.join(out.unknown)}",
+        hint = "" if out.lower_case is None else \
+            f"; the vocabulary has them in lower case: --prompt {shlex.quote(out.lower_case)}"
+        print(f"note: not in the vocabulary (read as the unknown-word token): {' '.join(out.unknown)}{hint}",
               file=sys.stderr)
     print(out.text(include_prompt=True))
     return 0

@@ -134,19 +134,23 @@ def check_budget_left(run_dir: Path, config: RunConfig) -> None:
     spent = spent_budgets(config, progress)
     if not spent:
         return
-    facts = [_spent_fact(config, budget) for budget in spent]
+    facts = [_spent_fact(config, budget, progress) for budget in spent]
     raise NothingToTrain(escape(f"nothing left to train in {run_dir}: {' and '.join(what for what, _ in facts)} "
                                 f"(step {progress['step']:,}); to train on, ask "
                                 "for more: ") + " and ".join("{}" for _ in facts), *(more for _, more in facts))
 
 
-def _spent_fact(config: RunConfig, budget: str) -> tuple[str, Field]:
-    """What spending ``budget`` means, and the setting that would give twice as much (one epoch more)."""
+def _spent_fact(config: RunConfig, budget: str, progress: Mapping[str, Any]) -> tuple[str, Field]:
+    """What spending ``budget`` means, and the setting that would give twice as much (one epoch more); the tokens
+    read are the run's own count (its summary's: whole steps, which pass the budget by part of one)."""
     if budget == "done":
         epochs = "its one epoch" if config.epochs == 1 else f"all {config.epochs} epochs"
         return f"{epochs} done", suggest("epochs", config.epochs + 1)
     if budget == "max_tokens":
-        return f"its {config.max_tokens:,} tokens read", suggest("max_tokens", 2 * config.max_tokens)
+        read = progress["tokens"]
+        what = f"its {read:,} tokens read" if read == config.max_tokens else \
+            f"{read:,} tokens read of a {config.max_tokens:,}-token budget"
+        return what, suggest("max_tokens", 2 * config.max_tokens)
     return f"its {config.time_budget:g} s of training spent", suggest("time_budget", 2 * config.time_budget)
 
 
