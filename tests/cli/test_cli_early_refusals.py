@@ -42,19 +42,20 @@ def _fresh(code: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_each_mistake_is_one_line_before_torch_is_imported(tmp_path):
-    """In a fresh interpreter: every refusal is exit status 2 and one line, and torch was never imported."""
+    """In a fresh interpreter: every refusal is exit status 2 and one line, and neither torch nor numpy (a third of
+    the rest of the start-up) was ever imported."""
     code = ("import contextlib, io, json, sys\nfrom sohsm.cli.main import main\nout = []\n"
             f"for argv in {[argv for argv, _ in MISTAKES]!r}:\n"
             "    err = io.StringIO()\n"
             "    with contextlib.redirect_stderr(err):\n"
             "        out.append([main(argv), err.getvalue()])\n"
-            "print(json.dumps([out, 'torch' in sys.modules]))")
+            "print(json.dumps([out, sorted({'torch', 'numpy'} & set(sys.modules))]))")
     done = _fresh(code, tmp_path)
     assert done.returncode == 0, done.stderr
-    results, torch_imported = json.loads(done.stdout)
+    results, imported = json.loads(done.stdout)
     for (argv, words), (status, err) in zip(MISTAKES, results):
         assert status == 2 and len(err.splitlines()) == 1 and words in err, (argv, err)
-    assert not torch_imported
+    assert imported == []
     assert not (tmp_path / "r").exists()
 
 
