@@ -145,13 +145,13 @@ def test_lm_train_help_is_wide_short_and_says_what_it_trains(cli, monkeypatch):
 
 
 def _shown_default(text: str, choice: tuple[str, str] | None) -> str | None:
-    """The default a flag's help shows (``(default: 30, 100 with --model transformer)``) for the run that makes
+    """The default a flag's help shows (``(default: 30; --model transformer: 100)``) for the run that makes
     ``choice`` (``("--model", "transformer")``; ``None``: the choices' defaults); ``None`` where it shows none."""
     found = re.search(r"\(default: (.*)\)$", " ".join(text.split()))
     if found is None:
         return None
-    first, *others = found.group(1).split(", ")
-    by_choice = dict(re.fullmatch(r"(.+) with (--\S+ \S+)", other).group(2, 1) for other in others)
+    first, *others = found.group(1).split("; ")
+    by_choice = dict(re.fullmatch(r"(--\S+ \S+): (.+)", other).group(1, 2) for other in others)
     return by_choice.get(" ".join(choice), first) if choice else first
 
 

@@ -247,7 +247,7 @@ def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, lea
 def chosen_default(flag: Flag, flags: list[Flag], config_class: type) -> str:
     """The default a new run takes for ``flag``'s field, as ``--help`` shows it: the field's own, or the one the
     default of a choice brings (:attr:`~sohsm.train.config.RunConfig.choice_defaults`: an LSTM's 30 warm-up steps),
-    followed by what each other value of that choice brings (``30, 100 with --model transformer``)."""
+    followed by what each other value of that choice brings (``30; --model transformer: 100``)."""
     shown, others = _show(flag.default), []
     option = {f.path: f.option for f in flags}
     defaults = config_class()
@@ -257,8 +257,8 @@ def chosen_default(flag: Flag, flags: list[Flag], config_class: type) -> str:
             shown = _show(own[flag.path])
         for value, brought in by_value.items():
             if value != defaults.get(path) and _show(brought.get(flag.path, flag.default)) != shown:
-                others.append(f"{_show(brought.get(flag.path, flag.default))} with {option.get(path, path)} {value}")
-    return ", ".join([shown, *others])
+                others.append(f"{option.get(path, path)} {value}: {_show(brought.get(flag.path, flag.default))}")
+    return "; ".join([shown, *others])
 
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -12,13 +12,9 @@ from sohsm.cli.lm_compare import register_compare
 from sohsm.data.errors import DataError
 
 _TRAIN_EPILOG = """\
-defaults: the paper's text8 setting (1-layer LSTM 512/512, Adagrad lr 0.1, clip 0.25, BPTT 20, batch
-128, weight decay 1e-6 on the LSTM, 5 epochs) but for three changes that measured better on PTB
-(docs/results/lm.md, first-steps.md, fair.md): the rate warms up over the first 30 steps, dropout 0.2,
-and the embedding is tied to the head where the head can lend its word vectors (the paper's: --warmup 0
---dropout 0 --no-tie-weights). --model transformer brings the transformer's recipe (each option's help
-names the defaults it changes); the self-organized head re-clusters about 8 times per epoch unless
---update-every K says otherwise.
+defaults: the paper's text8 setting (LSTM 512/512, Adagrad lr 0.1, clip 0.25, BPTT 20, batch 128, weight
+decay 1e-6, 5 epochs) but a 30-step warm-up, dropout 0.2 and tied weights, which measured better
+(the paper's: --warmup 0 --dropout 0 --no-tie-weights); the self-organized head re-clusters ~8 times an epoch.
 
 examples:
   sohsm lm train --corpus ptb --head self_organized --run-dir runs/ptb-sohsm --epochs 1
