@@ -3,6 +3,7 @@ defaulted, a usage line one can read, and examples that are whole command lines.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 
 import pytest
@@ -141,3 +142,48 @@ def test_lm_train_help_is_wide_short_and_says_what_it_trains(cli, monkeypatch):
     helps = {a.dest: " ".join(a.help.split()) for a in _train("lm")._actions}
     for dest in ("dropout", "fused"):
         assert "->" not in helps[dest] and " ms" not in helps[dest] and len(helps[dest]) < 240, helps[dest]
+
+
+def _shown_default(text: str, choice: tuple[str, str] | None) -> str | None:
+    """The default a flag's help shows (``(default: 30; --model transformer: 100)``) for the run that makes
+    ``choice`` (``("--model", "transformer")``; ``None``: the choices' defaults); ``None`` where it shows none."""
+    found = re.search(r"\(default: (.*)\)$", " ".join(text.split()))
+    if found is None:
+        return None
+    first, *others = found.group(1).split("; ")
+    by_choice = dict(re.fullmatch(r"(--\S+ \S+): (.+)", other).group(1, 2) for other in others)
+    return by_choice.get(" ".join(choice), first) if choice else first
+
+
+@pytest.mark.parametrize("argv", [
+    ["lm", "train", "--corpus", "ptb", "--head", "full"],
+    ["lm", "train", "--corpus", "ptb", "--head", "full", "--model", "transformer"],
+    ["s2s", "train", "--head", "full"],
+    ["w2v", "train", "--corpus", "text8-small", "--head", "full"],
+])
+def test_every_default_the_help_shows_is_the_one_a_new_run_takes(argv, cli, monkeypatch, tmp_path):
+    """The config a new run is started with (what it writes to config.json, but for head options its vocabulary
+    settles) against every ``(default: ...)`` of ``--help``: an LSTM's 30 warm-up steps, a transformer's 100."""
+    import sohsm.train
+    from sohsm.cli.config_flags import _show
+
+    started = []
+    monkeypatch.setattr(sohsm.train, "train", lambda config, run_dir, progress: started.append(config))
+    code, _, err = cli(*argv, "--run-dir", tmp_path / "run")
+    assert started, err
+    config = started[0]
+    parser = _train(argv[0])
+    paths = {flag.dest: flag.path for flag in parser.get_default("config_flags")}
+    choice = ("--model", "transformer") if "transformer" in argv else None
+    compared = 0
+    for action in parser._actions:
+        shown = _shown_default(action.help or "", choice)
+        if shown is None or action.dest not in paths or action.option_strings[0] in argv:
+            continue
+        value = config.get(paths[action.dest])
+        if action.dest == "tie_weights":
+            assert shown == "true for a new run that can be tied" and value is True  # full softmax, 512 and 512
+        else:
+            assert shown == _show(value), (action.option_strings[0], shown, value)
+        compared += 1
+    assert compared > 12

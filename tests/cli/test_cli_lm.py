@@ -408,6 +408,15 @@ def test_generate_notes_unknown_words_and_rejects_bad_temperature(sohsm_run, cli
                                                  "--temperature", 0)[::2])
 
 
+def test_a_capitalised_prompt_on_a_lower_case_corpus_is_told_to_lower_case(sohsm_run, cli):
+    run_dir = sohsm_run[0]
+    code, out, err = cli("lm", "generate", run_dir, "--prompt", "The Company qwxzv", "--length", 3, "--seed", 1)
+    assert code == 0
+    assert err.strip().endswith("The Company qwxzv; the vocabulary has them in lower case: --prompt "
+                                "'the company qwxzv'"), err
+    assert "lower case" not in cli("lm", "generate", run_dir, "--prompt", "the qwxzv", "--length", 3)[2]
+
+
 def test_generate_refuses_a_length_past_its_bound_before_loading_the_run(tmp_path, cli):
     line = _one_line_error(*cli("lm", "generate", tmp_path / "nothing-here", "--prompt", "the",
                                 "--length", 100_000_000)[::2])

@@ -49,3 +49,16 @@ def test_every_spent_budget_is_named_with_a_larger_value(tmp_path, monkeypatch):
                                     "(step 90); to train on, ask for more: epochs=3 and max_tokens=10000 and "
                                     "time_budget=120.0")
     check_budget_left(tmp_path, LMConfig(epochs=3, max_tokens=None, time_budget=None))  # some left: no error
+
+
+def test_the_tokens_read_are_the_runs_own_count_as_its_summary_gave_it(tmp_path, monkeypatch):
+    """A run stops after the step that reaches its budget: 30,720 tokens read of 30,000, as its summary said."""
+    import sohsm.train.rundir as rundir
+
+    (tmp_path / "last.pt").write_bytes(b"")
+    monkeypatch.setattr(rundir, "read_progress", lambda path: {"step": 12, "epoch": 0, "tokens": 30_720,
+                                                               "elapsed_s": 9.0})
+    with pytest.raises(NothingToTrain) as info:
+        check_budget_left(tmp_path, LMConfig(max_tokens=30_000))
+    assert ": 30,720 tokens read of a 30,000-token budget (step 12); to train on, ask for more: max_tokens=60000" \
+        in str(info.value)

@@ -79,3 +79,9 @@ def test_the_speed_is_the_sessions_and_compiling_is_given_apart(task, tmp_path):
     assert f"10.0 s of training (4,000 {unit}/s this session" in line
     assert line.endswith(" + 34.2 s compiling (--compile; not counted)")
     assert "this session" not in _summary(task, _result(tmp_path)).splitlines()[0]  # a new run: one speed
+
+
+def test_the_compiling_a_word2vec_run_did_is_named_as_numbas(tmp_path):
+    result = _result(tmp_path, compile_s=21.5, compiled="Numba's word2vec loops, cached on disk for the next run")
+    assert _summary("w2v", result).splitlines()[0].endswith(
+        " + 21.5 s compiling (Numba's word2vec loops, cached on disk for the next run; not counted)")

@@ -250,3 +250,31 @@ def test_a_diverging_hand_written_step_stops_the_run_without_a_checkpoint(cli, t
     assert "a lower learning rate (--lr 1e+29, a tenth of this run's) in another run directory" in err, err
     assert "--clip" not in err  # word vectors take none
     assert not (run / "last.pt").exists()
+
+
+@NEEDS_NUMBA
+def test_compiling_the_numba_loops_is_left_out_of_the_speed_and_said_apart(cli, text, tmp_path, monkeypatch):
+    """The loops compiled (or loaded from Numba's cache) in a session's first step are not training time: the
+    summary's rows/s is the training's, as the estimate's and the bar's are, and the compiling is named apart."""
+    import sohsm.tasks.w2v.kernel as kernel
+
+    monkeypatch.setattr(kernel, "_compiled", None)  # as in a fresh process: the first step compiles (or loads)
+    monkeypatch.setattr(kernel, "_compiled_windows", None)
+    code, out, err = cli("w2v", "train", "--corpus", str(text), "--head", "tree_huffman", "--run-dir",
+                         str(tmp_path / "run"), "--epochs", "1", *W2V_SMALL)
+    assert code == 0, err
+    line = out.splitlines()[0]
+    assert " s compiling (Numba's word2vec loops, cached on disk for the next run; not counted)" in line, line
+    assert kernel.compilations() >= 2
+
+
+def test_the_start_up_line_counts_the_vocabulary_as_the_signature_and_the_export_do(cli, text, tmp_path):
+    """48 words are trained and exported; the signature's vocab counts <unk> too (49), and the header says both."""
+    run = tmp_path / "run"
+    small = [a for a in W2V_SMALL if a != "--quiet"]
+    code, out, err = cli("w2v", "train", "--corpus", str(text), "--run-dir", str(run), "--epochs", "1", "--max-tokens",
+                         "100", *small)
+    assert code == 0, err
+    assert "topics: 48 words (vocab 49 with <unk>, which is neither trained nor exported; min_count 2)" in err, err
+    assert "|vocab:49|" in out
+    assert len(load_vectors(run)) == 48

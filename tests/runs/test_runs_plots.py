@@ -55,6 +55,21 @@ def test_a_partial_training_record_counts_until_a_full_one_follows():
     assert curve(resumed, "train", "ppl", "steps") == ([10.0, 30.0], [900.0, 650.0])
 
 
+def test_an_interrupted_sessions_short_last_interval_is_not_drawn_beside_full_ones():
+    """Means of 10 steps, then an interrupted session's mean of 2: not a point of the curve (its drop is the
+    interval's length, not the loss's); one of 6 steps, and a run of partial records alone, still are."""
+    records = _train_records([900.0, 700.0, 400.0])
+    for r in records:
+        r["interval_steps"] = 10
+    records[-1].update(partial=True, interval_steps=2, step=22)
+    assert curve(records, "train", "ppl", "steps") == ([10.0, 20.0], [900.0, 700.0])
+    records[-1].update(interval_steps=6, step=26)
+    assert curve(records, "train", "ppl", "steps") == ([10.0, 20.0, 26.0], [900.0, 700.0, 400.0])
+    alone = _train_records([900.0])
+    alone[0].update(partial=True, interval_steps=2)
+    assert curve(alone, "train", "ppl", "steps") == ([10.0], [900.0])
+
+
 @pytest.mark.parametrize("high, low", [(8000.0, 300.0), (100_000.0, 100.0), (900.0, 300.0), (160.0, 120.0),
                                        (10_000.0, 175.0), (2000.0, 175.0)])
 def test_log_axes_label_their_ticks_without_overlap(high, low):

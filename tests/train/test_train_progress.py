@@ -92,3 +92,19 @@ def test_the_closing_line_gives_the_speed_of_training_time_alone():
     bar.close()
     closing = re.split(r"[\r\n]", log.getvalue().strip())[-1]
     assert "[00:04<00:02, 500.00tok/s]" in closing, closing
+
+
+def test_the_estimate_is_a_rate_of_training_time_without_the_steps_that_compiled(capsys):
+    """The estimate's speed is the summary's: tokens over the training clock, a step that compiled left out of
+    both (here the 5th: 40 s of wall time the clock never counted); 1,000 tokens a second of training."""
+    training = [0.0]
+    bar = _EstimatingBar(total=1_000_000, file=io.StringIO(), mininterval=0, clock=lambda: training[0])
+    for step in range(1, progress.WARMUP_STEPS + progress.TIMED_STEPS + 1):
+        if step == 5:
+            bar.leave_out(1000)  # compiled: its seconds are not on the clock, its tokens not in the speed
+        else:
+            training[0] += 1.0
+        bar.update(1000)
+    bar.close()
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("≈")]
+    assert " at 1,000 tok/s (training time, compiling not counted; " in line, line

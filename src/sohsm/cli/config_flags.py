@@ -226,7 +226,7 @@ def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, lea
         elif "default_help" in f.metadata:  # a default that depends on other choices
             default = f" (default: {f.metadata['default_help']})"
         else:
-            default = f" (default: {_show(f.default)})"
+            default = f" (default: {chosen_default(f, flags, config_class)})"
         kwargs: dict[str, Any] = {"dest": f.dest, "default": None, "help": (f.help + default).strip()}
         if f.type is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
@@ -242,6 +242,23 @@ def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, lea
                     kwargs["help"] += f"; one of: {', '.join(choices)}"
         groups[group_of(f.path)].add_argument(f.option, **kwargs)
     return flags
+
+
+def chosen_default(flag: Flag, flags: list[Flag], config_class: type) -> str:
+    """The default a new run takes for ``flag``'s field, as ``--help`` shows it: the field's own, or the one the
+    default of a choice brings (:attr:`~sohsm.train.config.RunConfig.choice_defaults`: an LSTM's 30 warm-up steps),
+    followed by what each other value of that choice brings (``30; --model transformer: 100``)."""
+    shown, others = _show(flag.default), []
+    option = {f.path: f.option for f in flags}
+    defaults = config_class()
+    for path, by_value in getattr(config_class, "choice_defaults", {}).items():
+        own = by_value.get(defaults.get(path), {})
+        if flag.path in own:
+            shown = _show(own[flag.path])
+        for value, brought in by_value.items():
+            if value != defaults.get(path) and _show(brought.get(flag.path, flag.default)) != shown:
+                others.append(f"{option.get(path, path)} {value}: {_show(brought.get(flag.path, flag.default))}")
+    return "; ".join([shown, *others])
 
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -301,16 +318,24 @@ def render_error(error: Exception, flags: list[Flag], typed: set[str]) -> str:
     """The message of ``error`` with its fields named by the flags that set them.
 
     A field the user typed, or one suggested with a value (``use text_mode='running'``),
-    reads as its flag (``--text-mode running``); others keep their field names.
+    reads as its flag (``--text-mode running``); others keep their field names, unless the message names one
+    by its flag: then every field it names that has a flag reads as it (``--tie-weights needs --emb-size ==
+    --hidden-size``, not ``... == model.hidden_size``), so that one line speaks one language.
     """
     if not isinstance(error, FieldError):
         return str(error)
     by_path = {f.path: f for f in flags}
     by_leaf = {f.path.rpartition(".")[2]: f for f in flags}
 
+    def flag_of(field: Field) -> Flag | None:
+        return by_path.get(field.path) or by_leaf.get(field.path)
+
+    as_flags = any(field.suggested or flag_of(field) is not None and flag_of(field).path in typed
+                   for field in error.fields)
+
     def name(field: Field) -> str:
-        flag = by_path.get(field.path) or by_leaf.get(field.path)
-        if flag is None or not (field.suggested or flag.path in typed):
+        flag = flag_of(field)
+        if flag is None or not as_flags:
             return field.text()
         return f"{flag.option} {field.value}" if field.has_value else flag.option
 

@@ -8,8 +8,10 @@ the same flags, and :func:`train_command` trains or resumes a run of any task.
 from __future__ import annotations
 
 import argparse
+import json
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sohsm.cli.config_file import read_config_file
@@ -157,13 +159,13 @@ def stop_reason(result: Any, budget: str = "token") -> str:
 def training_time(result: Any, unit: str = "tokens", also: str = "") -> str:
     """``"1.1 s of training (18,148 tokens/s)"``: a summary's seconds of training (all sessions) and this session's
     speed, as its progress bar's closing line gives it (``also``: more said in its brackets); a resumed run says
-    whose is which; compiling, where the session compiled, is given apart."""
+    whose is which; compiling, where the session compiled (``--compile``, word2vec's Numba loops), is given apart."""
     text = f"{result.elapsed_s:.{2 if result.elapsed_s < 1 else 1}f} s of training"
     resumed = result.session_tokens != result.tokens
     if result.session_s > 0:
         text += f" ({result.tokens_per_s:,.0f} {unit}/s{' this session' if resumed else ''}{also})"
     if result.compile_s > 0:
-        text += f" + {result.compile_s:.1f} s compiling (--compile; not counted)"
+        text += f" + {result.compile_s:.1f} s compiling ({getattr(result, 'compiled', '--compile')}; not counted)"
     return text
 
 
@@ -201,6 +203,48 @@ def add_train_command(sub: argparse._SubParsersAction, config_class: type, summa
     return p
 
 
+def refuse_early(args: argparse.Namespace, config_class: type, flags: list[Flag], overrides: dict[str, Any]) -> None:
+    """The refusals of a `train` command that need neither torch nor the data, made before either is loaded (they
+    take seconds): a run directory with nothing to resume; a new run's values (:meth:`RunConfig.check_values`:
+    ranges, choices, fields that go together), a corpus that is neither a known name nor a file or folder; a device
+    the machine lacks (:func:`sohsm.train.early.device_refusal`). The loop makes its own checks again, with torch.
+
+    Raises:
+        CommandError: one line, the fields named by the flags typed.
+    """
+    from sohsm.data.corpora import check_corpus_exists
+    from sohsm.train.early import check_device, check_resumable, check_run_dir
+
+    try:
+        if args.resume:
+            device = overrides.get("device") or _saved_device(check_resumable(args.run_dir))
+        else:
+            check_run_dir(args.run_dir)
+            settled_later = ("head.options", "head.update_every")  # read with --head-option, and by the head
+            config = config_class.from_overrides({k: v for k, v in overrides.items() if k not in settled_later},
+                                                 draft=True)
+            corpus = getattr(getattr(config, "data", None), "corpus", None)
+            if isinstance(corpus, str):
+                check_corpus_exists(corpus)
+            device = config.device
+        if isinstance(device, str):
+            check_device(device)
+    except (ValueError, DataError) as error:
+        typed = {f.path for f in flags if getattr(args, f.dest, None) not in (None, [])}
+        raise CommandError(render_error(error, flags, typed)) from None
+
+
+def _saved_device(run_dir: Path) -> Any:
+    """The ``device`` of the run in ``run_dir`` (its ``config.json``), or ``None`` where it cannot be read (the
+    loop then says what is wrong with the file)."""
+    from sohsm.train.early import CONFIG_FILE
+
+    try:
+        return json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8")).get("device")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag]):
     """Train a new run of ``config_class``'s task in ``args.run_dir``, or resume it (``--resume``): the one path
     of every task's `train` command.
@@ -213,12 +257,19 @@ def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag
     Raises:
         CommandError: one line, its fields named by the flags the user typed.
     """
-    from sohsm.train import resume_training, train
-    from sohsm.train.rundir import NothingToTrain
-
     overrides = training_overrides(args, flags, config_class)
     options, update_every = requested_head_options(args)
     head = getattr(args, "head", None)
+    if not args.resume:
+        missing = [f.option for f in flags if f.metadata.get("required") and f.path not in overrides
+                   and f.path not in config_class.defaulted_fields]
+        if missing:
+            raise CommandError(f"a new run needs {' and '.join(missing)} (or --resume to continue a run)")
+    refuse_early(args, config_class, flags, overrides)
+
+    from sohsm.train import resume_training, train
+    from sohsm.train.rundir import NothingToTrain
+
     try:
         if args.resume:
             options = {**overrides.pop("head.options", {}), **options}
@@ -231,10 +282,6 @@ def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag
                 overrides.update({"head.options": options} if options else {})
                 overrides.update({"head.update_every": update_every} if update_every is not None else {})
             return resume_training(args.run_dir, overrides, progress=not args.quiet)
-        missing = [f.option for f in flags if f.metadata.get("required") and f.path not in overrides
-                   and f.path not in config_class.defaulted_fields]
-        if missing:
-            raise CommandError(f"a new run needs {' and '.join(missing)} (or --resume to continue a run)")
         name = overrides.pop("head.name", config_class().head.name)
         file_options, file_k = overrides.pop("head.options", {}), overrides.pop("head.update_every", None)
         overrides.update(head_overrides(name, {**file_options, **options}, file_k if update_every is None

@@ -48,11 +48,14 @@ a :class:`~sohsm.data.errors.DataError`. Checking and fetching the files are in
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from sohsm.data.errors import DataError
 from sohsm.data.files import Source
 from sohsm.data.vocab import VocabConfig
+from sohsm.fields import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -224,3 +227,27 @@ def get_spec(name: str) -> CorpusSpec:
         return CORPORA[name]
     except KeyError:
         raise DataError(f"unknown corpus {name!r}; known corpora: {', '.join(CORPORA)}") from None
+
+
+def check_corpus_exists(name_or_path: str | os.PathLike[str]) -> None:
+    """Refuse a corpus that is neither a known name nor an existing file or folder (needs no torch: a command
+    refuses it before loading anything).
+
+    Raises:
+        DataError: a missing file or folder, or an unknown name (with the known names close to it).
+    """
+    key = str(name_or_path)
+    if key in CORPORA or Path(name_or_path).expanduser().exists():
+        return
+    if _looks_like_path(key):
+        raise DataError(f"{key}: no such file or folder (a corpus is a known name, "
+                        f"{', '.join(CORPORA)}, or your own text file or folder)")
+    hint = did_you_mean(key, CORPORA)
+    raise DataError(f"unknown corpus {key!r}{f' ({hint})' if hint else ''}: neither a known corpus "
+                    f"({', '.join(CORPORA)}) nor an existing file or folder")
+
+
+def _looks_like_path(key: str) -> bool:
+    """Whether a corpus argument was meant as a file or folder (``runs/my.txt``, ``~/text``, ``notes.txt``)
+    rather than a known corpus's name, so that a missing one is called missing, not unknown."""
+    return "/" in key or os.sep in key or key.startswith(("~", ".")) or bool(Path(key).suffix)

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from sohsm.data.corpora import CORPORA
+from sohsm.data.corpora import CORPORA, check_corpus_exists
 from sohsm.data.corpus_files import corpus_status, fetch
 from sohsm.data.errors import DataError
 from sohsm.data.files import data_dir_origin, remove_tree, resolve_cache_dir
@@ -67,7 +67,7 @@ from sohsm.data.split_text import (
 )
 from sohsm.data.subwords import Subwords, bpe_size, tokenizer_file, tokenizers_version
 from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
-from sohsm.fields import FieldError, did_you_mean
+from sohsm.fields import FieldError
 
 #: bumped whenever tokenisation or the cache layout changes, so old entries are ignored
 #: (2: a UTF-8 byte-order mark is no longer part of the first word; 3: each split's words and bytes are stored)
@@ -185,14 +185,8 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
         plan = registry_plan(spec, data_dir, cache)
         config = config or VocabConfig(spec.min_count, spec.max_size)
     else:
+        check_corpus_exists(name_or_path)
         path = Path(name_or_path).expanduser()
-        if not path.exists():
-            if _looks_like_path(key):
-                raise DataError(f"{key}: no such file or folder (a corpus is a known name, "
-                                f"{', '.join(CORPORA)}, or your own text file or folder)")
-            hint = did_you_mean(key, CORPORA)
-            raise DataError(f"unknown corpus {key!r}{f' ({hint})' if hint else ''}: neither a known corpus "
-                            f"({', '.join(CORPORA)}) nor an existing file or folder")
         plan = user_plan(path, text_mode, valid_fraction, cache)
         config = config or VocabConfig()
     if tokenizer is not None:
@@ -200,12 +194,6 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
         if isinstance(tokenizer, str):
             tokenizer = _trained_bpe(plan, bpe_size(tokenizer), cache, use_cache)
     return _load(plan, config, cache, use_cache, tokenizer)
-
-
-def _looks_like_path(key: str) -> bool:
-    """Whether a corpus argument was meant as a file or folder (``runs/my.txt``, ``~/text``, ``notes.txt``)
-    rather than a known corpus's name, so that a missing one is called missing, not unknown."""
-    return "/" in key or os.sep in key or key.startswith(("~", ".")) or bool(Path(key).suffix)
 
 
 def fetch_on_first_use(name: str, data_dir: str | os.PathLike[str] | None = None,

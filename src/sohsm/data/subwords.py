@@ -28,14 +28,15 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from sohsm.data.errors import DataError, DataFieldError
 from sohsm.data.files import write_atomic_text
 from sohsm.data.vocab import EOS, UNK, Vocabulary
 from sohsm.fields import has
+
+if TYPE_CHECKING:  # imported where arrays are made: a config that names a tokenizer is checked without it
+    import numpy as np
 
 #: where a subword run keeps its tokenizer, beside ``vocab.json``
 TOKENIZER_FILE = "tokenizer.json"
@@ -171,6 +172,8 @@ class Subwords:
 
         ``lines``: the corpus has lines, so ``<eos>`` is the vocabulary's end-of-line token.
         """
+        import numpy as np
+
         span = max(self._ids.values()) + 1
         counts = np.bincount(train_ids, minlength=span)[:span] if train_ids.size else np.zeros(span, np.int64)
         order = sorted(self._ids.items(), key=lambda item: (-int(counts[item[1]]), item[1]))

@@ -22,12 +22,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-
+from numbers import Integral
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-if TYPE_CHECKING:  # torch is imported where a tensor is made, so that listing corpora needs no torch
+if TYPE_CHECKING:  # torch and numpy are imported where an array is made: listing or checking corpora needs neither
+    import numpy as np
     from torch import Tensor
 
 from sohsm.data.errors import DataError
@@ -52,10 +51,10 @@ class VocabConfig:
     max_size: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.min_count, bool) or not isinstance(self.min_count, (int, np.integer)) or self.min_count < 1:
+        if isinstance(self.min_count, bool) or not isinstance(self.min_count, Integral) or self.min_count < 1:
             raise ValueError(f"min_count must be an integer >= 1, got {self.min_count!r}")
         if self.max_size is not None and (
-            isinstance(self.max_size, bool) or not isinstance(self.max_size, (int, np.integer)) or self.max_size < 2
+            isinstance(self.max_size, bool) or not isinstance(self.max_size, Integral) or self.max_size < 2
         ):
             raise ValueError(f"max_size must be an integer >= 2 or None, got {self.max_size!r}")
 
@@ -82,6 +81,8 @@ class Vocabulary:
 
     def __init__(self, itos: Sequence[str], counts: Sequence[int] | np.ndarray, unk: str = UNK,
                  eos: str | None = EOS) -> None:
+        import numpy as np
+
         self.itos: list[str] = [str(w) for w in itos]
         self.counts: np.ndarray = np.asarray(counts, dtype=np.int64).reshape(-1)
         if len(self.itos) != len(self.counts):
@@ -160,6 +161,8 @@ class Vocabulary:
         return self.stoi.get(word, self.unk_id)
 
     def __eq__(self, other: object) -> bool:
+        import numpy as np
+
         return (isinstance(other, Vocabulary) and self.itos == other.itos and self.unk == other.unk
                 and self.eos == other.eos and np.array_equal(self.counts, other.counts))
 
@@ -168,6 +171,8 @@ class Vocabulary:
 
     def encode_numpy(self, words: Sequence[str]) -> np.ndarray:
         """Ids of ``words`` as an ``np.int64`` array; unknown words get ``unk_id``."""
+        import numpy as np
+
         return np.fromiter(map(self.stoi.get, words, repeat(self.unk_id)), dtype=np.int64, count=len(words))
 
     def encode(self, words: Iterable[str] | str) -> Tensor:
@@ -185,7 +190,7 @@ class Vocabulary:
         torch = sys.modules.get("torch")  # a tensor exists only where torch was imported
         if torch is not None and isinstance(ids, torch.Tensor):
             ids = ids.reshape(-1).tolist()
-        elif isinstance(ids, np.ndarray):
+        elif "numpy" in sys.modules and isinstance(ids, sys.modules["numpy"].ndarray):  # likewise an array
             ids = ids.reshape(-1).tolist()
         out = []
         for i in ids:

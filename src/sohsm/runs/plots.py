@@ -90,8 +90,10 @@ def curve(records: list[dict[str, Any]], kind: str, key: str, x: str = "tokens")
     """The points of one panel for one run: ``key`` of its ``kind`` records against ``x`` (a key of :data:`X_AXES`).
 
     Epochs of records that do not carry one (re-clusterings) follow from their token count. A partial training
-    record (a session's last interval, shorter than ``log_every``) counts only where no full one follows it:
-    a resumed session's next record covers the same steps again.
+    record (a session's last interval, shorter than ``log_every``) counts only where no full one follows it
+    (a resumed session's next record covers the same steps again), and only where it covers at least half the
+    steps of the run's full ones: the mean of an interrupted session's last 2 steps beside means of 100 would
+    draw a near-vertical drop that is no change of the loss.
 
     Raises:
         ValueError: an unknown ``x``, or records without what ``x`` counts (written by an older version).
@@ -99,11 +101,15 @@ def curve(records: list[dict[str, Any]], kind: str, key: str, x: str = "tokens")
     if x not in X_AXES:
         raise ValueError(f"x must be one of {', '.join(X_AXES)}, got {x!r}")
     rate = _epochs_per_token(records) if x == "epochs" else None
-    last_full = max((i for i, r in enumerate(records) if r.get("kind") == "train" and not r.get("partial")),
-                    default=-1)
+    full = [i for i, r in enumerate(records) if r.get("kind") == "train" and not r.get("partial")]
+    last_full = max(full, default=-1)
+    lengths = sorted(records[i]["interval_steps"] for i in full if records[i].get("interval_steps"))
+    shortest = lengths[len(lengths) // 2] / 2 if lengths else 0  # half the full intervals' (median) length
     xs, values = [], []
     for i, r in enumerate(records):
-        if r.get("kind") != kind or r.get(key) is None or (kind == "train" and r.get("partial") and i < last_full):
+        if r.get("kind") != kind or r.get(key) is None:
+            continue
+        if kind == "train" and r.get("partial") and (i < last_full or r.get("interval_steps", shortest) < shortest):
             continue
         if x == "steps":
             at = r["step"]

@@ -16,6 +16,7 @@ from sohsm.data.vocab import Vocabulary
 from sohsm.fields import FieldError
 from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead
 from sohsm.train.config import RunConfig
+from sohsm.train.early import unavailable
 from sohsm.version import __version__
 
 #: optimizer classes by config name
@@ -40,9 +41,9 @@ def resolve_device(name: str) -> torch.device:
     if device.type not in DEVICE_TYPES:
         raise FieldError.on("device", f"{name!r} cannot train or evaluate a model; use one of {', '.join(DEVICE_TYPES)}")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} was requested but CUDA is not available on this machine")
+        raise ValueError(unavailable(name, "CUDA"))
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {name!r} was requested but MPS is not available on this machine")
+        raise ValueError(unavailable(name, "MPS"))
     return device
 
 

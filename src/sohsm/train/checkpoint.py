@@ -34,10 +34,10 @@ import torch
 from sohsm.data.files import ATOMIC_SUFFIX, write_atomic  # noqa: F401  (write_atomic: where run files are written)
 from sohsm.data.subwords import TOKENIZER_FILE
 from sohsm.data.vocab import Vocabulary, vocabulary_difference
+from sohsm.train.early import CONFIG_FILE
 
 #: the ``format`` of every sohsm checkpoint: ``sohsm.<task>-checkpoint/<version>``
 _FORMAT = re.compile(r"sohsm\.([A-Za-z0-9_]+)-checkpoint/[0-9]+")
-CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
 METRICS_FILE = "metrics.jsonl"
 LAST = "last.pt"

@@ -132,7 +132,7 @@ class LoopSettings:
 
     A task that needs another default declares the field again with it (``epochs: int = 10``), with a ``#:``
     comment where its help differs (the summariser's and word2vec's ``eval_every``, which cannot be unset);
-    the checks stay these (:meth:`RunConfig._validate_head_optim_budgets`).
+    the checks stay these (:meth:`RunConfig._check_head_optim_budgets`).
     """
 
     #: passes over the training data
@@ -204,9 +204,12 @@ class RunConfig(LoopSettings):
         return config
 
     @classmethod
-    def from_overrides(cls, overrides: Mapping[str, Any]) -> Any:
+    def from_overrides(cls, overrides: Mapping[str, Any], *, draft: bool = False) -> Any:
         """A new run's config from dotted ``overrides``: the defaults, then those that the overrides' choices
         bring (:attr:`choice_defaults`), then the overrides themselves (a field given always wins).
+
+        ``draft``: checked by :meth:`check_values` alone, without importing torch (what a command refuses at
+        once); a task may leave open there what it settles with torch.
 
         Raises:
             ValueError: as :func:`apply_overrides`.
@@ -215,7 +218,11 @@ class RunConfig(LoopSettings):
         defaults = cls()
         for path, by_value in cls.choice_defaults.items():  # a choice not given is its default's
             chosen.update(by_value.get(overrides.get(path, defaults.get(path)), {}))
-        return apply_overrides(defaults, {**chosen, **overrides})
+        if not draft:
+            return apply_overrides(defaults, {**chosen, **overrides})
+        config = _from_mapping(cls, _overridden(defaults, {**chosen, **overrides}), "")
+        config.check_values()
+        return config
 
     @classmethod
     def from_saved(cls, data: Mapping[str, Any]) -> Any:
@@ -266,15 +273,29 @@ class RunConfig(LoopSettings):
                 out[f.name] = value
         return out
 
-    def validate(self) -> None:  # pragma: no cover - every subclass has its own
-        raise NotImplementedError
-
-    def _validate_head_optim_budgets(self) -> None:
-        """The checks every run config shares: head, optimizer, the loop's settings."""
+    def validate(self) -> None:
+        """Check every value: :meth:`check_values`, then what needs the head registry and torch (the head is
+        registered, the device is one torch can name); raises ValueError naming the field."""
+        self.check_values()
         from sohsm.heads import head_names as registered  # the registry: heads a library user registered too
 
         if self.head.name not in registered():
             raise ValueError(f"unknown head {self.head.name!r}; known heads: {', '.join(registered())}")
+        import torch
+
+        try:
+            torch.device(self.device)
+        except (RuntimeError, ValueError):
+            raise FieldError.on("device", f"must name a torch device ('cpu', 'cuda', 'cuda:0', ...), got {self.device!r}"
+                                ) from None
+
+    def check_values(self) -> None:  # pragma: no cover - every subclass has its own
+        """The checks of :meth:`validate` that need neither torch nor the head registry (ranges, choices, fields
+        that go together): a command makes them before it imports torch, so that a mistake is refused at once."""
+        raise NotImplementedError
+
+    def _check_head_optim_budgets(self) -> None:
+        """The value checks every run config shares: the head's K, optimizer, the loop's settings."""
         if self.head.update_every is not None and self.head.update_every < 0:
             raise FieldError.on("head.update_every", f"must be >= 0, got {self.head.update_every}")
         if self.optim.optimizer not in OPTIMIZERS:
@@ -307,13 +328,6 @@ class RunConfig(LoopSettings):
             raise FieldError.on("max_tokens", f"must be >= 1 (or none: no limit), got {self.max_tokens}")
         if self.time_budget is not None and not self.time_budget > 0:
             raise FieldError.on("time_budget", f"must be positive (or none: no limit), got {self.time_budget}")
-        import torch
-
-        try:
-            torch.device(self.device)
-        except (RuntimeError, ValueError):
-            raise FieldError.on("device", f"must name a torch device ('cpu', 'cuda', 'cuda:0', ...), got {self.device!r}"
-                                ) from None
 
 
 def apply_overrides(config: RunConfig, overrides: Mapping[str, Any]) -> Any:
@@ -322,6 +336,11 @@ def apply_overrides(config: RunConfig, overrides: Mapping[str, Any]) -> Any:
     Raises:
         ValueError: an unknown path, a value of the wrong type, or a value out of range.
     """
+    return type(config).from_dict(_overridden(config, overrides))
+
+
+def _overridden(config: RunConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``config.to_dict()`` with the dotted-path ``overrides`` set; raises FieldError for an unknown path."""
     data = config.to_dict()
     valid = config.flat()
     for path, value in overrides.items():
@@ -329,7 +348,7 @@ def apply_overrides(config: RunConfig, overrides: Mapping[str, Any]) -> Any:
             raise FieldError(f"unknown config field {escape(repr(path))}; known fields: {escape(', '.join(sorted(valid)))}")
         section, _, leaf = path.rpartition(".")
         (data[section] if section else data)[leaf] = value
-    return type(config).from_dict(data)
+    return data
 
 
 def config_differences(saved: RunConfig, requested: Mapping[str, Any]) -> list[FieldText]:

@@ -54,6 +54,7 @@ from sohsm.train.checkpoint import (
 )
 from sohsm.train.config import RunConfig, apply_overrides, config_differences
 from sohsm.train.distributed import Ranks
+from sohsm.train.early import check_resumable
 from sohsm.train.guard import check_loaded_parameters
 from sohsm.train.lock import RunLock
 from sohsm.train.rundir import (
@@ -207,9 +208,7 @@ def resume_training(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any
             settings overridden: the message names a larger value of each spent one; nothing is written.
         sohsm.train.guard.DivergenceError: as in :func:`train`.
     """
-    run_dir = check_run_dir(run_dir)
-    if not (run_dir / CONFIG_FILE).is_file():
-        raise ValueError(f"{run_dir} holds no training run to resume (no {CONFIG_FILE})")
+    run_dir = check_resumable(run_dir)
     task_class, saved = read_config(run_dir / CONFIG_FILE)
     overrides = task_class.absolute_locations(dict(overrides or {}))
     differences = config_differences(saved, overrides)

@@ -18,7 +18,8 @@ budget that ends the run before its planned tokens, the bar's total is the token
 at the speed so far, so its percentage and ETA follow the budget. Where standard error is not a terminal
 (a log file, a pipe), a line written beside the bar ends the bar's line instead of overwriting it with spaces.
 The bar's elapsed time is the session's training time (evaluations, checkpoints and compiling left out), so the
-speed its closing line gives is the one the summary prints.
+speed its closing line gives is the one the summary prints, and so is the speed of its estimate (a rate over the
+same clock and tokens, between its steps 2 and 22).
 """
 from __future__ import annotations
 
@@ -69,7 +70,6 @@ class _EstimatingBar(tqdm):
         super().__init__(*args, **kwargs)
         self._units = units
         self._time_left, self._cuda, self._updates, self._mark = time_left, cuda, 0, None
-        self._born = time.perf_counter()
         self._clock, self._planned = clock, self.total
         self._clock_born, self._left_out = clock(), 0
         self._budget_end = None if time_left is None else clock() + time_left
@@ -139,11 +139,11 @@ class _EstimatingBar(tqdm):
         if self._updates in (WARMUP_STEPS, WARMUP_STEPS + TIMED_STEPS):
             if self._cuda:
                 torch.cuda.synchronize()
-            now = time.perf_counter()
+            now, trained = self._clock(), self.n - self._left_out  # training time and its tokens, as the summary's
             if self._mark is None:
-                self._mark = (now, self.n)
+                self._mark = (now, trained)
             else:
-                self._estimate((self.n - self._mark[1]) / max(now - self._mark[0], 1e-9), now - self._born)
+                self._estimate((trained - self._mark[1]) / max(now - self._mark[0], 1e-9), now - self._clock_born)
         return shown
 
     def _estimate(self, rate: float, spent: float) -> None:
@@ -153,11 +153,12 @@ class _EstimatingBar(tqdm):
         what = f"{planned:,} {units}" if self.initial == 0 else \
             f"the remaining {planned - self.initial:,} of {planned:,} {units}"
         line = f"≈ {duration_text(left + spent)} for {what} at {rate:,.0f} {per_second}/s"
+        compiling = ", compiling not counted" if self._left_out else ""
         if self._time_left is not None and left + spent > self._time_left:
             reach = self.n + rate * max(self._time_left - spent, 0)
             line = (f"≈ {duration_text(self._time_left)} (the time budget) for about {reach:,.0f} of {planned:,} "
                     f"planned {units} at {rate:,.0f} {per_second}/s")
-        self.write(line + " (training time; dev evaluations come on top)", file=sys.stderr)
+        self.write(line + f" (training time{compiling}; dev evaluations come on top)", file=sys.stderr)
 
 
 def _is_terminal(stream) -> bool:

@@ -34,8 +34,10 @@ class TrainResult:
         writer: whether this process wrote the run's files (with several processes, rank 0 only).
         session_tokens, session_s: the tokens and seconds of training of this session alone (its speed, as its
             progress bar gives it; a new run's are its totals).
-        compile_s, compile_tokens: the seconds and tokens of this session's steps that compiled (``compile``): the
-            seconds are left out of ``elapsed_s``, and both out of the speed.
+        compile_s, compile_tokens: the seconds and tokens of this session's steps that compiled (``compile``, or the
+            task's own code: word2vec's Numba loops): the seconds are left out of ``elapsed_s``, and both out of the
+            speed.
+        compiled: what compiled, as the summary names it (:attr:`sohsm.train.task.Task.compiles`).
     """
 
     run_dir: Path
@@ -54,6 +56,7 @@ class TrainResult:
     session_s: float = 0.0
     compile_s: float = 0.0
     compile_tokens: int = 0
+    compiled: str = "--compile"
 
     @property
     def tokens_per_s(self) -> float:

@@ -16,6 +16,7 @@ import torch
 from sohsm.fields import Field, FieldError, escape, suggest
 from sohsm.train.checkpoint import BEST, LAST, METRICS_FILE
 from sohsm.train.config import RunConfig
+from sohsm.train.early import check_run_dir  # noqa: F401  (the loop's, from here)
 from sohsm.train.metrics import read_metrics
 from sohsm.train.task import Task, task_of_dict
 
@@ -33,13 +34,6 @@ def holds_run(run_dir: Path) -> bool:
         return metrics.is_file() and bool(read_metrics(metrics))
     except (OSError, ValueError):  # unreadable, or not UTF-8: something is there, leave it alone
         return True
-
-
-def check_run_dir(run_dir: str | os.PathLike[str]) -> Path:
-    """``run_dir`` as a path, refusing an empty name (which would train into the current folder)."""
-    if not str(run_dir).strip():
-        raise ValueError(f"the run directory must be named, got {str(run_dir)!r} (it would be the current folder)")
-    return Path(run_dir)
 
 
 def check_restartable(run_dir: Path, checkpoint_every: int) -> None:
@@ -140,19 +134,23 @@ def check_budget_left(run_dir: Path, config: RunConfig) -> None:
     spent = spent_budgets(config, progress)
     if not spent:
         return
-    facts = [_spent_fact(config, budget) for budget in spent]
+    facts = [_spent_fact(config, budget, progress) for budget in spent]
     raise NothingToTrain(escape(f"nothing left to train in {run_dir}: {' and '.join(what for what, _ in facts)} "
                                 f"(step {progress['step']:,}); to train on, ask "
                                 "for more: ") + " and ".join("{}" for _ in facts), *(more for _, more in facts))
 
 
-def _spent_fact(config: RunConfig, budget: str) -> tuple[str, Field]:
-    """What spending ``budget`` means, and the setting that would give twice as much (one epoch more)."""
+def _spent_fact(config: RunConfig, budget: str, progress: Mapping[str, Any]) -> tuple[str, Field]:
+    """What spending ``budget`` means, and the setting that would give twice as much (one epoch more); the tokens
+    read are the run's own count (its summary's: whole steps, which pass the budget by part of one)."""
     if budget == "done":
         epochs = "its one epoch" if config.epochs == 1 else f"all {config.epochs} epochs"
         return f"{epochs} done", suggest("epochs", config.epochs + 1)
     if budget == "max_tokens":
-        return f"its {config.max_tokens:,} tokens read", suggest("max_tokens", 2 * config.max_tokens)
+        read = progress["tokens"]
+        what = f"its {read:,} tokens read" if read == config.max_tokens else \
+            f"{read:,} tokens read of a {config.max_tokens:,}-token budget"
+        return what, suggest("max_tokens", 2 * config.max_tokens)
     return f"its {config.time_budget:g} s of training spent", suggest("time_budget", 2 * config.time_budget)
 
 

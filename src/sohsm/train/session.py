@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -151,8 +152,8 @@ class TrainingLoop:
         stopped = self.should_stop()
         while stopped is None:
             self.set_rate()
-            for batch, cursor in self.task.batches(self.state.epoch, self.state.cursor):
-                self.train_step(batch, cursor)
+            for batch, cursor, mark in self._marked(self.task.batches(self.state.epoch, self.state.cursor)):
+                self.train_step(batch, cursor, mark)
                 self.log_step()
                 epoch_done = self.state.cursor >= self.task.epoch_length
                 if epoch_done:
@@ -194,15 +195,34 @@ class TrainingLoop:
             return "time_budget"
         return None
 
-    def train_step(self, batch: Any, cursor: int) -> None:
+    def compilations(self) -> int:
+        """Compilations so far in this process that a step can cause: ``torch.compile``'s (with ``--compile``) and
+        the task's own (:meth:`~sohsm.train.task.Task.compilations`: word2vec's Numba loops)."""
+        return (compile_count() if self.config.compile else 0) + self.task.compilations()
+
+    def _marked(self, batches: Iterator[tuple[Any, int]]) -> Iterator[tuple[Any, int, tuple[int, float]]]:
+        """``batches`` with, for each, :meth:`compilations` and the time before it was made: a step that compiles
+        in making its batch (word2vec's windows) is a step that compiled."""
+        batches = iter(batches)
+        while True:
+            mark = (self.compilations(), time.perf_counter())
+            try:
+                batch, cursor = next(batches)
+            except StopIteration:
+                return
+            yield batch, cursor, mark
+
+    def train_step(self, batch: Any, cursor: int, mark: tuple[int, float] | None = None) -> None:
         """Train on ``batch`` (a self-organizing head may re-cluster in the update) and count it; ``cursor``:
-        where the epoch stands after it."""
+        where the epoch stands after it; ``mark``: :meth:`compilations` and the time before the batch was made
+        (default: now). A step that compiled (its batch, or its training) is left out of the training time, its
+        seconds and tokens counted apart (:attr:`compile_s`)."""
         if self.rate.moves_every_step:
             self.set_rate()
         run = self.step_graph or self.one_step
-        compiles, started = compile_count() if self.config.compile else None, time.perf_counter()
+        compiles, started = mark or (self.compilations(), time.perf_counter())
         result = run(batch, self.state.step + 1)  # all ranks' loss and targets
-        if compiles is not None and compile_count() != compiles:  # torch compiled in it: not training time
+        if self.compilations() != compiles:  # something compiled in it: not training time
             seconds = time.perf_counter() - started
             self.clock.leave_out(seconds)
             self.bar.leave_out(result.tokens)
@@ -370,7 +390,8 @@ class TrainingLoop:
                            stop_signal=self.signals.signum, writer=self.ranks.is_writer,
                            session_tokens=state.tokens - self.first_tokens,
                            session_s=state.elapsed_s - self.first_elapsed_s, compile_s=self.compile_s,
-                           compile_tokens=self.compile_tokens)
+                           compile_tokens=self.compile_tokens,
+                           compiled="--compile" if self.config.compile else self.task.compiles)
 
 
 def compile_count() -> int:

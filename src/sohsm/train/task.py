@@ -237,6 +237,16 @@ class Task(ABC):
         """What a session prints before it trains: data, model, head, device and the plan."""
         return []
 
+    #: what :meth:`compilations` counts, as a summary names it (``"+ 21.0 s compiling (WHAT; not counted)"``)
+    compiles: ClassVar[str] = "--compile"
+
+    def compilations(self) -> int:
+        """How many times code this task runs in a step (making its batch or training on it) has been compiled in
+        this process, besides ``torch.compile`` (word2vec's Numba loops): a step that raises it spent its time
+        compiling, which the loop leaves out of the training time and its speed, as it does a step that
+        ``--compile`` compiled. None by default."""
+        return 0
+
 
 _TASKS: dict[str, type[Task]] = {}
 

@@ -195,23 +195,33 @@ class LMConfig(RunConfig):
     step_graph: str = field(default="auto", metadata={"choices": STEP_GRAPH_CHOICES})
 
     @classmethod
-    def from_overrides(cls, overrides: typing.Mapping[str, typing.Any]) -> LMConfig:
+    def from_overrides(cls, overrides: typing.Mapping[str, typing.Any], *, draft: bool = False) -> LMConfig:
         """:meth:`RunConfig.from_overrides`; a transformer given only one of ``model.emb_size`` and
         ``model.hidden_size`` takes it for both (its embedding is its residual stream: one width); ``model.tie_weights``
-        not given follows :func:`ties_by_default`."""
+        not given follows :func:`ties_by_default` (a draft's is false: the head registry imports torch, and a run
+        tied by default is one that can be)."""
         overrides = dict(overrides)
         if overrides.get("model.architecture") == "transformer":
             for given, other in (("model.emb_size", "model.hidden_size"), ("model.hidden_size", "model.emb_size")):
                 if given in overrides and other not in overrides:
                     overrides[other] = overrides[given]
         if "model.tie_weights" not in overrides:
-            overrides["model.tie_weights"] = ties_by_default(overrides)
-        return super().from_overrides(overrides)
+            overrides["model.tie_weights"] = False if draft else ties_by_default(overrides)
+        return super().from_overrides(overrides, draft=draft)
 
     # -- checks ----------------------------------------------------------------------
     def validate(self) -> None:
         """Check every value's range; raises ValueError naming the field."""
-        self._validate_head_optim_budgets()
+        super().validate()
+        if self.model.tie_weights:
+            refusal = self.head.spec(check=False).tying_refusal(self.model.hidden_size)
+            if refusal is not None:
+                raise FieldError(escape(f"head {self.head.name!r} cannot be tied (") + "{}" + escape(f"): {refusal}"),
+                                 "model.tie_weights")
+
+    def check_values(self) -> None:
+        """The checks of :meth:`validate` that need no torch (:meth:`RunConfig.check_values`)."""
+        self._check_head_optim_budgets()
         if self.task != "lm":
             raise FieldError.on("task", f"must be 'lm' for a language-model config, got {self.task!r}")
         self._check_at_least(1, "model.emb_size", "model.hidden_size", "model.layers", "model.attention_heads", "bptt",
@@ -239,11 +249,6 @@ class LMConfig(RunConfig):
         self._validate_tokenizer()
         check_clusters_source(self.data)
         self._validate_model()
-        if self.model.tie_weights:
-            refusal = self.head.spec(check=False).tying_refusal(self.model.hidden_size)
-            if refusal is not None:
-                raise FieldError(escape(f"head {self.head.name!r} cannot be tied (") + "{}" + escape(f"): {refusal}"),
-                                 "model.tie_weights")
         if self.model.tie_weights and self.model.emb_size != self.model.hidden_size:
             raise FieldError(f"{{}} needs {{}} == {{}}, got {self.model.emb_size} and {self.model.hidden_size}",
                              "model.tie_weights", "model.emb_size", "model.hidden_size")

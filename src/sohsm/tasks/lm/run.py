@@ -63,6 +63,8 @@ class Generation:
     Attributes:
         prompt: the prompt's tokens as the model saw them (unknown words as ``<unk>``).
         unknown: prompt words not in the vocabulary.
+        lower_case: the prompt with each unknown word whose lower-case form is in the vocabulary written so (a
+            capitalised prompt on a lower-case corpus); ``None`` where no word is.
         words: the continuation's tokens (words, or subwords).
         eos: the vocabulary's end-of-line token (``None`` for running text).
         subwords: the tokenizer of a subword run, which writes its tokens as text; ``None`` for words.
@@ -73,6 +75,7 @@ class Generation:
     words: list[str]
     eos: str | None
     subwords: Subwords | None = None
+    lower_case: str | None = None
 
     def text(self, include_prompt: bool = False) -> str:
         """The continuation (after the prompt if ``include_prompt``) as text: words joined by spaces (subwords:
@@ -126,5 +129,6 @@ def generate_text(run_dir: str | os.PathLike[str], prompt: str, length: int = 30
               disable=not progress or length <= 1000) as bar:
         out = generate(run.model, run.head, ids, length, greedy=greedy, temperature=temperature, generator=generator,
                        on_word=bar.update)
+    lowered = [w.lower() if w in unknown and w.lower() in vocab else w for w in words]
     return Generation(prompt=vocab.decode(ids), unknown=unknown, words=vocab.decode(out), eos=vocab.eos,
-                      subwords=subwords)
+                      subwords=subwords, lower_case=" ".join(lowered) if lowered != words else None)

@@ -106,9 +106,9 @@ class S2SConfig(RunConfig):
     checkpoint_every: int = 500
     log_every: int = 50
 
-    def validate(self) -> None:
-        """Check every value's range; raises ValueError naming the field."""
-        self._validate_head_optim_budgets()
+    def check_values(self) -> None:
+        """Check every value's range, without torch; raises ValueError naming the field."""
+        self._check_head_optim_budgets()
         if self.task != "s2s":
             raise FieldError.on("task", f"must be 's2s' for a summariser config, got {self.task!r}")
         self._check_at_least(1, "model.emb_size", "model.hidden_size", "batch_size", "eval_batch_size",

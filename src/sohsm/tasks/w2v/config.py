@@ -160,9 +160,9 @@ class W2VConfig(RunConfig):
         """The starting per-word rate: ``optim.lr``, else word2vec's for the architecture."""
         return DEFAULT_RATES[self.model.architecture] if self.optim.lr is None else self.optim.lr
 
-    def validate(self) -> None:
-        """Check every value's range; raises :class:`~sohsm.fields.FieldError` naming the field."""
-        self._validate_head_optim_budgets()
+    def check_values(self) -> None:
+        """Check every value's range, without torch; raises :class:`~sohsm.fields.FieldError` naming the field."""
+        self._check_head_optim_budgets()
         if self.task != "w2v":
             raise FieldError.on("task", f"must be 'w2v' for a word-embedding config, got {self.task!r}")
         if self.model.architecture not in ARCHITECTURES:

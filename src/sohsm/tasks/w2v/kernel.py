@@ -196,6 +196,13 @@ def _window_rows(kept, spans, window, cbow, inputs, counts, targets):  # pragma:
 _compiled_windows: Callable | None = None
 
 
+def compilations() -> int:
+    """How many machine-code versions of the loops above this process has compiled, or loaded from Numba's cache: a
+    step that raises it spent its time compiling, which the training loop leaves out of the training time
+    (:meth:`sohsm.train.task.Task.compilations`)."""
+    return sum(len(loop.signatures) for loop in (_compiled, _compiled_windows) if loop is not None)
+
+
 def window_rows(kept: np.ndarray, spans: np.ndarray, window: int, cbow: bool):
     """A piece's CBOW rows or skip-gram pairs by a compiled loop: ``(inputs, offsets, counts, targets)``,
     equal to :func:`sohsm.tasks.w2v.data.window_examples` (``offsets`` and ``counts`` ``None`` for skip-gram).

@@ -177,6 +177,16 @@ class W2VTask(Task):
     def position(self, cursor: int) -> dict[str, Any]:
         return {"piece": cursor}
 
+    compiles = "Numba's word2vec loops, cached on disk for the next run"
+
+    def compilations(self) -> int:
+        """Numba's compilations of word2vec's loops (:func:`sohsm.tasks.w2v.kernel.compilations`)."""
+        if not numba_available():
+            return 0
+        from sohsm.tasks.w2v.kernel import compilations
+
+        return compilations()
+
     def restore(self, position: Mapping[str, Any], device: torch.device) -> int:
         return int(position["piece"])
 
@@ -191,7 +201,8 @@ class W2VTask(Task):
         c, m = self.config, self.config.model
         clusters = head.n_clusters if isinstance(head, ClusteredHead) else None
         head_params = sum(p.numel() for p in head.parameters())
-        what = (f"{self.corpus.name}: {len(self.vocab) - 1:,} words (min_count {c.data.min_count}), "
+        what = (f"{self.corpus.name}: {len(self.vocab) - 1:,} words (vocab {len(self.vocab):,} with <unk>, which is "
+                f"neither trained nor exported; min_count {c.data.min_count}), "
                 f"{self.words_per_epoch:,} training words | {m.architecture} dim {m.dim} window {m.window} "
                 f"sample {c.data.sample:g} | head {c.head.name}" + (f", {clusters} clusters" if clusters else "")
                 + f" ({head_params / 1e6:.1f}M parameters) | {device}")
