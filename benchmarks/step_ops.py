@@ -159,14 +159,14 @@ def count(train_args: list[str], graph: bool = False) -> tuple[float, collection
 
     original, profiles = TrainingLoop.train_step, []
 
-    def profiled(self, batch, cursor):
+    def profiled(self, batch, cursor, *rest):
         step = self.state.step + 1
         if step > PROFILED[-1]:
             raise _Enough
         if step not in PROFILED:
-            return original(self, batch, cursor)
+            return original(self, batch, cursor, *rest)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            out = original(self, batch, cursor)
+            out = original(self, batch, cursor, *rest)
         profiles.append(prof.events())
         return out
 

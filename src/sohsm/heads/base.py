@@ -5,7 +5,6 @@ The values a head is given are checked in :mod:`sohsm.heads.checks`, and what it
 """
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +15,7 @@ from torch import Tensor, nn
 from sohsm.clustering.hierarchy import assignment_to_hierarchy
 from sohsm.heads.checks import autocast_on, check_counts, check_size, upcast
 from sohsm.heads.outputs import ClusterScores, HeadMemory, HeadOutput
+from sohsm.heads.unbatched import UNBATCHED_METHODS, unbatched
 
 __all__ = ["ClusterScores", "ClusteredHead", "Head", "HeadMemory", "HeadOutput", "HierarchicalHead",
            "SelfOrganizingHead", "check_counts", "check_size", "init_word_vectors", "upcast", "word_vector_bound"]
@@ -39,47 +39,6 @@ def init_word_vectors(weight: Tensor, bias: Tensor | None = None) -> None:
         nn.init.zeros_(bias)
 
 
-#: the methods that take hidden states and answer per row: each takes one unbatched hidden state as torch's
-#: ``AdaptiveLogSoftmaxWithLoss`` does (:func:`_unbatched`)
-UNBATCHED_METHODS = ("forward", "score_parts", "log_prob", "topk", "predict")
-
-
-def _squeeze_rows(value: Any) -> Any:
-    """``value`` (a tensor, a named or plain tuple of them, ``None``) without its leading row dimension; a scalar
-    (the loss) is kept as it is."""
-    if isinstance(value, Tensor):
-        return value.squeeze(0) if value.dim() else value
-    if isinstance(value, tuple) and hasattr(value, "_replace"):  # a NamedTuple: HeadOutput, ClusterScores
-        return type(value)(*(_squeeze_rows(v) for v in value))
-    if isinstance(value, tuple):  # a plain tuple, or torch's (values, indices) of topk
-        return type(value)([_squeeze_rows(v) for v in value])
-    return value
-
-
-def _unbatched(method: Callable) -> Callable:
-    """``method`` (a head's ``forward``, ``log_prob``, ...) taking one unbatched hidden state ``[d]`` as torch's
-    ``AdaptiveLogSoftmaxWithLoss`` does: a batch of one inside, the row dimension dropped from what it returns (a
-    0-dim output and prediction, ``[N]`` log-probabilities). A method that also takes targets does so only with a 0-dim
-    target (torch refuses ``[d]`` with ``[1]``; a head reads it, as any ``[*]`` target, as one row, and returns
-    ``[1]``). Batched input passes through untouched."""
-    targets = "target" in inspect.signature(method).parameters
-
-    @functools.wraps(method)
-    def call(self, hidden, *args, **kwargs):
-        if not (isinstance(hidden, Tensor) and hidden.dim() == 1):
-            return method(self, hidden, *args, **kwargs)
-        if targets:
-            target = args[0] if args else kwargs.get("target")
-            if not (isinstance(target, Tensor) and target.dim() == 0):
-                return method(self, hidden, *args, **kwargs)
-            args, kwargs = ((target.unsqueeze(0), *args[1:]), kwargs) if args else \
-                (args, {**kwargs, "target": target.unsqueeze(0)})
-        return _squeeze_rows(method(self, hidden.unsqueeze(0), *args, **kwargs))
-
-    call.unbatched = True
-    return call
-
-
 class Head(nn.Module):
     """Base class of all output layers: hidden states in, log-probabilities out.
 
@@ -101,13 +60,13 @@ class Head(nn.Module):
     """
 
     def __init_subclass__(cls, **kwargs) -> None:
-        """Give the subclass's :data:`UNBATCHED_METHODS` the unbatched contract (:func:`_unbatched`): its own, and a
-        mixin's that comes before :class:`Head` in its bases (the two-level heads' scoring)."""
+        """Give the subclass's ``UNBATCHED_METHODS`` the unbatched contract (:func:`~sohsm.heads.unbatched.unbatched`):
+        its own, and a mixin's that comes before :class:`Head` in its bases (the two-level heads' scoring)."""
         super().__init_subclass__(**kwargs)
         for name in UNBATCHED_METHODS:
             method = getattr(cls, name, None)
             if inspect.isfunction(method) and not getattr(method, "unbatched", False):
-                setattr(cls, name, _unbatched(method))
+                setattr(cls, name, unbatched(method))
 
     #: What ``forward``'s ``loss`` is in training mode: ``"nll"`` (the exact mean
     #: negative log-likelihood) or the name of a sampled objective
@@ -158,7 +117,7 @@ class Head(nn.Module):
         """Exact log-probabilities over the whole vocabulary, ``[B, N]``."""
         raise NotImplementedError
 
-    @_unbatched
+    @unbatched
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """The ``k`` most probable words per row: ``(log-probs, word ids)``, each ``[B, k]``.
 
@@ -167,7 +126,7 @@ class Head(nn.Module):
         k = self._check_k(k)
         return self.log_prob(hidden).topk(k, dim=1)
 
-    @_unbatched
+    @unbatched
     def predict(self, hidden: Tensor) -> Tensor:
         """The most probable word per row, ``[B]``; same as ``log_prob(hidden).argmax(1)``."""
         return self.topk(hidden, 1)[1][:, 0]
