@@ -230,7 +230,8 @@ def run_parts(n: int, out: Path) -> None:
         output.sum().backward()
     lstm = (clock() - lstm_marks[0]) / 4
     out.write_text(json.dumps({"words": n, "options": options, "parts": parts, "lstm_alone": lstm,
-                               "clusters": head.n_clusters}), encoding="utf-8")
+                               "clusters": head.n_clusters, "statistics_bytes": head.statistics_bytes(),
+                               "head_parameters": sum(p.numel() for p in head.parameters())}), encoding="utf-8")
 
 
 # -- the driver ---------------------------------------------------------------------------------------------------
@@ -382,6 +383,25 @@ def report(results: dict, output: Path, command: str) -> None:
                      + " |")
         lines.append("| clusters (shortlist words' own and learned) | "
                      + " | ".join(f"{p['clusters']:,}" for p in parts) + " |")
+        lines.append("| the head's parameters (tied: the embedding too) | "
+                     + " | ".join(f"{p['head_parameters'] / 1e6:.1f}M" for p in parts) + " |")
+        lines.append("| statistics q | "
+                     + " | ".join(f"{p['statistics_bytes'] / 2**20:,.0f} MiB" for p in parts) + " |")
+        small, large = parts
+        grown = {key: large["parts"][key] - small["parts"][key] for key in small["parts"]}
+        total = sum(grown.values())
+        lines += [] if total <= 0 else ["", f"Of the {total:.3f} s a step gains from {words_label(small['words'])} to "
+                  f"{words_label(large['words'])} words, "
+                  + ", ".join(f"{key} {value:.3f} s ({value / total:.0%})" for key, value in grown.items())
+                  + f". The LSTM alone takes about the same at both sizes ({small['lstm_alone']:.3f} and "
+                  f"{large['lstm_alone']:.3f} s): what grows is the head's forward and backward. Every token scores "
+                  f"all {large['clusters']:,} clusters (the shortlist words' own and the learned ones) in d "
+                  f"dimensions against {small['clusters']:,} at {words_label(small['words'])}, and the in-cluster "
+                  "scores take one product per (cluster, band) the batch holds, forward, and two backward: at a "
+                  "large vocabulary most clusters a batch holds have a row or two, so those calls cost more than "
+                  "their arithmetic. The optimizer's update of the tied word vectors is not what grows: in bands "
+                  f"(`div_value=4`) the head holds {large['head_parameters'] / 1e6:.0f}M numbers at "
+                  f"{words_label(large['words'])} words, not N x d = {large['words'] * 256 / 1e6:.0f}M."]
     lines += ["", "![tokens/s against N](scaling.png)", ""]
     plot(results, output.with_suffix(".png"))
     write_page(output, lines)
