@@ -229,6 +229,14 @@ def run_parts(n: int, out: Path) -> None:
         output, _ = model.lstm(torch.randn(20, 128, 256, requires_grad=True))
         output.sum().backward()
     lstm = (clock() - lstm_marks[0]) / 4
+    # the cluster layer alone, its forward product and its two backward ones: every token against every cluster
+    # (the shortlist words' own and the learned ones) in d dimensions, whatever the in-cluster part costs
+    hidden, cluster_weight = torch.randn(TOKENS_PER_STEP, 256), head.cluster_weight.detach()
+    began = clock()
+    for _ in range(4):
+        grad = hidden @ cluster_weight.t()
+        hidden.t() @ grad, grad @ cluster_weight
+    cluster_layer = (clock() - began) / 4
     head.eval()
     with torch.no_grad():  # what a top-k or an exact evaluation pays before it scores: the vectors as one matrix
         began = clock()
@@ -237,7 +245,8 @@ def run_parts(n: int, out: Path) -> None:
         visited = int(head.search_topk(torch.randn(1, 256), 10).clusters_visited[0])
     out.write_text(json.dumps({"words": n, "options": options, "parts": parts, "lstm_alone": lstm,
                                "clusters": head.n_clusters, "statistics_bytes": head.statistics_bytes(),
-                               "widen_s": widen, "widened_bytes": matrix.numel() * matrix.element_size(),
+                               "widen_s": widen, "cluster_layer_s": cluster_layer,
+                               "widened_bytes": matrix.numel() * matrix.element_size(),
                                "topk_clusters_visited": visited,
                                "head_parameters": sum(p.numel() for p in head.parameters())}), encoding="utf-8")
 
@@ -411,6 +420,16 @@ def report(results: dict, output: Path, command: str) -> None:
                   "their arithmetic. The optimizer's update of the tied word vectors is not what grows: in bands "
                   f"(`div_value=4`) the head holds {large['head_parameters'] / 1e6:.0f}M numbers at "
                   f"{words_label(large['words'])} words, not N x d = {large['words'] * 256 / 1e6:.0f}M."]
+        if "cluster_layer_s" in large:
+            floor = large["lstm_alone"] + large["cluster_layer_s"]
+            lines += ["", f"A floor: the LSTM alone and the cluster layer's three products alone (every token against "
+                      f"all {large['clusters']:,} clusters, forward and backward: {large['cluster_layer_s']:.3f} s) "
+                      f"take {floor:.3f} s a step at {words_label(large['words'])} words, "
+                      f"{sum(small['parts'].values()) / floor:.2f}x the whole step's rate at "
+                      f"{words_label(small['words'])}, before any in-cluster score, statistics or update. The 0.7x "
+                      f"target allows a step of {sum(small['parts'].values()) / 0.7:.3f} s there: these two alone take "
+                      f"{floor / (sum(small['parts'].values()) / 0.7):.0%} of it (the shortlist's words are scored as "
+                      "clusters of their own: half of the clusters at a million words)."]
         if "widen_s" in large:
             lines += ["", "The self-organized head's *eval tok/s* and *top-10 ms* fall with N for two reasons, both "
                       "measured here: its banded word vectors are widened into one matrix before they are scored "
