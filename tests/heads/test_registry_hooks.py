@@ -48,6 +48,25 @@ def test_a_head_s_defaults_for_a_model_and_vocabulary_are_its_own():
     assert setting_defaults("self_organized", {"div_value": None}, LSTM).options == {}
 
 
+def test_a_cpu_run_keeps_q_compact_where_the_dense_q_would_pass_256_mib():
+    """q_clusters=16 from about 190,000 words (the dense q: N x ceil(sqrt(N)) float32) on the CPU, with the banded
+    default where that applies too; not on a GPU (its sync-free path folds the dense q), not where q_clusters or
+    stay_margin is given, and a smaller n_clusters given keeps q below the limit longer."""
+    million = HeadSetting("lstm", 256, True, 1_000_000)
+    both = setting_defaults("self_organized", {}, million)
+    assert both.options == {"div_value": 4, "q_clusters": 16}
+    assert "q_clusters=16" in both.reason and "3,815 MiB" in both.reason and "div_value=4" in both.reason
+    assert setting_defaults("self_organized", {}, HeadSetting("lstm", 256, True, 150_000)).options == {"div_value": 4}
+    assert setting_defaults("self_organized", {}, HeadSetting("lstm", 256, True, 200_000)).options["q_clusters"] == 16
+    untied = setting_defaults("self_organized", {}, HeadSetting("lstm", 256, False, 1_000_000))
+    assert untied.options == {"q_clusters": 16} and untied.reason.startswith("the default on the CPU")
+    on_gpu = HeadSetting("lstm", 256, True, 1_000_000, device="cuda")
+    assert setting_defaults("self_organized", {}, on_gpu).options == {"div_value": 4}
+    for given in ({"q_clusters": None}, {"q_clusters": 4}, {"stay_margin": 1.0}):
+        assert "q_clusters" not in setting_defaults("self_organized", given, million).options, given
+    assert "q_clusters" not in setting_defaults("self_organized", {"n_clusters": 60}, million).options
+
+
 def test_an_earlier_release_s_options_are_the_head_s_migration():
     """A self-organized head saved before the shortlist existed had none; a shortlist given stays; others keep
     theirs."""

@@ -228,7 +228,10 @@ def greedy_assignment(
     Args:
         q: ``[N, n_clusters]`` cluster statistics (higher = better cluster for the word), or an
             object with ``shape`` and ``rows(words)`` (``[len(words), n_clusters]``), read a block
-            of rows at a time (:class:`sohsm.heads.compact_statistics.CompactRows`).
+            of rows at a time (:class:`sohsm.heads.compact_statistics.CompactRows`). Compact statistics as the
+            fold keeps them (each kept value at least the row's ``rest``) are read by their kept clusters alone,
+            ``O(N M)`` instead of ``O(N C)`` (:func:`_greedy_compact`): at a million words about 2 s on one thread
+            instead of tens of seconds, with the same assignment.
         tf: ``[N]`` relative term frequencies (or raw counts, scaled alike with ``freq_budget``).
         max_size: most words a cluster may hold.
         freq_budget: ``f_b``, the token mass above which a cluster takes no more words.
@@ -236,6 +239,8 @@ def greedy_assignment(
     if isinstance(q, Tensor):
         q, tf = _check_greedy_args(q, tf, max_size, freq_budget)
         read_rows = q.__getitem__
+    elif (kept := _kept_form(q)) is not None:  # compact statistics whose kept values are each row's best
+        return _greedy_compact(*kept, tf, max_size, freq_budget, block_size)
     else:  # compact statistics: a block of dense rows at a time, checked as a dense q would be
         source = q
         _check_greedy_args(torch.empty(q.shape[0], q.shape[1], device="meta"), tf, max_size, freq_budget,
@@ -275,19 +280,116 @@ def greedy_assignment(
             closed_in_turn = torch.cat([closed, closed]).unfold(0, n_clusters, 1)[first]  # [n, C], as scores
             choice = turn.gather(1, torch.where(closed_in_turn, minus_inf, scores).argmax(dim=1, keepdim=True))
             choice = choice.squeeze(1)  # [n]
-            # size and mass each word's cluster would have when the word's turn comes
-            one_hot = torch.zeros(words.numel(), n_clusters, dtype=torch.float64)
-            one_hot.scatter_(1, choice[:, None], 1.0)
-            before_count = (one_hot.cumsum(0) - one_hot).gather(1, choice[:, None]).squeeze(1)
-            # running masses start from the clusters' masses, summed in the reference's order
-            running = torch.cat([masses[None], one_hot * word_tf[:, None]]).cumsum(0)[:-1]
-            before_mass = running.gather(1, choice[:, None]).squeeze(1)
-            blocked = (sizes[choice] + before_count.long() >= max_size) | (before_mass >= freq_budget)
-            cut = int(blocked.long().argmax()) if bool(blocked.any()) else words.numel()
+            cut = _first_blocked(choice, word_tf, sizes, masses, max_size, freq_budget)
             taken = choice[:cut]
             assignment[words[:cut]] = taken
             sizes += torch.bincount(taken, minlength=n_clusters)
             masses.index_add_(0, taken, word_tf[:cut])
             words, scores, word_tf, first, turn = words[cut:], scores[cut:], word_tf[cut:], first[cut:], turn[cut:]
+        start += block_size
+    return GreedyResult(assignment, fallback)
+
+
+def _first_blocked(choice: Tensor, word_tf: Tensor, sizes: Tensor, masses: Tensor, max_size: int,
+                   freq_budget: float) -> int:
+    """How many of a block's words take their ``choice`` before one finds its cluster closed by the words before it
+    (its size reached ``max_size``, or its mass ``freq_budget``): the index of the first such word, else all.
+
+    A word's place among the block's words of its cluster is found by a stable sort (``n log n``, not ``n x C``);
+    the masses are summed, in the reference's order, only for the clusters the whole block could bring near the
+    budget (the rest stay below it whatever the order of the sum: every ``tf`` is non-negative)."""
+    n = choice.numel()
+    order = torch.sort(choice, stable=True).indices
+    sorted_choice = choice[order]
+    position = torch.arange(n)
+    starts = torch.ones(n, dtype=torch.bool)
+    starts[1:] = sorted_choice[1:] != sorted_choice[:-1]
+    group_start = torch.cummax(torch.where(starts, position, 0), dim=0).values
+    before_count = torch.empty(n, dtype=torch.long)
+    before_count[order] = position - group_start
+    blocked = sizes[choice] + before_count >= max_size
+    total = masses.index_add(0, choice, word_tf)  # every word of the block in: the most a cluster can reach
+    near = total >= freq_budget * (1 - 1e-9)
+    if bool(near[choice].any()):
+        columns = torch.nonzero(near).squeeze(1)  # the clusters that may reach the budget, summed as the reference
+        local = torch.searchsorted(columns, choice)
+        mine = near[choice]
+        one_hot = torch.zeros(n, columns.numel(), dtype=torch.float64)
+        one_hot[mine, local[mine]] = 1.0
+        running = torch.cat([masses[columns][None], one_hot * word_tf[:, None]]).cumsum(0)[:-1]
+        before_mass = running.gather(1, local.clamp(max=columns.numel() - 1)[:, None]).squeeze(1)
+        blocked |= mine & (before_mass >= freq_budget)
+    return int(blocked.long().argmax()) if bool(blocked.any()) else n
+
+
+def _kept_form(q) -> tuple[Tensor, Tensor, Tensor, int] | None:
+    """``(index, values, rest, C)`` of compact statistics (:class:`~sohsm.heads.two_level.self_organizing.
+    compact_statistics.CompactRows`) checked as a dense ``q`` is, where every kept value is at least its row's
+    ``rest`` (as the fold keeps them) and some cluster is not kept; else ``None`` (read as dense rows)."""
+    index, values, rest = (getattr(q, name, None) for name in ("index", "values", "rest"))
+    if not all(isinstance(t, Tensor) for t in (index, values, rest)) or index.shape[1] >= q.shape[1]:
+        return None
+    lowest = torch.finfo(torch.float32).min
+    values = values.detach().float().cpu().nan_to_num(neginf=lowest)
+    rest = rest.detach().float().cpu().nan_to_num(neginf=lowest)
+    if index.numel() and not bool((values >= rest[:, None]).all()):
+        return None
+    return index.detach().cpu().long(), values, rest, int(q.shape[1])
+
+
+def _greedy_compact(index: Tensor, values: Tensor, rest: Tensor, n_clusters: int, tf: Tensor, max_size: int,
+                    freq_budget: float, block_size: int) -> GreedyResult:
+    """:func:`greedy_assignment` of compact statistics, reading each word's ``M`` kept clusters and not its ``C``.
+
+    Every cluster not kept has the row's ``rest``, at most any kept value. So a word's best open cluster is its best
+    open kept one where that beats ``rest``; otherwise every open cluster ties at ``rest`` and the tie order decides:
+    the first open cluster from ``rank mod C`` on. The same assignment as the dense rows give (tested), in
+    ``O(N (M + log N) + C)`` per pass of a block instead of ``O(N C)``.
+    """
+    n_words = index.shape[0]
+    _check_greedy_args(torch.empty(n_words, n_clusters, device="meta"), tf, max_size, freq_budget, on_device=True)
+    tf = torch.as_tensor(tf).reshape(-1).detach().to(device="cpu", dtype=torch.float64)
+    order = torch.sort(tf, descending=True, stable=True).indices
+    sizes = torch.zeros(n_clusters, dtype=torch.long)
+    masses = torch.zeros(n_clusters, dtype=torch.float64)
+    assignment = torch.empty(n_words, dtype=torch.long)
+    fallback = 0
+    minus_inf = torch.tensor(float("-inf"))
+    twice = torch.arange(2 * n_clusters)
+    start = 0
+    while start < n_words:
+        words = order[start : start + block_size]
+        first = torch.arange(start, start + words.numel()).remainder(n_clusters)  # [n]: where each tie order starts
+        kept, kept_values, word_rest = index[words], values[words], rest[words]  # [n, M], [n, M], [n]
+        distance = (kept - first[:, None]).remainder(n_clusters)  # [n, M]: place in the word's tie order
+        word_tf = tf[words]
+        while words.numel():
+            closed = (sizes >= max_size) | (masses >= freq_budget)
+            if bool(closed.all()):
+                w = int(words[0])
+                room = torch.where(sizes < max_size, masses, torch.tensor(float("inf"), dtype=torch.float64))
+                c = int(room.argmin())
+                assignment[w] = c
+                sizes[c] += 1
+                masses[c] += tf[w]
+                fallback += 1
+                words, kept, kept_values, word_rest = words[1:], kept[1:], kept_values[1:], word_rest[1:]
+                distance, word_tf, first = distance[1:], word_tf[1:], first[1:]
+                continue
+            open_values = torch.where(closed[kept], minus_inf, kept_values)  # [n, M]
+            best = open_values.max(dim=1, keepdim=True).values
+            tied = torch.where(open_values == best, distance, 2 * n_clusters)
+            best_kept = kept.gather(1, tied.argmin(dim=1, keepdim=True)).squeeze(1)
+            # the first open cluster from each place of the tie order on (cyclically): a reverse running minimum
+            open_at = torch.where(torch.cat([~closed, ~closed]), twice, 2 * n_clusters)
+            next_open = open_at.flip(0).cummin(0).values.flip(0)[:n_clusters].remainder(n_clusters)
+            choice = torch.where(best.squeeze(1) > word_rest, best_kept, next_open[first])
+            cut = _first_blocked(choice, word_tf, sizes, masses, max_size, freq_budget)
+            taken = choice[:cut]
+            assignment[words[:cut]] = taken
+            sizes += torch.bincount(taken, minlength=n_clusters)
+            masses.index_add_(0, taken, word_tf[:cut])
+            words, kept, kept_values, word_rest = words[cut:], kept[cut:], kept_values[cut:], word_rest[cut:]
+            distance, word_tf, first = distance[cut:], word_tf[cut:], first[cut:]
         start += block_size
     return GreedyResult(assignment, fallback)

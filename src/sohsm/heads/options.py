@@ -42,6 +42,7 @@ class HeadSetting:
         tied: whether the model's input embedding is the head's word vectors.
         n_words: the vocabulary's size (``n_classes``).
         subwords: whether the vocabulary is a subword tokenizer's rather than words.
+        device: the type of device the run trains on (``"cpu"``, ``"cuda"``, ...).
     """
 
     model: str
@@ -49,6 +50,7 @@ class HeadSetting:
     tied: bool
     n_words: int
     subwords: bool = False
+    device: str = "cpu"
 
 
 class HeadDefaults(NamedTuple):

@@ -194,6 +194,51 @@ def test_greedy_assignment_reads_compact_rows_as_the_dense_matrix():
     assert torch.equal(got.assignment, expected.assignment) and got.fallback_words == expected.fallback_words
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_the_kept_clusters_solver_gives_the_reference_assignment(seed):
+    """Compact rows are read by their kept clusters alone (each at least the row's rest, as the fold keeps them):
+    the same assignment as Algorithm 1 written one word at a time over the dense rows, with ties (values on a few
+    levels, rest equal to the weakest kept value), words that share a row, tight sizes, a small frequency budget
+    (blocked clusters, fallbacks) and blocks cut at every size."""
+    from sohsm.clustering.assignments import greedy_assignment_reference
+
+    generator = torch.Generator().manual_seed(seed)
+    n, c = int(torch.randint(5, 300, (1,), generator=generator)), int(torch.randint(3, 40, (1,), generator=generator))
+    m = int(torch.randint(1, c, (1,), generator=generator))
+    ties = seed % 2 == 0
+    values = (torch.randint(0, 4, (n, m), generator=generator).float() if ties
+              else torch.randn(n, m, generator=generator)).sort(dim=1, descending=True).values
+    index = torch.stack([torch.randperm(c, generator=generator)[:m] for _ in range(n)]).int()
+    gap = torch.randint(0, 2, (n,), generator=generator).float() if ties else torch.rand(n, generator=generator)
+    rest = values.min(dim=1).values - (0 if seed % 5 == 0 else gap)
+    rows = CompactRows(index, values, rest, c)
+    tf = torch.ones(n, dtype=torch.float64) if seed % 3 == 0 else torch.rand(n, generator=generator,
+                                                                            dtype=torch.float64) ** 3
+    tf /= tf.sum()
+    max_size = -(-n // c) + int(torch.randint(0, n, (1,), generator=generator)) // 3
+    freq_budget = (0.02, 0.1, 1.0, 0.5 / c)[seed % 4]
+    expected = greedy_assignment_reference(rows.dense(), tf, max_size, freq_budget)
+    for block_size in (1024, 7, 1):
+        got = greedy_assignment(rows, tf, max_size, freq_budget, block_size=block_size)
+        assert torch.equal(got.assignment, expected.assignment) and got.fallback_words == expected.fallback_words
+
+
+def test_rows_whose_rest_passes_a_kept_value_are_read_as_dense_rows():
+    """A ``rest`` above a kept value (not what the fold keeps) leaves the kept clusters' shortcut: dense rows."""
+    from sohsm.clustering.assignments import _kept_form, greedy_assignment_reference
+
+    generator = torch.Generator().manual_seed(7)
+    n, c, m = 200, 12, 3
+    index = torch.stack([torch.randperm(c, generator=generator)[:m] for _ in range(n)]).int()
+    values = torch.randn(n, m, generator=generator)
+    rows = CompactRows(index, values, values.max(dim=1).values + 0.5, c)  # every other cluster beats the kept
+    assert _kept_form(rows) is None
+    tf = torch.rand(n, generator=generator, dtype=torch.float64)
+    tf /= tf.sum()
+    expected = greedy_assignment_reference(rows.dense(), tf, 25, 0.1)
+    assert torch.equal(greedy_assignment(rows, tf, 25, 0.1).assignment, expected.assignment)
+
+
 def test_deferred_solver_takes_the_compact_q():
     heads = [make_head(2, solver=solver) for solver in ("sequential", "deferred_acceptance")]
     _train_together(heads, steps=6)

@@ -41,6 +41,48 @@ def banded_defaults(name: str, options: Mapping[str, Any], setting: HeadSetting)
                         "words in fewer dimensions; --head-option div_value=null keeps every word at the hidden size)")
 
 
+#: a new run's self-organized head on the CPU keeps ``q`` compact where the dense ``q`` would hold more bytes than this
+COMPACT_Q_FROM_BYTES = 256 * 2**20
+#: the ``q_clusters`` it takes there (each word's 16 best clusters: no loss on PTB, docs/results/lm.md)
+COMPACT_Q_CLUSTERS = 16
+
+
+def compact_q_defaults(name: str, options: Mapping[str, Any], setting: HeadSetting) -> HeadDefaults:
+    """``q_clusters=16`` for a self-organized head trained on the CPU whose dense statistics ``q`` (``N x`` learned
+    clusters, float32) would hold more than 256 MiB (:data:`COMPACT_Q_FROM_BYTES`: from about 190,000 words): each
+    word keeps its 16 best clusters, ``N x 33 x 4`` bytes (126 MiB at a million words in place of 3.7 GiB).
+
+    Measured (``docs/results/lm.md``, "q in a compact form", PTB, three seeds): dev perplexity within 0.1% of the
+    dense ``q``'s. Not taken on a GPU, whose sync-free path folds the dense ``q`` only, nor where ``q_clusters`` or
+    ``stay_margin`` (which needs the dense ``q``) is given.
+    """
+    from sohsm.clustering import default_n_clusters  # the clustering package imports torch
+
+    if setting.device != "cpu" or "q_clusters" in options or options.get("stay_margin"):
+        return HeadDefaults({})
+    learned = options.get("n_clusters") or default_n_clusters(setting.n_words)
+    dense = setting.n_words * learned * 4
+    if dense <= COMPACT_Q_FROM_BYTES:
+        return HeadDefaults({})
+    compact = setting.n_words * (2 * COMPACT_Q_CLUSTERS + 1) * 4
+    return HeadDefaults({"q_clusters": COMPACT_Q_CLUSTERS},
+                        f"the default on the CPU where the dense statistics q would hold more than "
+                        f"{COMPACT_Q_FROM_BYTES // 2**20} MiB (each word's {COMPACT_Q_CLUSTERS} best clusters: "
+                        f"{compact / 2**20:,.0f} MiB in place of {dense / 2**20:,.0f} MiB; --head-option "
+                        "q_clusters=null keeps q dense)")
+
+
+def self_organized_defaults(name: str, options: Mapping[str, Any], setting: HeadSetting) -> HeadDefaults:
+    """The self-organized head's defaults of a new run: :func:`banded_defaults` and :func:`compact_q_defaults`."""
+    parts = [banded_defaults(name, options, setting), compact_q_defaults(name, options, setting)]
+    parts = [part for part in parts if part.options]
+    if len(parts) < 2:
+        return parts[0] if parts else HeadDefaults({})
+    reasons = "; ".join(", ".join(f"{key}={value}" for key, value in part.options.items()) + f": {part.reason}"
+                        for part in parts)
+    return HeadDefaults({key: value for part in parts for key, value in part.options.items()}, reasons)
+
+
 def without_shortlist(options: Mapping[str, Any]) -> dict[str, Any]:
     """A self-organized head saved by an earlier release was built without a shortlist (a default since)."""
     return {**options, "shortlist": 0} if "shortlist" not in options else dict(options)

@@ -137,7 +137,8 @@ def vocabulary_defaults(config: LMConfig, n_words: int) -> HeadDefaults:
 
     model = config.model
     setting = HeadSetting(model=model.architecture, hidden_size=model.hidden_size, tied=model.tie_weights,
-                          n_words=n_words, subwords=config.data.tokenizer is not None)
+                          n_words=n_words, subwords=config.data.tokenizer is not None,
+                          device=str(config.device).split(":")[0])
     return config.head.spec(check=False).settle(setting)[1]
 
 

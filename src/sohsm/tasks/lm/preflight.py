@@ -59,7 +59,8 @@ def estimate_bytes(config: LMConfig, n_words: int, graph: bool = False) -> tuple
     else:
         body = sum(4 * h * ((m.emb_size if layer == 0 else h) + h) + 8 * h for layer in range(m.layers))
     head = config.head.spec(check=False).memory_estimate(h, n_words, config.bptt * config.batch_size)
-    params = n_words * m.emb_size + body + head.parameters - (head.word_vectors if m.tie_weights else 0)
+    # tied, the embedding is the head's word vectors (at a large vocabulary in bands of fewer dimensions): no rows
+    params = (0 if m.tie_weights else n_words * m.emb_size) + body + head.parameters
     state = params * _FLOAT * (2 + _OPTIMIZER_STATE.get(config.optim.optimizer, 2))
     total = state + head.extra_bytes
     extras = [head.extra] if head.extra else []
@@ -94,12 +95,37 @@ def check_memory(config: LMConfig, n_words: int, device: torch.device) -> None:
                                     and getattr(config, "step_graph", "off") != "off")
     if needed > available:
         m = config.model
+        other = head_that_fits(config, n_words, available)
+        advice = (f"; --head {other[0]} would need at least {format_bytes(other[1])}" if other is not None
+                  else "; no head fits at these sizes")
         raise FieldError(
             escape(f"the model does not fit: its {covers} need at least {format_bytes(needed)}, more than the "
                    f"{format_bytes(available)} of memory of {device} (") + "{}, {}, {}, {}, "
-            + escape(f"{n_words:,} words)"), has("model.emb_size", m.emb_size), has("model.hidden_size", m.hidden_size),
-            has("model.layers", m.layers), has("batch_size", config.batch_size)
+            + escape(f"{n_words:,} words{advice})"), has("model.emb_size", m.emb_size),
+            has("model.hidden_size", m.hidden_size), has("model.layers", m.layers), has("batch_size", config.batch_size)
         )
+
+
+#: the heads a refusal may name, in the order it tries them: the paper's, then the cheapest fixed ones
+FITTING_HEADS = ("self_organized", "two_level_frequency", "adaptive")
+
+
+def head_that_fits(config: LMConfig, n_words: int, available: int) -> tuple[str, int] | None:
+    """``(name, bytes)`` of the first head of :data:`FITTING_HEADS` other than the run's that fits in ``available``
+    bytes with its defaults for this model and vocabulary (:func:`~sohsm.tasks.lm.config.with_vocabulary_options`),
+    or ``None``."""
+    import dataclasses
+
+    from sohsm.tasks.lm.config import with_vocabulary_options
+
+    for name in FITTING_HEADS:
+        if name == config.head.name:
+            continue
+        other = dataclasses.replace(config, head=dataclasses.replace(config.head, name=name, options={}))
+        needed = estimate_bytes(with_vocabulary_options(other, n_words)[0], n_words)[0]
+        if needed <= available:
+            return name, needed
+    return None
 
 
 def format_bytes(n: float) -> str:

@@ -1,7 +1,8 @@
 """The start-up lines of a language model's training session (before the progress bar, on stderr)::
 
     ptb: 10,000 words, 887,521 train tokens | LSTM 1×512/512, tied | head self_organized: 5.2M parameters,
-        100 clusters, K 43 (auto, ≈8 per epoch) | 11M parameters in all | cpu
+        100 clusters, K 43 (auto, ≈8 per epoch) | 11M parameters in all | cpu | memory: at least 180.2 MB
+        (parameters, gradients, optimizer state and statistics q; activations on top)
     plan: 4,437,760 tokens (5 epochs)
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from sohsm.data.loading import Corpus
 from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead
 from sohsm.tasks.lm.config import LMConfig
 from sohsm.tasks.lm.model import describe_model
+from sohsm.tasks.lm.preflight import estimate_bytes, format_bytes
 from sohsm.train.progress import count_text, duration_text, parameter_count
 
 
@@ -60,6 +62,9 @@ def startup_lines(config: LMConfig, corpus: Corpus, model: nn.Module, head: Head
     what = (f"{corpus.name}: {describe_vocabulary(corpus)} | "
             f"{describe_model(config.model, config.bptt)}, {describe_tying(config)} | head {config.head.name}: {', '.join(head_facts)} | "
             f"{count_text(parameter_count(model, head))} parameters in all | {device}")
+    graph = torch.device(device).type == "cuda" and getattr(config, "step_graph", "off") != "off"
+    needed, covers = estimate_bytes(config, len(corpus.vocab), graph=graph)
+    what += f" | memory: at least {format_bytes(needed)} ({covers}; activations on top)"
     epochs = planned_tokens / tokens_per_epoch
     if config.max_tokens is not None and config.max_tokens == planned_tokens:
         plan = f"plan: {planned_tokens:,} tokens (max_tokens; {epochs:.2f} epochs)"

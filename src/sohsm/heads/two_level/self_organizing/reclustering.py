@@ -61,8 +61,10 @@ class Reclustering:
             ``q`` (ids and values) and one value standing for every other cluster, the best of them
             (:mod:`sohsm.heads.two_level.self_organizing.compact_statistics`): ``N (2M + 1)`` 4-byte numbers in
             place of ``N * n_clusters`` floats; from 1 to the head's learned clusters (the head checks it: it knows them).
-            Algorithm 1 reads it as dense rows, a block at a time. The sync-free path refuses it. Its measured
-            cost in perplexity and memory: docs/results/lm.md, "q in a compact form". Default ``None``: the dense ``q``.
+            Algorithm 1 reads each word's kept clusters alone (``O(N M)``, not ``O(N C)``). The sync-free path
+            refuses it. Its measured cost in perplexity and memory: docs/results/lm.md, "q in a compact form".
+            Default ``None``: the dense ``q``; a new ``sohsm lm train`` run on the CPU whose dense ``q`` would pass
+            256 MiB (about 190,000 words) takes 16 (``run_defaults.compact_q_defaults``).
         freeze_after_tokens: stop re-clustering once the head has trained on this many
             tokens (after one last re-assignment). Default: ``None``, never.
         reset_on_freeze: what freezing does to the head's weights: ``"none"`` (default),

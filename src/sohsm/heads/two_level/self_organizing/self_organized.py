@@ -400,10 +400,13 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
     # -- persistence ---------------------------------------------------------------------
     @classmethod
     def memory_estimate(cls, in_features: int, n_classes: int, options: dict, rows: int) -> HeadMemory:
-        """The two-level head's, and its statistics ``q``: ``N x`` learned clusters, float32."""
+        """The two-level head's, and its statistics ``q``: ``N x`` learned clusters, float32; compact
+        (``q_clusters=M``) ``N x (2M + 1)`` 4-byte numbers."""
         clusters = options.get("n_clusters") or default_n_clusters(n_classes)
         memory = super().memory_estimate(in_features, n_classes, options, rows)
-        return memory._replace(extra_bytes=n_classes * clusters * 4, extra="statistics q")
+        kept = options.get("q_clusters")
+        per_word = clusters if kept is None else 2 * int(kept) + 1
+        return memory._replace(extra_bytes=n_classes * per_word * 4, extra="statistics q")
 
     def get_extra_state(self) -> dict:
         return {"history": list(self.history), "counts_given": self.counts_given, **self.schedule.state()}
@@ -432,7 +435,7 @@ def _split_by_frequency(counts: Tensor, shortlist: int) -> tuple[Tensor, Tensor]
     return order[:shortlist], order[shortlist:]
 
 
-@register_head("self_organized", builds=SelfOrganizedSoftmax, defaults=run_defaults.banded_defaults,
+@register_head("self_organized", builds=SelfOrganizedSoftmax, defaults=run_defaults.self_organized_defaults,
                legacy_options=run_defaults.without_shortlist, resume_refusal=run_defaults.widened_weight_refusal,
                update_every=run_defaults.reclusterings_per_epoch)
 def _self_organized(in_features: int, n_classes: int, counts=None, **options) -> SelfOrganizedSoftmax:
