@@ -129,6 +129,15 @@ def head_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+#: the heads a run that does not fit may be pointed to, in the order tried: the paper's, then the cheapest fixed ones
+_SUGGESTED = ("self_organized", "two_level_frequency", "adaptive")
+
+
+def suggested_heads() -> tuple[str, ...]:
+    """Heads worth suggesting where a run's head does not fit in memory (:data:`_SUGGESTED`, those registered)."""
+    return tuple(name for name in _SUGGESTED if name in _REGISTRY)
+
+
 def head_options(name: str) -> dict[str, HeadOption] | None:
     """The options head ``name`` takes, by name; ``None`` when its factory does not say (any is passed on).
 

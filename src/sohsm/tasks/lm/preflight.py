@@ -106,19 +106,16 @@ def check_memory(config: LMConfig, n_words: int, device: torch.device) -> None:
         )
 
 
-#: the heads a refusal may name, in the order it tries them: the paper's, then the cheapest fixed ones
-FITTING_HEADS = ("self_organized", "two_level_frequency", "adaptive")
-
-
 def head_that_fits(config: LMConfig, n_words: int, available: int) -> tuple[str, int] | None:
-    """``(name, bytes)`` of the first head of :data:`FITTING_HEADS` other than the run's that fits in ``available``
-    bytes with its defaults for this model and vocabulary (:func:`~sohsm.tasks.lm.config.with_vocabulary_options`),
-    or ``None``."""
+    """``(name, bytes)`` of the first head the registry suggests (:func:`~sohsm.heads.registry.suggested_heads`) other
+    than the run's that fits in ``available`` bytes with its defaults for this model and vocabulary
+    (:func:`~sohsm.tasks.lm.config.with_vocabulary_options`), or ``None``."""
     import dataclasses
 
+    from sohsm.heads.registry import suggested_heads
     from sohsm.tasks.lm.config import with_vocabulary_options
 
-    for name in FITTING_HEADS:
+    for name in suggested_heads():
         if name == config.head.name:
             continue
         other = dataclasses.replace(config, head=dataclasses.replace(config.head, name=name, options={}))
