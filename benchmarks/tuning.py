@@ -42,7 +42,6 @@ import kept_runs
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "tuning"
 REPORT = ROOT / "docs" / "results" / "tuning.md"
-SUMMARY = ROOT / "docs" / "results" / "tuning.json"
 
 HIDDEN = 256
 BASE = ["--emb-size", str(HIDDEN), "--hidden-size", str(HIDDEN), "--epochs", "1", "--tie-weights"]
@@ -306,7 +305,7 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
         lines.append("")
     text = "\n".join(lines)
     output.write_text(text)
-    SUMMARY.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n") if output == REPORT else None
+    output.with_suffix(".json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return text
 
 
