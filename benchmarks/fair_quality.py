@@ -325,8 +325,8 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
         for name, row in table.items():
             done = {s: r for s, r in row.items() if r}
             named["runs"][name] = {
-                "seeds": {str(s): {"dev": round(r["dev"], 2), "test": None if r["test"] is None else round(r["test"], 2)}
-                          for s, r in done.items()},
+                "seeds": {str(s): {"dev": round(r["dev"], 2),
+                                   "test": None if r["test"] is None else round(r["test"], 2)} for s, r in done.items()},
                 "mean_dev": round(sum(r["dev"] for r in done.values()) / len(done), 2),
                 "mean_test": (round(sum(r["test"] for r in done.values()) / len(done), 2)
                               if all(r["test"] is not None for r in done.values()) else None)}
@@ -356,7 +356,8 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
                     continue
                 dev = _paired([row[s]["dev"] for s in common], [table[reference][s]["dev"] for s in common])
                 pair = named["pairs"][f"{name} vs {reference}"] = {
-                    "dev": paired_figures([row[s]["dev"] for s in common], [table[reference][s]["dev"] for s in common]),
+                    "dev": paired_figures([row[s]["dev"] for s in common],
+                                          [table[reference][s]["dev"] for s in common]),
                     "test": None}
                 if any(row[s]["test"] is None or table[reference][s]["test"] is None for s in common):
                     lines.append(f"- {name}: no test split [{dev}]")
