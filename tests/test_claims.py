@@ -338,10 +338,14 @@ def test_hand_measured_figures_are_their_pages():
         for head, rate in measured["tokens_per_s"].items():
             assert f"{rate:,}" in page, f"{MEASURED} {name}: {head}'s {rate:,} tokens/s is not on {measured['page']}"
         assert measured["commit"] and measured["device"] and measured["command"], name
+    section = _section()
     for quote in PICKS:
         if quote.page == MEASURED:
-            page = json.loads((ROOT / MEASURED).read_text())[quote.path[0]]["page"]
-            assert rendered(quote) in (ROOT / page).read_text(), f"{rendered(quote)} is not on {page}"
+            measured = json.loads((ROOT / MEASURED).read_text())[quote.path[0]]
+            assert rendered(quote) in (ROOT / measured["page"]).read_text(), (
+                f"{rendered(quote)} is not on {measured['page']}")
+            row = next(line for line in section.splitlines() if line.lstrip("| ").startswith(quote.unit))
+            assert f"commit {measured['commit']}" in row, f"README's «{quote.unit}»: no commit {measured['commit']}"
 
 
 # ---- the generated pages, written again from the committed runs --------------------------------------------------
