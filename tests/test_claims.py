@@ -348,6 +348,96 @@ def test_hand_measured_figures_are_their_pages():
             assert f"commit {measured['commit']}" in row, f"README's «{quote.unit}»: no commit {measured['commit']}"
 
 
+# ---- which-head.md's tables, row by row from the same named figures (its prose keeps the check above) ------------
+
+WIKITEXT_2, TEXT8 = "WikiText-2 (33k words: `div_value=4`)", "text8 prefix (50k words: `div_value=4`)"
+#: the six-epoch LSTM table: (first cell, protocol, the default's run, the peer's label, the peer's run, metric)
+LSTM_ROWS = [
+    ("Penn Treebank (10k words: every word at d)", "lstm256-ptb", "self_organized-tied", "full softmax", "full-tied"),
+    ("Penn Treebank", "lstm256-ptb", "self_organized-tied", "frequency binning", "two_level_frequency-tied"),
+    ("Penn Treebank", "lstm256-ptb", "self_organized-tied", "adaptive softmax", "adaptive-tied"),
+    ("Penn Treebank", "lstm256-ptb", "self_organized-tied", "adaptive softmax, tuned", "adaptive_tuned-tied"),
+    (WIKITEXT_2, "lstm256-wikitext-2", "self_organized_div4-tied", "adaptive softmax", "adaptive-tied"),
+    ("WikiText-2", "lstm256-wikitext-2", "self_organized_div4-tied", "frequency binning", "two_level_frequency-tied"),
+    ("WikiText-2", "lstm256-wikitext-2", "self_organized_div4-tied", "itself, every word at d", "self_organized-tied"),
+    ("WikiText-2, H200 (4a2cbe9, 283908c)", "lstm256-wikitext-2-cuda", "self_organized_div4-tied", "full softmax",
+     "full-tied"),
+    (TEXT8, "lstm256-text8", "self_organized_div4-tied", "adaptive softmax", "adaptive-tied"),
+    ("text8 prefix", "lstm256-text8", "self_organized_div4-tied", "frequency binning", "two_level_frequency-tied"),
+    ("text8 prefix", "lstm256-text8", "self_organized_div4-tied", "itself, every word at d", "self_organized-tied"),
+    ("text8 prefix, H200 (4a2cbe9, 283908c)", "lstm256-text8-cuda", "self_organized_div4-tied", "full softmax",
+     "full-tied"),
+]
+#: the subword table: (first cell, run) over 8k and 32k BPE tokens; the fraction-of-an-epoch table: (first cell, head)
+SUBWORD_ROWS = [("`two_level_frequency`", "two_level_frequency-tied"), ("`self_organized`", "self_organized-tied"),
+                ("`full`", "full-tied"), ("`adaptive` (tied through adaptive input)", "adaptive-tied")]
+PROMISE_ROWS = [("`two_level_frequency` (frequency binning)", "two_level_frequency"),
+                ("`self_organized`", "self_organized"), ("`full`", "full"),
+                ("`adaptive` (tied: adaptive input)", "adaptive")]
+
+
+def which_head_tables() -> dict[str, list[str]]:
+    """which-head.md's three tables as they must read, row by row (a table by its header), from the named figures:
+    each mean over the seeds its difference pairs (fair.md's mean where those are all its seeds), the difference with
+    its sign and its k of n."""
+    fair = json.loads((ROOT / FAIR).read_text())
+    subword = json.loads((ROOT / SUBWORD).read_text())
+    lstm = []
+    for first, protocol, default, label, peer in LSTM_ROWS:
+        table = fair[protocol]
+        metric = "dev" if protocol.startswith("lstm256-text8") else "test"
+        pair = table["pairs"][f"{default} vs {peer}"][metric]
+        seeds = sorted(set(table["runs"][default]["seeds"]) & set(table["runs"][peer]["seeds"]))
+        def mean(run: str) -> float:  # the page's mean where the pair has all the run's seeds
+            row = table["runs"][run]
+            if seeds == sorted(row["seeds"]):
+                return row[f"mean_{metric}"]
+            return sum(row["seeds"][s][metric] for s in seeds) / len(seeds)
+        lstm.append(f"| {first} | {mean(default):.2f} | {label} | {mean(peer):.2f} | {pair['mean_pct']:+.2f}% | "
+                    f"{pair['lower']} of {pair['seeds']} | [fair.md](fair.md) |")
+    bits = [f"| {first} | " + " | ".join(f"{subword[size]['runs'][run]['mean_test_bpb']:.4f}"
+                                         for size in ("bpe:8000", "bpe:32000"))
+            + " | [subword.md](subword.md) |" for first, run in SUBWORD_ROWS]
+    runs = fair["promise"]["runs"]
+    best = min(runs[f"{head}-{tying}"]["mean_test"] for _, head in PROMISE_ROWS for tying in ("tied", "untied"))
+    cell = lambda value: f"**{value:.2f}**" if value == best else f"{value:.2f}"  # noqa: E731
+    promise = [f"| {first} | {cell(runs[head + '-tied']['mean_test'])} | {cell(runs[head + '-untied']['mean_test'])} | "
+               "[fair.md](fair.md) |" for first, head in PROMISE_ROWS]
+    return {"| corpus | default | against, tied | its | difference | lower on | source |": lstm,
+            "| head | 8k BPE tokens | 32k BPE tokens | source |": bits, "| head | tied | untied | source |": promise}
+
+
+def table_problems(text: str) -> list[str]:
+    """Where a table of which-head.md ``text`` is not what its named figures make it: one line a row."""
+    lines, problems = text.splitlines(), []
+    for header, rows in which_head_tables().items():
+        if header not in lines:
+            problems.append(f"which-head.md: no table headed {header}")
+            continue
+        at = lines.index(header) + 2
+        found = lines[at:at + len(rows)] + [""] * (len(rows) - len(lines[at:at + len(rows)]))
+        problems += [f"which-head.md: «{have}» should read «{want}»"
+                     for have, want in zip(found, rows) if have != want]
+        if at + len(rows) < len(lines) and lines[at + len(rows)].startswith("|"):
+            problems.append(f"which-head.md: a row past those tied to their figures: «{lines[at + len(rows)]}»")
+    return problems
+
+
+def test_which_head_md_tables_are_their_data():
+    problems = table_problems(WHICH_HEAD.read_text())
+    assert not problems, "\n".join(problems)
+
+
+def test_any_changed_figure_sign_or_k_of_n_of_which_head_md_tables_fails():
+    text = WHICH_HEAD.read_text()
+    tables = [line for header, rows in which_head_tables().items() for line in rows]
+    changes = [(what, changed) for row in tables for what, changed_row in mutations(row)
+               for changed in [text.replace(row, changed_row, 1)]]
+    assert len(changes) >= 2 * len(tables)
+    passed = [what for what, changed in changes if not table_problems(changed)]
+    assert not passed, f"these changes of which-head.md's tables pass the check: {passed}"
+
+
 # ---- the generated pages, written again from the committed runs --------------------------------------------------
 
 
