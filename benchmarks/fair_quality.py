@@ -90,7 +90,10 @@ NOTES: dict[str, str] = {
                           "code of 0e3a607 for them). Seed 3 of untied adaptive softmax at 750bd75 (the same "
                           "training code), and seeds 1 and 2 of untied frequency binning on the CPU there too (its GPU "
                           "run, seed 1, is in the next table); seed 3 of it at 884e4ae (the same training code). Seeds 1-3 of the untied self-organized head on the CPU "
-                          "at 60448b7 (the same training code; its GPU run, seed 1, is in the next table).",
+                          "at 60448b7 (the same training code; its GPU run, seed 1, is in the next table). "
+                          "`adaptive_tuned-tied` (adaptive softmax as tuning chose it on Penn Treebank, scaled to 33k "
+                          "words) seed 1 with v0.3.1's code (e4a3319), paused 16 minutes while the tuning's stage A2 "
+                          "ran (its tokens/s counts the pause); seeds 2 and 3 not run (the session's CPU time).",
     "lstm256-wikitext-2-cuda": "Trained on one NVIDIA H200 (torch 2.11, CUDA 13.0; float32, no `--amp`; the two-level "
                                "heads on their Triton path) at commit 4a2cbe9 (the training code of 0e3a607), seed 1, "
                                "ten runs sharing the card. Adaptive softmax did not finish in the device time lent (15 "
