@@ -335,7 +335,10 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
              ("Differences are taken seed by seed (same seed, same data order) as ratios of perplexities, and worded "
              "by what the seeds show: lower on k of n seeds, the mean of the ratios and their range. No p-value is "
              "given: three seeds cannot make one mean much."), ""]
-    lines += [("What the protocol asked and these runs do not have: the tuning on WikiText-2's dev split (not run: "
+    begun = [f"`{head}` {len(row['dev'])} run{'s' * (len(row['dev']) != 1)}"
+             for head, row in summary["tuning"].get("wikitext-2", {}).items()]
+    wikitext = (f"begun, not finished: {', '.join(begun)}, below" if begun else "not run")
+    lines += [(f"What the protocol asked and these runs do not have: the tuning on WikiText-2's dev split ({wikitext}: "
                "every corpus here takes Penn Treebank's choices, scaled to its N), and the full softmax in the final "
                "runs on WikiText-2 and the text8 prefix (not run: one epoch of it over 33k-50k words takes hours on "
                "one CPU thread)." + "".join(" " + words for words in _past_edge_words(results))), ""]

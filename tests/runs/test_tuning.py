@@ -135,3 +135,14 @@ def test_the_report_says_what_stage_a2_ran_and_whether_the_choice_moved(tmp_path
     assert tuning._past_edge_words(tmp_path)[0].endswith("each above the choice, which stands.")
     _keep(tmp_path / "ptb" / "tune" / "adaptive" / "cutoffs=wide,div_value=3", "adaptive", 1, {}, 1.0)  # not A2's
     assert tuning._past_edge_words(tmp_path)[0].endswith("which stands.")
+
+
+def test_the_report_says_whether_wikitext_2_was_tuned(tmp_path):
+    results = tmp_path / "tuning"
+    _tune(results, "full", [[100.0], [101.0, 99.0, 102.0], [98.0, 97.0]])
+    assert "WikiText-2's dev split (not run:" in tuning.report(output=tmp_path / "t.md", results=results)
+    _keep(results / "wikitext-2" / "tune" / "self_organized" / "div_value=none,shortlist=1", "self_organized", 1,
+          {"div_value": None, "shortlist": 1}, 150.0)
+    text = tuning.report(output=tmp_path / "t.md", results=results)
+    assert "WikiText-2's dev split (begun, not finished: `self_organized` 1 run, below:" in text
+    assert "## Tuning on WikiText-2 (33k words)" in text and "(chosen: `not finished`)" in text
