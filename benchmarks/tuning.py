@@ -68,7 +68,7 @@ GRID: dict[str, dict[str, tuple]] = {
 #: where it took an option's last value: stage A2, added after the Penn Treebank runs, where adaptive softmax chose the
 #: grid's widest cutoffs and smallest ``div_value`` (a choice at the edge says the best may lie beyond it)
 PAST_EDGE: dict[str, dict[str, tuple]] = {"adaptive": {"cutoffs": ("wider",), "div_value": (1,)}}
-#: the code stage A2's runs were trained with (a run's kept files do not name it)
+#: the code stage A2's runs and WikiText-2's tuning runs were trained with (a run's kept files do not name it)
 A2_TRAINED_AT = "seed 1, trained with v0.3.1's code, commit e4a3319"
 #: adaptive softmax's cutoffs past torch's text8 setting, in fractions of N
 CUTOFFS = {"wide": (0.1, 0.4), "wider": (0.2, 0.6)}
@@ -337,7 +337,7 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
              "given: three seeds cannot make one mean much."), ""]
     begun = [f"`{head}` {len(row['dev'])} run{'s' * (len(row['dev']) != 1)}"
              for head, row in summary["tuning"].get("wikitext-2", {}).items()]
-    wikitext = (f"begun, not finished: {', '.join(begun)}, below" if begun else "not run")
+    wikitext = (f"begun, not finished: {', '.join(begun)}, below, {A2_TRAINED_AT}" if begun else "not run")
     lines += [(f"What the protocol asked and these runs do not have: the tuning on WikiText-2's dev split ({wikitext}: "
                "every corpus here takes Penn Treebank's choices, scaled to its N), and the full softmax in the final "
                "runs on WikiText-2 and the text8 prefix (not run: one epoch of it over 33k-50k words takes hours on "

@@ -144,5 +144,5 @@ def test_the_report_says_whether_wikitext_2_was_tuned(tmp_path):
     _keep(results / "wikitext-2" / "tune" / "self_organized" / "div_value=none,shortlist=1", "self_organized", 1,
           {"div_value": None, "shortlist": 1}, 150.0)
     text = tuning.report(output=tmp_path / "t.md", results=results)
-    assert "WikiText-2's dev split (begun, not finished: `self_organized` 1 run, below:" in text
+    assert "WikiText-2's dev split (begun, not finished: `self_organized` 1 run, below, seed 1" in text
     assert "## Tuning on WikiText-2 (33k words)" in text and "(chosen: `not finished`)" in text
