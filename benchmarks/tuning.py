@@ -338,10 +338,13 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
     begun = [f"`{head}` {len(row['dev'])} run{'s' * (len(row['dev']) != 1)}"
              for head, row in summary["tuning"].get("wikitext-2", {}).items()]
     wikitext = (f"begun, not finished: {', '.join(begun)}, below, {A2_TRAINED_AT}" if begun else "not run")
+    wikitext += "".join(f"; `{head}` finished its stages there and chose `{row['chosen']}`, and its final runs below "
+                        "were not trained again in that form" for head, row in
+                        summary["tuning"].get("wikitext-2", {}).items() if row["chosen"])
     lines += [(f"What the protocol asked and these runs do not have: the tuning on WikiText-2's dev split ({wikitext}: "
-               "every corpus here takes Penn Treebank's choices, scaled to its N), and the full softmax in the final "
-               "runs on WikiText-2 and the text8 prefix (not run: one epoch of it over 33k-50k words takes hours on "
-               "one CPU thread)." + "".join(" " + words for words in _past_edge_words(results))), ""]
+               "the final runs below take Penn Treebank's choices, scaled to each N), and the full softmax in the "
+               "final runs on WikiText-2 and the text8 prefix (not run: one epoch of it over 33k-50k words takes hours "
+               "on one CPU thread)." + "".join(" " + words for words in _past_edge_words(results))), ""]
     for corpus, heads in summary["tuning"].items():
         lines += [f"## Tuning on {CORPORA[corpus][3]}: best dev perplexity, seed 1", ""]
         for head, row in heads.items():
