@@ -8,17 +8,17 @@ table needs into the repository: ``docs/results/fair/PROTOCOL/seed-S/RUN/`` gets
 ``config.json``, ``metrics.jsonl`` and ``test.json`` (never checkpoints). Run it again to continue:
 finished runs are skipped, interrupted ones resumed from their last checkpoint.
 
-``report`` regenerates ``docs/results/fair.md`` from those committed files alone: per protocol, each
-run's best dev perplexity and the test perplexity of that best checkpoint, seed by seed, the mean,
-and the paired per-seed differences against the reference runs with a paired t-test (on log
-perplexity, so that a difference is a ratio).
+``report`` regenerates ``docs/results/fair.md`` and its figures by name, ``fair.json`` (README's checks read them),
+from those committed files alone: per protocol, each run's best dev perplexity and the test perplexity of that best
+checkpoint, seed by seed, the mean, and the paired per-seed differences against the reference runs with a paired
+t-test (on log perplexity, so that a difference is a ratio).
 
 Usage::
 
     python benchmarks/fair_quality.py train promise --seeds 1,2        # runs in runs/fair/promise/...
     python benchmarks/fair_quality.py train lstm256-ptb --seeds 1 --runs self_organized-tied,full-tied
     python benchmarks/fair_quality.py train lstm256-wikitext-2 --device cuda   # kept in fair/lstm256-wikitext-2-cuda/
-    python benchmarks/fair_quality.py report                            # writes docs/results/fair.md
+    python benchmarks/fair_quality.py report                            # writes docs/results/fair.md, fair.json
 
 Runs trained on a GPU (``--device cuda``) are kept and tabled apart from the CPU's, in ``PROTOCOL-cuda``: the same
 recipe in float32, but other kernels and another random stream, so a table never pairs runs of two devices.
@@ -90,7 +90,10 @@ NOTES: dict[str, str] = {
                           "code of 0e3a607 for them). Seed 3 of untied adaptive softmax at 750bd75 (the same "
                           "training code), and seeds 1 and 2 of untied frequency binning on the CPU there too (its GPU "
                           "run, seed 1, is in the next table); seed 3 of it at 884e4ae (the same training code). Seeds 1-3 of the untied self-organized head on the CPU "
-                          "at 60448b7 (the same training code; its GPU run, seed 1, is in the next table).",
+                          "at 60448b7 (the same training code; its GPU run, seed 1, is in the next table). "
+                          "`adaptive_tuned-tied` (adaptive softmax as tuning chose it on Penn Treebank, scaled to 33k "
+                          "words) seed 1 with v0.3.1's code (e4a3319), paused 16 minutes while the tuning's stage A2 "
+                          "ran (its tokens/s counts the pause); seeds 2 and 3 not run (the session's CPU time).",
     "lstm256-wikitext-2-cuda": "Trained on one NVIDIA H200 (torch 2.11, CUDA 13.0; float32, no `--amp`; the two-level "
                                "heads on their Triton path) at commit 4a2cbe9 (the training code of 0e3a607), seed 1, "
                                "ten runs sharing the card. Adaptive softmax did not finish in the device time lent (15 "
@@ -250,6 +253,20 @@ def _number(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
+def paired_figures(a: list[float], b: list[float]) -> dict:
+    """What ``_paired`` prints, by name (README's checks read them): the seeds, on how many ``a`` is lower and
+    higher, the mean of the per-seed ratios a/b - 1 and their range, in percent as printed (two decimals)."""
+    diffs = [math.log(x) - math.log(y) for x, y in zip(a, b)]
+    pct = lambda d: round(math.expm1(d) * 100, 2)  # noqa: E731
+    return {"seeds": len(diffs), "lower": sum(d < 0 for d in diffs), "higher": sum(d > 0 for d in diffs),
+            "mean_pct": pct(sum(diffs) / len(diffs)), "low_pct": pct(min(diffs)), "high_pct": pct(max(diffs))}
+
+
+def write_figures(output: Path, figures: dict) -> None:
+    """The figures of a generated page by name, as JSON beside it (``fair.md`` -> ``fair.json``)."""
+    output.with_suffix(".json").write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+
+
 def _paired(a: list[float], b: list[float]) -> str:
     """Mean of the per-seed ratios a/b - 1, on how many seeds a is lower and the range of the ratios; from three
     seeds on, a paired t-test on log perplexity (two-sided): with two, one degree of freedom says nothing."""
@@ -299,6 +316,7 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
     tables = [table for protocol, (corpus, settings, title) in PROTOCOLS.items()  # each protocol's GPU table after its own
               for table in ((protocol, corpus, settings, title),
                             (_folder(protocol, "cuda"), corpus, settings + ["--device", "cuda"], title + ", trained on a GPU"))]
+    figures: dict = {}
     for protocol, corpus, settings, title in tables:
         folder = results / protocol
         if not folder.is_dir():
@@ -306,6 +324,15 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
         seeds = sorted(int(p.name.split("-")[1]) for p in folder.glob("seed-*"))
         table = {name: {s: _summary(folder / f"seed-{s}" / name) for s in seeds} for name in RUNS}
         table = {name: row for name, row in table.items() if any(row.values())}
+        named = figures[protocol] = {"title": title, "seeds": seeds, "runs": {}, "pairs": {}}
+        for name, row in table.items():
+            done = {s: r for s, r in row.items() if r}
+            named["runs"][name] = {
+                "seeds": {str(s): {"dev": round(r["dev"], 2),
+                                   "test": None if r["test"] is None else round(r["test"], 2)} for s, r in done.items()},
+                "mean_dev": round(sum(r["dev"] for r in done.values()) / len(done), 2),
+                "mean_test": (round(sum(r["test"] for r in done.values()) / len(done), 2)
+                              if all(r["test"] is not None for r in done.values()) else None)}
         lines += [f"## {title}", "",
                   f"`sohsm lm train --corpus {corpus} {' '.join(settings)} --head HEAD --tie-weights|--no-tie-weights "
                   f"--seed S` (every other setting the default)", "",
@@ -331,14 +358,21 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
                 if not common:
                     continue
                 dev = _paired([row[s]["dev"] for s in common], [table[reference][s]["dev"] for s in common])
+                pair = named["pairs"][f"{name} vs {reference}"] = {
+                    "dev": paired_figures([row[s]["dev"] for s in common],
+                                          [table[reference][s]["dev"] for s in common]),
+                    "test": None}
                 if any(row[s]["test"] is None or table[reference][s]["test"] is None for s in common):
                     lines.append(f"- {name}: no test split [{dev}]")
                     continue
                 test = _paired([row[s]["test"] for s in common], [table[reference][s]["test"] for s in common])
+                pair["test"] = paired_figures([row[s]["test"] for s in common],
+                                              [table[reference][s]["test"] for s in common])
                 lines.append(f"- {name}: {test} [{dev}]")
         lines.append("")
     text = "\n".join(lines)
     output.write_text(text)
+    write_figures(output, figures)
     return text
 
 

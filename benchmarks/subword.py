@@ -109,7 +109,7 @@ def _summary(folder: Path) -> dict | None:
 
 
 def report(output: Path = REPORT, results: Path = RESULTS) -> str:
-    """Write the report from the kept runs (and return it)."""
+    """Write the report from the kept runs, and its figures by name beside it (``subword.json``); return the report."""
     corpus, settings, title = PROTOCOLS[PROTOCOL]
     lines = ["# Subword vocabularies: the heads over byte-level BPE",
              "",
@@ -125,6 +125,7 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
              "The same model as a Hugging Face Llama trained by the `Trainer`: [subword-hf.md](subword-hf.md).",
              ""]
     folders = [p for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
+    figures: dict = {}
     for folder in sorted(folders, key=lambda p: int(p.name.split("-")[1])):
         seeds = sorted(int(p.name.split("-")[1]) for p in folder.glob("seed-*"))
         table = {name: {s: _summary(folder / f"seed-{s}" / name) for s in seeds} for name in RUNS}
@@ -137,9 +138,14 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
                   "| run | seeds | dev ppl/word | test ppl/word | dev bits/byte | test bits/byte | test ppl/token "
                   "| tokens/word | tokens/s |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        named = figures[folder.name.replace("-", ":")] = {"seeds": seeds, "runs": {}, "pairs": {}}
         for name, row in table.items():
             done = [r for r in row.values() if r]
             mean = lambda key: sum(r[key] for r in done) / len(done)  # noqa: E731
+            named["runs"][name] = {
+                "seeds": {str(s): {"test_word": round(r["test_word"], 2), "test_bpb": round(r["test_bpb"], 4)}
+                          for s, r in row.items() if r},
+                "mean_test_word": round(mean("test_word"), 2), "mean_test_bpb": round(mean("test_bpb"), 4)}
             lines.append(f"| {name} | {len(done)} | {mean('dev_word'):.2f} | {mean('test_word'):.2f} | "
                          f"{mean('dev_bpb'):.4f} | {mean('test_bpb'):.4f} | {mean('test_token'):.2f} | "
                          f"{mean('tokens_per_word'):.3f} | {mean('tokens_per_s'):,.0f} |")
@@ -153,12 +159,15 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
                     dev = fair_quality._paired([row[s]["dev_word"] for s in common],
                                                [table[REFERENCE][s]["dev_word"] for s in common])
                     against.append(f"- {name}: {test} [{dev}]")
+                    named["pairs"][f"{name} vs {REFERENCE}"] = {"test": fair_quality.paired_figures(
+                        [row[s]["test_word"] for s in common], [table[REFERENCE][s]["test_word"] for s in common])}
             if against:
                 lines += ["", f"Against **{REFERENCE}**, seed by seed (test ppl per word; dev in brackets):", "",
                           *against]
         lines.append("")
     text = "\n".join(lines)
     output.write_text(text)
+    fair_quality.write_figures(output, figures)
     return text
 
 

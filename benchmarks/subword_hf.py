@@ -381,8 +381,9 @@ def _number(value, spec: str) -> str:
 
 def report(output: Path = REPORT, results: Path = RESULTS, sohsm_results: Path = subword.RESULTS,
            matched: bool = False) -> str:
-    """Write the report from the kept runs (and return it); ``matched``: of the ``--matched`` runs, whose sohsm
-    transformer takes Llama's rotary positions and no dropout."""
+    """Write the report from the kept runs, and its figures by name beside it (``subword-hf.json``); return the
+    report. ``matched``: of the ``--matched`` runs, whose sohsm transformer takes Llama's rotary positions and no
+    dropout."""
     corpus, settings, title = PROTOCOLS[subword.PROTOCOL]
     flag = " --matched" if matched else ""
     positions = ("| positions | rotary (base 10000; `--positions rotary`) | rotary (base 10000) |" if matched else
@@ -434,6 +435,7 @@ def report(output: Path = REPORT, results: Path = RESULTS, sohsm_results: Path =
              *([] if matched else ["The same comparison with sohsm's transformer given Llama's rotary positions and "
                                    "no dropout (`--matched`): [subword-hf-matched.md](subword-hf-matched.md)."]),
              ""]
+    figures: dict = {}
     vocabularies = set(subword.VOCABULARIES)
     for root in (results, sohsm_results):
         if root.is_dir():
@@ -485,7 +487,8 @@ def report(output: Path = REPORT, results: Path = RESULTS, sohsm_results: Path =
             else:
                 text += "; sohsm's seed spread: needs two seeds of its run"
             lines.append(text)
-        lines.append(_head_against_head(pairs))
+        text, figures[vocabulary] = _head_against_head(pairs)
+        lines.append(text)
         lines += ["", "Commands (from the repository root; each skips what is kept):", "", "```",
                   f"python benchmarks/subword.py train{flag} --vocabularies {vocabulary} --runs "
                   f"{','.join(sohsm_run(h) for h in HEADS)} --seeds {','.join(map(str, seeds))}"]
@@ -495,23 +498,27 @@ def report(output: Path = REPORT, results: Path = RESULTS, sohsm_results: Path =
                   + f"python benchmarks/subword_hf.py report{flag}", "```", ""]
     text = "\n".join(lines)
     output.write_text(text)
+    fair_quality.write_figures(output, figures)
     return text
 
 
-def _head_against_head(pairs: dict[str, list[tuple[int, dict | None, dict | None]]]) -> str:
+def _head_against_head(pairs: dict[str, list[tuple[int, dict | None, dict | None]]]) -> tuple[str, dict]:
     """The line that reads the two models against each other where their architectures differ: within each model,
     the self-organized head against the full head (test ppl per word, seed by seed over the seeds both models
-    have both heads of)."""
+    have both heads of); and its figures by name."""
     first, second = HEADS
     by_seed = {seed: (ours, hf) for seed, ours, hf in pairs.get(first, [])}
     both = [(by_seed[seed], (ours, hf)) for seed, ours, hf in pairs.get(second, [])
             if seed in by_seed and ours and hf and all(by_seed[seed])]
     text = f"- {second} / {first} - 1 within each model, test ppl per word: "
     if not both:
-        return text + "not run yet (both heads of both models in one seed are needed)"
+        return text + "not run yet (both heads of both models in one seed are needed)", {}
     ours = _paired([b[0]["test_word"] for _, b in both], [a[0]["test_word"] for a, _ in both])
     hf = _paired([b[1]["test_word"] for _, b in both], [a[1]["test_word"] for a, _ in both])
-    return text + f"sohsm transformer {ours}, HF Llama {hf}"
+    figures = {model: {f"{second} vs {first}": {"test_word": fair_quality.paired_figures(
+        [b[i]["test_word"] for _, b in both], [a[i]["test_word"] for a, _ in both])}}
+        for i, model in enumerate(("sohsm transformer", "HF Llama"))}
+    return text + f"sohsm transformer {ours}, HF Llama {hf}", figures
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,10 @@ The protocol, written down before its runs (the code below is its only definitio
   and ``div_value`` (4, torch's, or 2); frequency binning its number of clusters (sqrt(N), the default, or 2 sqrt(N))
   and its bands (every word at d, or ``div_value=4``); the self-organized head ``div_value`` (none or 4) and its
   shortlist (sqrt(N) words, the default, or 4 sqrt(N)); the full softmax has no option to tune.
+* **Stage A2, past the grid's edge** (added after the Penn Treebank runs, where adaptive softmax chose the widest
+  cutoffs and the smallest ``div_value`` of its grid; seed 1): where stage A chose an option's last value, the choice
+  is also run at the values past it, every combination (adaptive softmax: cutoffs at 20% and 60% of N, and
+  ``div_value`` 1), and the lowest of them and the choice is taken on.
 * **Stage B, offered to every head alike** (from its stage-A choice; seed 1): the warm-up (0, 30 the default, 100
   steps), then the tied weight's start (``--init-range`` 0.1 the default, or 1/sqrt(d) = 0.0625, a head's own).
 * **The choice**: the lowest dev perplexity of each stage; the next stage starts from it.
@@ -42,7 +46,6 @@ import kept_runs
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "tuning"
 REPORT = ROOT / "docs" / "results" / "tuning.md"
-SUMMARY = ROOT / "docs" / "results" / "tuning.json"
 
 HIDDEN = 256
 BASE = ["--emb-size", str(HIDDEN), "--hidden-size", str(HIDDEN), "--epochs", "1", "--tie-weights"]
@@ -61,6 +64,14 @@ GRID: dict[str, dict[str, tuple]] = {
     "two_level_frequency": {"n_clusters": (1, 2), "div_value": (None, 4)},  # n_clusters in sqrt(N)
     "self_organized": {"div_value": (None, 4), "shortlist": (1, 4)},        # shortlist in sqrt(N)
 }
+#: values past the edge of a head's grid (GRID's values are in the order of their scale), tried from the stage-A choice
+#: where it took an option's last value: stage A2, added after the Penn Treebank runs, where adaptive softmax chose the
+#: grid's widest cutoffs and smallest ``div_value`` (a choice at the edge says the best may lie beyond it)
+PAST_EDGE: dict[str, dict[str, tuple]] = {"adaptive": {"cutoffs": ("wider",), "div_value": (1,)}}
+#: the code stage A2's runs and WikiText-2's tuning runs were trained with (a run's kept files do not name it)
+A2_TRAINED_AT = "seed 1, trained with v0.3.1's code, commit e4a3319"
+#: adaptive softmax's cutoffs past torch's text8 setting, in fractions of N
+CUTOFFS = {"wide": (0.1, 0.4), "wider": (0.2, 0.6)}
 WARMUPS = (30, 0, 100)  # the default first
 INIT_RANGES = (0.1, round(HIDDEN ** -0.5, 4))
 
@@ -74,8 +85,8 @@ def head_options(head: str, setting: dict, n_words: int) -> list[str]:
         if key == "div_value":
             if head == "self_organized" or value is not None:  # pinned: a tied LSTM over 20k words would add 4
                 options.append(f"div_value={'null' if value is None else value}")
-        elif key == "cutoffs":  # only "wide" reaches here
-            options.append(f"cutoffs=[{round(0.1 * n_words)},{round(0.4 * n_words)}]")
+        elif key == "cutoffs":  # "wide" or "wider" (the default, text8, is not given)
+            options.append(f"cutoffs=[{','.join(str(round(f * n_words)) for f in CUTOFFS[value])}]")
         elif key in ("n_clusters", "shortlist"):
             options.append(f"{key}={value * math.ceil(math.sqrt(n_words))}")
     return [arg for option in options for arg in ("--head-option", option)]
@@ -143,11 +154,32 @@ def stages(head: str) -> list[list[dict]]:
     return [stage_a, [{"warmup": w} for w in WARMUPS], [{"init_range": r} for r in INIT_RANGES]]
 
 
+def past_edge(head: str, chosen: dict) -> list[dict]:
+    """Stage A2: the stage-A choice with each option it took at its grid's last value also at the values past it
+    (every combination), the choice itself first; [] where no option of ``PAST_EDGE`` is at its edge."""
+    settings = [dict(chosen)]
+    for key, values in PAST_EDGE.get(head, {}).items():
+        if chosen.get(key) == GRID[head][key][-1]:
+            settings = [{**s, key: v} for s in settings for v in (chosen[key], *values)]
+    return settings if len(settings) > 1 else []
+
+
+def _stages_from(head: str):
+    """Each stage's settings from the previous choice, in order: stage A, A2 (past the edge, where A chose it), B."""
+    grid, *rest = stages(head)
+    yield "A", lambda chosen: grid
+    yield "A2", lambda chosen: past_edge(head, chosen)
+    for number, stage in enumerate(rest):
+        yield f"B{number + 1}", lambda chosen, stage=stage: [{**chosen, **change} for change in stage]
+
+
 def tune_head(head: str, corpus: str, pool: concurrent.futures.Executor, runs_dir: Path) -> dict | None:
     """Run the stages of one head in order, each from the previous choice; the chosen setting."""
     chosen: dict = {}
-    for number, stage in enumerate(stages(head)):
-        settings = [{**chosen, **change} for change in stage]
+    for number, stage in _stages_from(head):
+        settings = stage(chosen)
+        if not settings:
+            continue
         futures = {setting_name(s): pool.submit(run_one, head, corpus, s, 1,
                                                RESULTS / corpus / "tune" / head / setting_name(s), runs_dir, False)
                    for s in settings}
@@ -170,8 +202,10 @@ def choice(head: str, corpus: str, results: Path = RESULTS) -> tuple[dict, str] 
 
 def _chosen_on(head: str, corpus: str, results: Path) -> dict | None:
     chosen: dict = {}
-    for stage in stages(head):
-        settings = [{**chosen, **change} for change in stage]
+    for _, stage in _stages_from(head):
+        settings = stage(chosen)
+        if not settings:
+            continue
         scores = {setting_name(s): best_dev(results / corpus / "tune" / head / setting_name(s)) for s in settings}
         if any(score is None for score in scores.values()):
             return None
@@ -258,6 +292,37 @@ def summarize(results: Path = RESULTS) -> dict:
     return summary
 
 
+def _past_edge_words(results: Path) -> list[str]:
+    """What stage A2 did, per corpus and head whose stage-A choice lay at its grid's edge: the runs past it and
+    whether the choice moved."""
+    said = []
+    for corpus in CORPORA:
+        for head in PAST_EDGE:
+            grid = stages(head)[0]
+            scores = {setting_name(s): best_dev(results / corpus / "tune" / head / setting_name(s)) for s in grid}
+            if any(score is None for score in scores.values()):
+                continue
+            edge = next(s for s in grid if setting_name(s) == min(scores, key=scores.get))
+            past = past_edge(head, edge)[1:]
+            if not past:
+                continue
+            done = {setting_name(s): best_dev(results / corpus / "tune" / head / setting_name(s)) for s in past}
+            ran = ", ".join(f"`{name}` {dev:.2f}" for name, dev in done.items() if dev is not None)
+            missing = [name for name, dev in done.items() if dev is None]
+            text = (f"{head.capitalize()} softmax's stage-A choice on {CORPORA[corpus][3]}, "
+                    f"`{setting_name(edge)}` ({scores[setting_name(edge)]:.2f} dev), lay at the edge of its grid; "
+                    f"stage A2 ran past it ({A2_TRAINED_AT}): {ran or 'nothing yet'}")
+            if missing:
+                said.append(text + f"; not run: {', '.join(f'`{name}`' for name in missing)}.")
+            elif all(dev > scores[setting_name(edge)] for dev in done.values()):
+                said.append(text + ": each above the choice, which stands.")
+            else:
+                best = min(done, key=done.get)
+                said.append(text + f": the choice moved to `{best}`; stage B runs from it, and the final runs "
+                            "below are of the setting each names.")
+    return said
+
+
 def report(output: Path = REPORT, results: Path = RESULTS) -> str:
     summary = summarize(results)
     lines = ["# Every head tuned alike", "",
@@ -270,11 +335,16 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
              ("Differences are taken seed by seed (same seed, same data order) as ratios of perplexities, and worded "
              "by what the seeds show: lower on k of n seeds, the mean of the ratios and their range. No p-value is "
              "given: three seeds cannot make one mean much."), ""]
-    lines += [("What the protocol asked and these runs do not yet have: the tuning on WikiText-2's dev split (every "
-               "corpus here takes Penn Treebank's choices, scaled to its N), and the full softmax on WikiText-2 and "
-               "the text8 prefix (one epoch of it over 33k-50k words takes hours on one CPU thread). Adaptive "
-               "softmax's choice lies at the edge of its grid (the widest cutoffs, the smallest `div_value`): a wider "
-               "grid might lower it further."), ""]
+    begun = [f"`{head}` {len(row['dev'])} run{'s' * (len(row['dev']) != 1)}"
+             for head, row in summary["tuning"].get("wikitext-2", {}).items()]
+    wikitext = (f"begun, not finished: {', '.join(begun)}, below, {A2_TRAINED_AT}" if begun else "not run")
+    wikitext += "".join(f"; `{head}` finished its stages there and chose `{row['chosen']}`, and its final runs below "
+                        "were not trained again in that form" for head, row in
+                        summary["tuning"].get("wikitext-2", {}).items() if row["chosen"])
+    lines += [(f"What the protocol asked and these runs do not have: the tuning on WikiText-2's dev split ({wikitext}: "
+               "the final runs below take Penn Treebank's choices, scaled to each N), and the full softmax in the "
+               "final runs on WikiText-2 and the text8 prefix (not run: one epoch of it over 33k-50k words takes hours "
+               "on one CPU thread)." + "".join(" " + words for words in _past_edge_words(results))), ""]
     for corpus, heads in summary["tuning"].items():
         lines += [f"## Tuning on {CORPORA[corpus][3]}: best dev perplexity, seed 1", ""]
         for head, row in heads.items():
@@ -306,7 +376,7 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
         lines.append("")
     text = "\n".join(lines)
     output.write_text(text)
-    SUMMARY.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n") if output == REPORT else None
+    output.with_suffix(".json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return text
 
 

@@ -10,9 +10,11 @@ docs/*.md page that the unit links (relative links resolved from the quoting fil
 with figures and no such link fails.
 """
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -165,6 +167,281 @@ def test_readme_section_runs_to_the_next_second_level_heading():
     assert readme_section("**Which head to pick.** 1.5x\n\n## Set up\n") is None
 
 
+# ---- README's picks, each quote tied to the one datum it quotes ----------------------------------------------------
+#
+# The check above lets a figure pass when the same number appears anywhere on the page (fair.md holds ~1,400), and
+# sees neither signs nor "k of n". Here every quote of README's section is rendered from its datum by name (the JSON
+# each generated page is written with, or docs/benchmarks/measured.json for the pages written by hand), sign, seeds
+# and k of n included; the rendering must stand in its row, and every figure and "k of n" of the section must lie
+# inside such a rendering. So changing any figure, sign or k of n of the section fails (the mutation test proves it).
+
+
+class Quote(NamedTuple):
+    """One quote of README's section: the unit it stands in (a row by its first cell, a paragraph by its first words),
+    its form and its datum (a JSON file of named figures and the keys down to the datum)."""
+    unit: str
+    form: str       # "gap": a paired difference; "bits": two runs' mean bits/byte and k of n; "speed": a tokens/s ratio
+    page: str
+    path: tuple
+
+
+def _gap(pair: dict) -> str:
+    """A paired difference as README writes it: the mean of the seed-by-seed ratios, and on how many seeds the pick
+    was lower; "level: " when the seeds disagree."""
+    level = "level: " if 0 < pair["lower"] < pair["seeds"] else ""
+    seeds = "one seed" if pair["seeds"] == 1 else f"{pair['lower']} of {pair['seeds']}"
+    return f"{level}{pair['mean_pct']:+.2f}% ({seeds})"
+
+
+def _bits(vocabulary: dict, pick: str, other: str) -> str:
+    a, b = vocabulary["runs"][pick], vocabulary["runs"][other]
+    common = sorted(set(a["seeds"]) & set(b["seeds"]))
+    lower = sum(a["seeds"][s]["test_bpb"] < b["seeds"][s]["test_bpb"] for s in common)
+    return f"{a['mean_test_bpb']:.4f} against {b['mean_test_bpb']:.4f} ({lower} of {len(common)})"
+
+
+def _speed(measured: dict, pick: str, other: str) -> str:
+    return f"{measured['tokens_per_s'][pick] / measured['tokens_per_s'][other]:.2f}x"
+
+
+FAIR, TUNING, SUBWORD, SUBWORD_HF = ("docs/results/fair.json", "docs/results/tuning.json", "docs/results/subword.json",
+                                     "docs/results/subword-hf.json")
+MEASURED = "docs/benchmarks/measured.json"
+ONE_EPOCH, SIX_EPOCHS = "an LSTM, one epoch", "an LSTM, six epochs"
+#: every quote of README's section
+PICKS = [
+    Quote(ONE_EPOCH, "gap", TUNING, ("final", "ptb", "pairs", "two_level_frequency vs self_organized")),
+    Quote(ONE_EPOCH, "gap", TUNING, ("final", "wikitext-2", "pairs", "self_organized vs adaptive")),
+    Quote(ONE_EPOCH, "gap", TUNING, ("final", "text8-small", "pairs", "self_organized vs adaptive")),
+    Quote(SIX_EPOCHS, "gap", FAIR, ("lstm256-ptb", "pairs", "self_organized-tied vs full-tied", "test")),
+    Quote(SIX_EPOCHS, "gap", FAIR,
+          ("lstm256-wikitext-2", "pairs", "self_organized_div4-tied vs adaptive-tied", "test")),
+    Quote(SIX_EPOCHS, "gap", FAIR, ("lstm256-text8", "pairs", "self_organized_div4-tied vs adaptive-tied", "dev")),
+    Quote(SIX_EPOCHS, "gap", FAIR, ("lstm256-ptb", "pairs", "self_organized-tied vs adaptive_tuned-tied", "test")),
+    Quote(SIX_EPOCHS, "gap", FAIR,
+          ("lstm256-wikitext-2", "pairs", "self_organized_div4-tied vs adaptive_tuned-tied", "test")),
+    Quote(SIX_EPOCHS, "speed", MEASURED, ("lm-wikitext-2-lstm256-cpu", "self_organized", "adaptive")),
+    Quote("an LSTM, a third of an epoch", "gap", FAIR,
+          ("promise", "pairs", "two_level_frequency-tied vs self_organized-tied", "test")),
+    Quote("a transformer, one epoch", "gap", FAIR,
+          ("transformer-ptb", "pairs", "two_level_frequency-tied vs full-untied", "test")),
+    Quote("a transformer, one epoch", "gap", FAIR,
+          ("transformer-ptb", "pairs", "two_level_frequency-tied vs self_organized-tied", "test")),
+    Quote("a transformer, six epochs", "gap", FAIR,
+          ("transformer-ptb-6-epochs", "pairs", "self_organized-tied vs two_level_frequency-tied", "test")),
+    Quote("subword tokens", "bits", SUBWORD, ("bpe:8000", "two_level_frequency-tied", "self_organized-tied")),
+    Quote("subword tokens", "bits", SUBWORD, ("bpe:32000", "two_level_frequency-tied", "self_organized-tied")),
+    Quote("a Hugging Face model", "gap", SUBWORD_HF, ("bpe:8000", "HF Llama", "self_organized vs full", "test_word")),
+    Quote("a Hugging Face model", "speed", MEASURED, ("hf-llama-128k-h200", "self_organized", "hf")),
+]
+#: a figure as the section prints it, with its sign (a number with one point, not glued to a letter before it), and
+#: a "k of n"
+SIGNED = re.compile(r"[+-]?\d(?:[\d,.]*\d)?")
+K_OF_N = re.compile(r"\b\d+ of \d+\b")
+
+
+def rendered(quote: Quote) -> str:
+    """The text ``quote`` must read, from its datum."""
+    data = json.loads((ROOT / quote.page).read_text())
+    if quote.form == "gap":
+        for key in quote.path:
+            data = data[key]
+        return _gap(data)
+    if quote.form == "bits":
+        return _bits(data[quote.path[0]], *quote.path[1:])
+    return _speed(data[quote.path[0]], *quote.path[1:])
+
+
+def quoted_spans(section: str) -> list[tuple[int, int, str]]:
+    """Each figure and "k of n" of ``section`` outside link targets: (start, end, text)."""
+    spans = []
+    for match in SIGNED.finditer(section):
+        number = match.group().lstrip("+-")
+        start = match.start() + len(match.group()) - len(number)
+        if number.count(".") == 1 and not (start and section[start - 1].isalpha()):
+            spans.append((match.start(), match.end(), match.group()))
+    spans += [(m.start(), m.end(), m.group()) for m in K_OF_N.finditer(section)]
+    targets = [m.span(1) for m in LINK.finditer(section)]
+    return [span for span in spans if not any(a <= span[0] < b for a, b in targets)]
+
+
+def misquoted(section: str, picks: list[Quote] = PICKS) -> list[str]:
+    """What in README's section is not its datum: a quote whose rendering is not in its unit, a unit quoted and
+    missing, a figure or "k of n" no quote covers. One line each."""
+    problems, covered, starts = [], [], {}
+    offset = 0
+    for line in section.split("\n"):  # a unit: a table row, or the paragraph a line starts
+        starts.setdefault(offset, line)
+        offset += len(line) + 1
+    for quote in picks:
+        text = rendered(quote)
+        unit = next(((at, at + len(line)) for at, line in starts.items()
+                     if line.lstrip("| ").startswith(quote.unit)), None)
+        if unit is None:
+            problems.append(f"README: no row or paragraph starts «{quote.unit}» (quoting {quote.page} {quote.path})")
+            continue
+        found = [unit[0] + m.start() for m in re.finditer(re.escape(text), section[unit[0]:unit[1]])]
+        found = [at for at in found  # a whole quote: no sign, digit or point glued to it
+                 if (at == 0 or section[at - 1] not in "+-0123456789.,") and not section[at + len(text):][:1].isdigit()]
+        if not found:
+            problems.append(f"README: «{quote.unit}» should read «{text}» ({quote.page} {' / '.join(quote.path)})")
+        covered += [(at, at + len(text)) for at in found]
+    for start, end, text in quoted_spans(section):
+        if not any(a <= start and end <= b for a, b in covered):
+            line = section[:start].count("\n")
+            problems.append(f"README: «{text}» (line {line + 1} of the section) is not a quote of a named datum "
+                            "(tests/test_claims.py PICKS)")
+    return problems
+
+
+def _section() -> str:
+    section = readme_section(README.read_text())
+    assert section is not None, f"README.md has no '## {SECTION}' heading"
+    return section
+
+
+def test_readme_picks_are_their_data_in_figure_sign_seeds_and_k_of_n():
+    problems = misquoted(_section())
+    assert not problems, "\n".join(problems)
+
+
+def mutations(section: str):
+    """``section`` with one figure, sign or "k of n" changed, each way in turn: (what changed, the new section)."""
+    for start, end, text in quoted_spans(section):
+        if " of " in text:
+            k, n = map(int, text.split(" of "))
+            changed = [f"{k - 1 if k else k + 1} of {n}", f"{k} of {n + 1}"]
+        else:
+            sign, number = (text[0], text[1:]) if text[0] in "+-" else ("", text)
+            last = number[-1]
+            changed = [sign + number[:-1] + str((int(last) + 1) % 10),
+                       {"+": "-", "-": "+", "": "-"}[sign] + number]
+        for new in changed:
+            yield f"{text} -> {new}", section[:start] + new + section[end:]
+
+
+def test_any_changed_figure_sign_or_k_of_n_of_the_section_fails_the_check():
+    section = _section()
+    changes = list(mutations(section))
+    assert len(changes) >= 2 * len(PICKS), "the section's figures were not found"
+    passed = [what for what, changed in changes if not misquoted(changed)]
+    assert not passed, f"these changes of README's section pass the check: {passed}"
+
+
+def test_readme_section_is_under_450_words():
+    assert len(_section().split()) < 450
+
+
+def test_hand_measured_figures_are_their_pages():
+    """docs/benchmarks/measured.json keeps what README quotes of the pages written by hand: each tokens/s as the page
+    prints it, and the ratio README renders from them is the page's too."""
+    for name, measured in json.loads((ROOT / MEASURED).read_text()).items():
+        page = (ROOT / measured["page"]).read_text()
+        for head, rate in measured["tokens_per_s"].items():
+            assert f"{rate:,}" in page, f"{MEASURED} {name}: {head}'s {rate:,} tokens/s is not on {measured['page']}"
+        assert measured["commit"] and measured["device"] and measured["command"], name
+    section = _section()
+    for quote in PICKS:
+        if quote.page == MEASURED:
+            measured = json.loads((ROOT / MEASURED).read_text())[quote.path[0]]
+            assert rendered(quote) in (ROOT / measured["page"]).read_text(), (
+                f"{rendered(quote)} is not on {measured['page']}")
+            row = next(line for line in section.splitlines() if line.lstrip("| ").startswith(quote.unit))
+            assert f"commit {measured['commit']}" in row, f"README's «{quote.unit}»: no commit {measured['commit']}"
+
+
+# ---- which-head.md's tables, row by row from the same named figures (its prose keeps the check above) ------------
+
+WIKITEXT_2, TEXT8 = "WikiText-2 (33k words: `div_value=4`)", "text8 prefix (50k words: `div_value=4`)"
+#: the six-epoch LSTM table: (first cell, protocol, the default's run, the peer's label, the peer's run, metric)
+LSTM_ROWS = [
+    ("Penn Treebank (10k words: every word at d)", "lstm256-ptb", "self_organized-tied", "full softmax", "full-tied"),
+    ("Penn Treebank", "lstm256-ptb", "self_organized-tied", "frequency binning", "two_level_frequency-tied"),
+    ("Penn Treebank", "lstm256-ptb", "self_organized-tied", "adaptive softmax", "adaptive-tied"),
+    ("Penn Treebank", "lstm256-ptb", "self_organized-tied", "adaptive softmax, tuned", "adaptive_tuned-tied"),
+    (WIKITEXT_2, "lstm256-wikitext-2", "self_organized_div4-tied", "adaptive softmax", "adaptive-tied"),
+    ("WikiText-2, seed 1 only", "lstm256-wikitext-2", "self_organized_div4-tied", "adaptive softmax, tuned",
+     "adaptive_tuned-tied"),
+    ("WikiText-2", "lstm256-wikitext-2", "self_organized_div4-tied", "frequency binning", "two_level_frequency-tied"),
+    ("WikiText-2", "lstm256-wikitext-2", "self_organized_div4-tied", "itself, every word at d", "self_organized-tied"),
+    ("WikiText-2, H200 (4a2cbe9, 283908c)", "lstm256-wikitext-2-cuda", "self_organized_div4-tied", "full softmax",
+     "full-tied"),
+    (TEXT8, "lstm256-text8", "self_organized_div4-tied", "adaptive softmax", "adaptive-tied"),
+    ("text8 prefix", "lstm256-text8", "self_organized_div4-tied", "frequency binning", "two_level_frequency-tied"),
+    ("text8 prefix", "lstm256-text8", "self_organized_div4-tied", "itself, every word at d", "self_organized-tied"),
+    ("text8 prefix, H200 (4a2cbe9, 283908c)", "lstm256-text8-cuda", "self_organized_div4-tied", "full softmax",
+     "full-tied"),
+]
+#: the subword table: (first cell, run) over 8k and 32k BPE tokens; the fraction-of-an-epoch table: (first cell, head)
+SUBWORD_ROWS = [("`two_level_frequency`", "two_level_frequency-tied"), ("`self_organized`", "self_organized-tied"),
+                ("`full`", "full-tied"), ("`adaptive` (tied through adaptive input)", "adaptive-tied")]
+PROMISE_ROWS = [("`two_level_frequency` (frequency binning)", "two_level_frequency"),
+                ("`self_organized`", "self_organized"), ("`full`", "full"),
+                ("`adaptive` (tied: adaptive input)", "adaptive")]
+
+
+def which_head_tables() -> dict[str, list[str]]:
+    """which-head.md's three tables as they must read, row by row (a table by its header), from the named figures:
+    each mean over the seeds its difference pairs (fair.md's mean where those are all its seeds), the difference with
+    its sign and its k of n."""
+    fair = json.loads((ROOT / FAIR).read_text())
+    subword = json.loads((ROOT / SUBWORD).read_text())
+    lstm = []
+    for first, protocol, default, label, peer in LSTM_ROWS:
+        table = fair[protocol]
+        metric = "dev" if protocol.startswith("lstm256-text8") else "test"
+        pair = table["pairs"][f"{default} vs {peer}"][metric]
+        seeds = sorted(set(table["runs"][default]["seeds"]) & set(table["runs"][peer]["seeds"]))
+        def mean(run: str) -> float:  # the page's mean where the pair has all the run's seeds
+            row = table["runs"][run]
+            if seeds == sorted(row["seeds"]):
+                return row[f"mean_{metric}"]
+            return sum(row["seeds"][s][metric] for s in seeds) / len(seeds)
+        lstm.append(f"| {first} | {mean(default):.2f} | {label} | {mean(peer):.2f} | {pair['mean_pct']:+.2f}% | "
+                    f"{pair['lower']} of {pair['seeds']} | [fair.md](fair.md) |")
+    bits = [f"| {first} | " + " | ".join(f"{subword[size]['runs'][run]['mean_test_bpb']:.4f}"
+                                         for size in ("bpe:8000", "bpe:32000"))
+            + " | [subword.md](subword.md) |" for first, run in SUBWORD_ROWS]
+    runs = fair["promise"]["runs"]
+    best = min(runs[f"{head}-{tying}"]["mean_test"] for _, head in PROMISE_ROWS for tying in ("tied", "untied"))
+    cell = lambda value: f"**{value:.2f}**" if value == best else f"{value:.2f}"  # noqa: E731
+    promise = [f"| {first} | {cell(runs[head + '-tied']['mean_test'])} | {cell(runs[head + '-untied']['mean_test'])} | "
+               "[fair.md](fair.md) |" for first, head in PROMISE_ROWS]
+    return {"| corpus | default | against, tied | its | difference | lower on | source |": lstm,
+            "| head | 8k BPE tokens | 32k BPE tokens | source |": bits, "| head | tied | untied | source |": promise}
+
+
+def table_problems(text: str) -> list[str]:
+    """Where a table of which-head.md ``text`` is not what its named figures make it: one line a row."""
+    lines, problems = text.splitlines(), []
+    for header, rows in which_head_tables().items():
+        if header not in lines:
+            problems.append(f"which-head.md: no table headed {header}")
+            continue
+        at = lines.index(header) + 2
+        found = lines[at:at + len(rows)] + [""] * (len(rows) - len(lines[at:at + len(rows)]))
+        problems += [f"which-head.md: «{have}» should read «{want}»"
+                     for have, want in zip(found, rows) if have != want]
+        if at + len(rows) < len(lines) and lines[at + len(rows)].startswith("|"):
+            problems.append(f"which-head.md: a row past those tied to their figures: «{lines[at + len(rows)]}»")
+    return problems
+
+
+def test_which_head_md_tables_are_their_data():
+    problems = table_problems(WHICH_HEAD.read_text())
+    assert not problems, "\n".join(problems)
+
+
+def test_any_changed_figure_sign_or_k_of_n_of_which_head_md_tables_fails():
+    text = WHICH_HEAD.read_text()
+    tables = [line for header, rows in which_head_tables().items() for line in rows]
+    changes = [(what, changed) for row in tables for what, changed_row in mutations(row)
+               for changed in [text.replace(row, changed_row, 1)]]
+    assert len(changes) >= 2 * len(tables)
+    passed = [what for what, changed in changes if not table_problems(changed)]
+    assert not passed, f"these changes of which-head.md's tables pass the check: {passed}"
+
+
 # ---- the generated pages, written again from the committed runs --------------------------------------------------
 
 
@@ -203,18 +480,19 @@ def _subword_hf_matched(output):
 
 def _tuning(output):
     tuning = _script("tuning")
-    if not tuning.REPORT.is_file():
-        pytest.skip("docs/results/tuning.md is not committed yet")
     return tuning.report(output=output, results=tuning.RESULTS), tuning.REPORT
 
 
 @pytest.mark.parametrize("write", [_fair, _subword, _subword_hf, _subword_hf_matched, _tuning],
                          ids=["fair.md", "subword.md", "subword-hf.md", "subword-hf-matched.md", "tuning.md"])
 def test_a_generated_page_is_what_its_script_writes_from_the_committed_runs(write, tmp_path):
-    pytest.importorskip("scipy")   # the reports' paired t-tests
+    """The page and its figures by name (``PAGE.json``, which README's checks read). scipy (the reports' paired
+    t-tests) comes with the dev extra: without it this fails rather than skips."""
     output = tmp_path / "page.md"
     text, committed = write(output)
     assert output.read_text() == text
-    assert output.read_bytes() == committed.read_bytes(), (
-        f"{committed.relative_to(ROOT)} differs from what its script writes from the committed runs: "
-        "regenerate it (python benchmarks/SCRIPT.py report) and commit both")
+    for made, kept in ((output, committed), (output.with_suffix(".json"), committed.with_suffix(".json"))):
+        assert kept.is_file(), f"{kept.relative_to(ROOT)} is not committed: run python benchmarks/SCRIPT.py report"
+        assert made.read_bytes() == kept.read_bytes(), (
+            f"{kept.relative_to(ROOT)} differs from what its script writes from the committed runs: "
+            "regenerate it (python benchmarks/SCRIPT.py report) and commit the page and its .json")

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("scipy")
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "fair_quality.py"
 _spec = importlib.util.spec_from_file_location("fair_quality", _PATH)
 fair = importlib.util.module_from_spec(_spec)
