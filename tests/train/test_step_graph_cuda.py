@@ -26,28 +26,34 @@ def corpus(tmp_path_factory):
     return zipf_corpus(tmp_path_factory.mktemp("zipf"))
 
 
-def _train(run_dir, corpus, head, *extra):
+def _graphs_of(args: list[str]) -> list:
+    """``sohsm lm train`` with ``args`` (it must succeed); the StepGraphs its session made."""
     made = []
     original = step_graph_module.StepGraph.__init__
 
-    def keep(self, *args, **kwargs):
-        original(self, *args, **kwargs)
+    def keep(self, *a, **k):
+        original(self, *a, **k)
         made.append(self)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(step_graph_module.StepGraph, "__init__", keep)
-        assert main(["lm", "train", "--corpus", str(corpus), "--run-dir", str(run_dir), "--device", "cuda",
-                     "--emb-size", "32", "--hidden-size", "32", "--batch-size", "8", "--bptt", "6", "--quiet",
-                     "--eval-every", "0", "--checkpoint-every", "0", "--log-every", "1", "--seed", "3",
-                     "--max-tokens", str(40 * 48), *HEADS[head], *extra]) == 0
+        assert main(["lm", *args]) == 0
+    return made
+
+
+def _train(run_dir, corpus, head, *extra):
+    made = _graphs_of(["train", "--corpus", str(corpus), "--run-dir", str(run_dir), "--device", "cuda",
+                       "--emb-size", "32", "--hidden-size", "32", "--batch-size", "8", "--bptt", "6", "--quiet",
+                       "--eval-every", "0", "--checkpoint-every", "0", "--log-every", "1", "--seed", "3",
+                       "--max-tokens", str(40 * 48), *HEADS[head], *extra])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r["nll_nats"] for r in records if r["kind"] == "train"], made
 
 
 @pytest.mark.parametrize("head", list(HEADS))
 def test_a_captured_step_trains_as_the_eager_steps(tmp_path, corpus, head):
-    """``--step-graph on`` captures the step once (again after each re-clustering) and replays it; the losses follow
-    the eager static steps' (to rounding: some CUDA kernels add in any order)."""
+    """``--step-graph on`` captures the step once (a re-clustering rewrites what it reads in place) and replays it; the
+    losses follow the eager static steps' (to rounding: some CUDA kernels add in any order)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(step_graph_module, "WARMUP_STEPS", 10**9)  # static steps, never captured
         eager, _ = _train(tmp_path / "eager", corpus, head)
@@ -62,20 +68,11 @@ def test_the_replay_checks_against_eager_steps_at_real_shapes(tmp_path):
     from needs import need_corpus
 
     need_corpus("wikitext-2")
-    made = []
-    original = step_graph_module.StepGraph.__init__
-
-    def keep(self, *a, **k):
-        original(self, *a, **k)
-        made.append(self)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(step_graph_module.StepGraph, "__init__", keep)
-        assert main(["lm", "train", "--corpus", "wikitext-2", "--run-dir", str(tmp_path / "run"), "--device", "cuda",
-                     "--amp", "bf16", "--emb-size", "512", "--hidden-size", "512", "--batch-size", "128", "--bptt", "20",
-                     "--max-tokens", str(60 * 128 * 20), "--update-every", "25", "--eval-every", "0",
-                     "--checkpoint-every", "0", "--log-every", "20", "--quiet", "--step-graph", "on"]) == 0
-    (graph,) = made
+    (graph,) = _graphs_of(["train", "--corpus", "wikitext-2", "--run-dir", str(tmp_path / "run"), "--device", "cuda",
+                           "--amp", "bf16", "--emb-size", "512", "--hidden-size", "512", "--batch-size", "128",
+                           "--bptt", "20", "--max-tokens", str(60 * 128 * 20), "--update-every", "25",
+                           "--eval-every", "0", "--checkpoint-every", "0", "--log-every", "20", "--quiet",
+                           "--step-graph", "on"])
     print(f"captures {graph.captures}, checks {graph.checks}, replays {graph.replays}, "
           f"largest difference {graph.difference:.3g}")
     assert graph.failed is None and graph.captures == 1 and graph.checks == 3 and graph.replays >= 50, vars(graph)
