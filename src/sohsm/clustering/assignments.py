@@ -268,12 +268,7 @@ def greedy_assignment(
         while words.numel():
             closed = (sizes >= max_size) | (masses >= freq_budget)
             if bool(closed.all()):
-                w = int(words[0])
-                room = torch.where(sizes < max_size, masses, torch.tensor(float("inf"), dtype=torch.float64))
-                c = int(room.argmin())
-                assignment[w] = c
-                sizes[c] += 1
-                masses[c] += tf[w]
+                _place_in_lightest(int(words[0]), tf, sizes, masses, max_size, assignment)
                 fallback += 1
                 words, scores, word_tf, first, turn = words[1:], scores[1:], word_tf[1:], first[1:], turn[1:]
                 continue
@@ -337,6 +332,15 @@ def _kept_form(q) -> tuple[Tensor, Tensor, Tensor, int] | None:
     return index.detach().cpu().long(), values, rest, int(q.shape[1])
 
 
+def _place_in_lightest(w: int, tf: Tensor, sizes: Tensor, masses: Tensor, max_size: int, assignment: Tensor) -> None:
+    """Algorithm 1's fallback where every cluster is closed: word ``w`` goes to the lightest cluster with room."""
+    room = torch.where(sizes < max_size, masses, torch.tensor(float("inf"), dtype=torch.float64))
+    c = int(room.argmin())
+    assignment[w] = c
+    sizes[c] += 1
+    masses[c] += tf[w]
+
+
 def _greedy_compact(index: Tensor, values: Tensor, rest: Tensor, n_clusters: int, tf: Tensor, max_size: int,
                     freq_budget: float, block_size: int) -> GreedyResult:
     """:func:`greedy_assignment` of compact statistics, reading each word's ``M`` kept clusters and not its ``C``.
@@ -366,12 +370,7 @@ def _greedy_compact(index: Tensor, values: Tensor, rest: Tensor, n_clusters: int
         while words.numel():
             closed = (sizes >= max_size) | (masses >= freq_budget)
             if bool(closed.all()):
-                w = int(words[0])
-                room = torch.where(sizes < max_size, masses, torch.tensor(float("inf"), dtype=torch.float64))
-                c = int(room.argmin())
-                assignment[w] = c
-                sizes[c] += 1
-                masses[c] += tf[w]
+                _place_in_lightest(int(words[0]), tf, sizes, masses, max_size, assignment)
                 fallback += 1
                 words, kept, kept_values, word_rest = words[1:], kept[1:], kept_values[1:], word_rest[1:]
                 distance, word_tf, first = distance[1:], word_tf[1:], first[1:]
