@@ -217,7 +217,7 @@ class TrainingLoop:
         where the epoch stands after it; ``mark``: :meth:`compilations` and the time before the batch was made
         (default: now). A step that compiled (its batch, or its training) is left out of the training time, its
         seconds and tokens counted apart (:attr:`compile_s`)."""
-        if self.rate.moves_every_step:
+        if self.rate.moves_every_step or self._warming_up_again():
             self.set_rate()
         run = self.step_graph or self.one_step
         compiles, started = mark or (self.compilations(), time.perf_counter())
@@ -283,8 +283,14 @@ class TrainingLoop:
         """``error`` with what the run directory still holds and what to change (:func:`diverged_run`)."""
         return diverged_run(error, self.config, self.saved_steps)
 
+    def _warming_up_again(self) -> bool:
+        """Whether the rate still climbs after a restart of the optimizer's state (one more step sets the full)."""
+        restarted = self.state.restarted_at
+        return restarted is not None and self.rate.at(0, self.state.step - 1, 1.0, restarted) < self.rate.at(
+            0, self.state.step - 1, 1.0)
+
     def set_rate(self) -> None:
-        rate = self.rate.at(self.state.epoch, self.state.step, self.state.lr_scale)
+        rate = self.rate.at(self.state.epoch, self.state.step, self.state.lr_scale, self.state.restarted_at)
         if self.step_graph is not None:  # a replay reads the rate on the device, until the graph is given up
             self.step_graph.set_rate(rate)
             return
