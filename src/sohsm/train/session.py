@@ -30,13 +30,14 @@ from torch import nn
 
 from sohsm.heads import Head, SelfOrganizingHead
 from sohsm.train.builders import head_k, run_signature
-from sohsm.train.checkpoint import BEST, CONFIG_FILE, LAST, METRICS_FILE, save_checkpoint
+from sohsm.train.checkpoint import BEST, CONFIG_FILE, LAST, METRICS_FILE
 from sohsm.train.config import RunConfig
 from sohsm.train.distributed import Ranks
 from sohsm.train.evaluation import EvalResult, EvaluationStopped, evaluate
 from sohsm.train.guard import DivergenceError, StopSignals, check_eval, check_finite_parameters, write_line
 from sohsm.train.metrics import MetricsLog
 from sohsm.train.progress import progress_bar
+from sohsm.train.rescue import UnsavedCheckpoints
 from sohsm.train.result import STOP_REASONS, RunDiverged, TrainResult, diverged_run  # noqa: F401  (re-exported)
 from sohsm.train.rundir import rng_state
 from sohsm.train.schedule import LearningRate, planned_steps
@@ -126,6 +127,8 @@ class TrainingLoop:
         self.bar: Any = None  # the progress bar, the records and the stop signals, while :meth:`run` runs
         self.records: MetricsLog | _NoRecords | None = None
         self.signals: StopSignals | None = None
+        #: the checkpoints the run directory would not take (a folder made read-only mid-run), kept in memory
+        self.unsaved = UnsavedCheckpoints(run_dir)
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> TrainResult:
@@ -142,6 +145,9 @@ class TrainingLoop:
                 raise self.diverged(error) from None
             finally:
                 self.bar.close()
+        rescued = self.unsaved.rescue() if self.ranks.is_writer else None
+        if rescued is not None:
+            self.run_dir = rescued
         return self.result(stopped)
 
     def train(self) -> str:
@@ -276,7 +282,7 @@ class TrainingLoop:
             if name == BEST:  # read to evaluate, decode and inspect; a resume reads last.pt
                 del contents["optimizer"]
             if self.ranks.is_writer:
-                save_checkpoint(self.run_dir / name, contents)
+                self.unsaved.save(name, contents)
             self.saved_steps[name] = self.state.step
 
     def diverged(self, error: DivergenceError) -> RunDiverged:
