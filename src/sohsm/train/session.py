@@ -45,6 +45,7 @@ from sohsm.train.state import Clock, RunState
 from sohsm.train.step import TrainStep
 from sohsm.train.step_graph import StepGraph, host_rates, resolve_step_graph, step_graph_refusal
 from sohsm.train.task import Task
+from sohsm.train.threads import cpu_threads
 
 #: dev evaluations an epoch when a config leaves ``eval_every`` unset
 EVALS_PER_EPOCH = 4
@@ -127,6 +128,8 @@ class TrainingLoop:
         self.bar: Any = None  # the progress bar, the records and the stop signals, while :meth:`run` runs
         self.records: MetricsLog | _NoRecords | None = None
         self.signals: StopSignals | None = None
+        #: what the start line says of the CPU threads (:func:`~sohsm.train.threads.cpu_threads`)
+        self.threads: str | None = None
         #: the checkpoints the run directory would not take (a folder made read-only mid-run), kept in memory
         self.unsaved = UnsavedCheckpoints(run_dir)
 
@@ -377,7 +380,8 @@ class TrainingLoop:
         state, task = self.state, self.task
         lines = (task.startup_lines(self.model, self.head, self.device, self.planned_tokens, state.tokens)
                  if self.show_progress else [])
-        speed = [f"{self.config.amp} autocast (--amp)"] if self.config.amp else []
+        speed = [self.threads] if self.threads else []
+        speed += [f"{self.config.amp} autocast (--amp)"] if self.config.amp else []
         speed += ["compiled (--compile; compiling is not counted as training time)"] if self.config.compile else []
         if lines and speed:  # after the device, which ends the first line
             lines[0] += " | " + ", ".join(speed)
@@ -418,5 +422,8 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
                 optimizer: torch.optim.Optimizer, ranks: Ranks, state: RunState, *,
                 scaler: dict[str, Any] | None = None, show_progress: bool = True) -> TrainResult:
     """Train one session from ``state`` (:class:`TrainingLoop`); the one call :mod:`sohsm.train.loop` makes."""
-    return TrainingLoop(config, run_dir, task, model, head, optimizer, ranks, state, scaler=scaler,
-                        show_progress=show_progress).run()
+    with cpu_threads(getattr(config, "threads", None), ranks.device, ranks.world) as threads:
+        loop = TrainingLoop(config, run_dir, task, model, head, optimizer, ranks, state, scaler=scaler,
+                            show_progress=show_progress)
+        loop.threads = threads
+        return loop.run()
