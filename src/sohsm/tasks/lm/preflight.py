@@ -19,7 +19,7 @@ from sohsm.tasks.lm.config import LMConfig
 #: bytes of a float32 value
 _FLOAT = 4
 #: optimizer state per parameter value (Adagrad's sum, Adam's two moments; SGD without momentum keeps none)
-_OPTIMIZER_STATE = {"adagrad": 1, "adam": 2, "adamw": 2, "sgd": 0}
+OPTIMIZER_STATE = {"adagrad": 1, "adam": 2, "adamw": 2, "sgd": 0}
 
 
 def check_run_fits(config: LMConfig, corpus: Corpus, device: torch.device) -> None:
@@ -61,7 +61,7 @@ def estimate_bytes(config: LMConfig, n_words: int, graph: bool = False) -> tuple
     head = config.head.spec(check=False).memory_estimate(h, n_words, config.bptt * config.batch_size)
     # tied, the embedding is the head's word vectors (at a large vocabulary in bands of fewer dimensions): no rows
     params = (0 if m.tie_weights else n_words * m.emb_size) + body + head.parameters
-    state = params * _FLOAT * (2 + _OPTIMIZER_STATE.get(config.optim.optimizer, 2))
+    state = params * _FLOAT * (2 + OPTIMIZER_STATE.get(config.optim.optimizer, 2))
     total = state + head.extra_bytes
     extras = [head.extra] if head.extra else []
     if graph:  # the check of a captured step: a copy of all that, the weights one eager step wrote, static buffers
