@@ -15,7 +15,7 @@ from sohsm.data.subwords import bpe_size
 from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead
 from sohsm.tasks.lm.config import LMConfig
 from sohsm.tasks.lm.model import describe_model
-from sohsm.tasks.lm.preflight import OPTIMIZER_STATE, estimate_bytes, format_bytes
+from sohsm.tasks.lm.preflight import OPTIMIZER_STATE, activation_bytes, estimate_bytes, format_bytes, peak_estimate
 from sohsm.train.progress import count_text, duration_text, parameter_count
 
 
@@ -69,8 +69,15 @@ def startup_lines(config: LMConfig, corpus: Corpus, model: nn.Module, head: Head
             f"{describe_model(config.model, config.bptt)}, {describe_tying(config)} | head {config.head.name}: {', '.join(head_facts)} | "
             f"{count_text(parameter_count(model, head))} parameters in all | {device}")
     graph = torch.device(device).type == "cuda" and getattr(config, "step_graph", "off") != "off"
-    needed, covers = estimate_bytes(config, len(corpus.vocab), graph=graph)
-    what += f" | memory: at least {format_bytes(needed)} ({covers}; activations on top)"
+    if torch.device(device).type == "cpu":
+        trained = sum(p.numel() * p.element_size() for p in {id(p): p for part in (model, head)
+                                                              for p in part.parameters() if p.requires_grad}.values())
+        needed, parts = peak_estimate(config, len(corpus.vocab), trained)
+        what += f" | memory: about {format_bytes(needed)} at its peak ({parts})"
+    else:
+        needed, covers = estimate_bytes(config, len(corpus.vocab), graph=graph)
+        needed += activation_bytes(config)
+        what += f" | memory: about {format_bytes(needed)} on {device} ({covers} and activations)"
     epochs = planned_tokens / tokens_per_epoch
     if config.max_tokens is not None and config.max_tokens == planned_tokens:
         plan = f"plan: {planned_tokens:,} tokens (max_tokens; {epochs:.2f} epochs)"
