@@ -55,3 +55,45 @@ def test_tree_build_into_a_full_disk_or_a_read_only_folder(tmp_path, ptb_slice, 
         code, _, err = cli("tree", "build", run_dir, "--output", output, "--max-tokens", 2000)
     assert code != 0 and _one_line(err) == f"sohsm tree: error: {output}: {os.strerror(13)}"
     assert list(output.parent.iterdir()) == []
+
+
+def _checkpoints_refused(monkeypatch, folder) -> None:
+    """Checkpoints (``*.pt``) cannot be created in ``folder`` (EACCES), as in a folder made read-only mid-run."""
+    import errno
+    import tempfile
+    from pathlib import Path
+
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, prefix=None, **kwargs):  # noqa: A002 - tempfile's name
+        if dir is not None and Path(dir).resolve() == Path(folder).resolve() and ".pt." in (prefix or ""):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.path.join(dir, f"{prefix}tmp"))
+        return real_mkstemp(*args, dir=dir, prefix=prefix, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+
+def test_a_run_directory_that_stops_taking_checkpoints_keeps_the_training(tmp_path, ptb_slice, small, cli,
+                                                                          monkeypatch):
+    """Training goes on in memory, one line says so, the run is saved beside its folder at the end (and says
+    where), no lock is left, and the saved run resumes."""
+    import warnings
+
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as patch, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _checkpoints_refused(patch, run_dir)
+        code, out, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "full", "--run-dir", run_dir, *small,
+                             "--max-tokens", 4 * STEP, "--eval-every", 2)
+    assert code == 0, err
+    said = [str(w.message) for w in caught if "could not be written" in str(w.message)
+            or "cannot write" in str(w.message)]
+    saved = tmp_path / "run-saved"
+    assert len(said) == 2 and said[0].startswith(f"cannot write {run_dir}") and "training goes on in memory" in said[0]
+    assert said[1] == f"{run_dir} could not be written: the run is saved in {saved} (go on with --run-dir {saved} " \
+                      "--resume)"
+    assert not list(run_dir.glob("*.pt")) and not (run_dir / ".lock").exists()
+    assert {p.name for p in saved.iterdir()} >= {"last.pt", "best.pt", "config.json", "metrics.jsonl"}
+    assert f"{saved}" in out  # the summary names where the run is
+    code, out, err = cli("lm", "train", "--run-dir", saved, "--resume", "--max-tokens", 6 * STEP, "--quiet")
+    assert code == 0 and "step 6" in out, err

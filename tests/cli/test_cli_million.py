@@ -36,7 +36,7 @@ def test_a_million_words_train_with_the_defaults_said_before_the_first_step(mill
     assert code == 0, err
     start = err[: err.index("train:")] if "train:" in err else err  # what it says before it trains (--quiet not given)
     assert "1,000,00" in start and "words" in start
-    assert "clusters" in start and "memory: at least" in start
+    assert "clusters" in start and "memory: about" in start and "at its peak" in start
     assert "head option div_value=4, q_clusters=16" in start  # dense q would hold 3.7 GiB: compact on the CPU
     options = json.loads((run_dir / "config.json").read_text())["head"]["options"]
     assert options["q_clusters"] == 16

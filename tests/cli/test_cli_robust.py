@@ -366,9 +366,29 @@ def test_a_truncated_last_pt_says_best_pt_is_intact_and_how_to_continue_from_it(
     line = _one_line_error(*cli("lm", "eval", run_dir, "--checkpoint", "last")[::2])
     assert line.endswith("; best.pt beside it is intact (step 4)")
     (run_dir / "last.pt").write_bytes((run_dir / "best.pt").read_bytes())  # as it says
-    with pytest.warns(UserWarning, match="holds no optimizer state .best.pt keeps none.: the optimizer starts afresh"):
+    resume = (*resume, "--log-every", 1)
+    with pytest.warns(UserWarning, match="holds no optimizer state .best.pt keeps none.: the optimizer starts afresh"
+                                         ".* the rate warms up again over 30 steps"):
         code, out, err = cli(*resume)
     assert code == 0 and "step 6" in out, err
+    # the fresh optimizer warms up again from step 4 over the run's warm-up (an LSTM's 30 steps), on top of the
+    # first warm-up still under way: step s's rate is lr (s / 30) ((s - 4) / 30)
+    rates = {r["step"]: r["lr"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"}
+    assert rates[5] / rates[4] == pytest.approx(5 / 4 / 30) and rates[6] / rates[5] == pytest.approx(6 * 2 / 5), rates
+
+
+def test_a_warning_of_the_command_is_one_line(tmp_path, ptb_slice, small):
+    """Python shows a warning as two lines (its source line under it); the command says it in one."""
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "sohsm", "lm", "train", "--corpus", str(ptb_slice), "--run-dir", str(run_dir),
+            "--head", "full", *small, "--max-tokens", str(4 * TOKENS_PER_STEP), "--eval-every", "2"]
+    assert subprocess.run(argv, capture_output=True, text=True).returncode == 0
+    (run_dir / "last.pt").write_bytes((run_dir / "best.pt").read_bytes())
+    done = subprocess.run([*argv[:3], "lm", "train", "--run-dir", str(run_dir), "--resume", "--quiet",
+                           "--max-tokens", str(6 * TOKENS_PER_STEP)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "optimizer" in line or "warnings.warn" in line]
+    assert len(lines) == 1 and lines[0].startswith("sohsm: warning: "), done.stderr
 
 
 def test_best_pt_keeps_what_evaluation_needs_and_last_pt_what_a_resume_needs(tmp_path, ptb_slice, small, cli):

@@ -201,3 +201,14 @@ def test_without_tokenizers_the_message_says_what_to_install(ptb_slice, small, c
     line = _one_line_error(*cli("lm", "train", "--corpus", ptb_slice, "--tokenizer", "bpe:300", "--head", "full",
                                 "--run-dir", tmp_path / "run", *small)[::2])
     assert "pip install 'sohsm[hf]'" in line
+
+
+def test_a_bpe_that_learns_fewer_tokens_than_asked_says_so(ptb_slice, small, cli, tmp_path, one_thread):
+    """A training split too small for the size asked gives fewer tokens: the start line says how many of how many."""
+    loud = [option for option in small if option != "--quiet"]
+    code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--tokenizer", "bpe:60000", "--head", "full",
+                       "--run-dir", tmp_path / "run", *loud, "--max-tokens", TOKENS_PER_STEP)
+    assert code == 0, err
+    size = len(json.loads((tmp_path / "run" / "vocab.json").read_text())["itos"])
+    assert size < 60000 and f"{size:,} subwords of the 60,000 asked (the training split has no more pairs to " \
+                                "merge)" in err.splitlines()[0], err

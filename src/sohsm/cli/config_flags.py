@@ -42,7 +42,7 @@ NO_FLAG = frozenset({"task"})
 #: settings it names; a setting of the loop named nowhere (a task's own) goes to "optimisation". "run" also
 #: holds the command's own flags (``--run-dir``, ``--resume``, ``--quiet``) and ``--config``.
 GROUPS = (
-    ("run", ("epochs", "max_tokens", "time_budget", "device", "seed")),
+    ("run", ("epochs", "max_tokens", "time_budget", "device", "threads", "seed")),
     ("data", ("data",)),
     ("head", ("head",)),
     ("model", ("model",)),

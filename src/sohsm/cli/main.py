@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import textwrap
+import warnings
 from collections.abc import Iterable
 from typing import NoReturn
 
@@ -178,12 +179,33 @@ def run() -> NoReturn:
     raise SystemExit(code)
 
 
+class one_line_warnings:  # noqa: N801 - used as a context manager, as warnings.catch_warnings
+    """sohsm's own warnings as one line each (``sohsm: warning: ...``), not Python's two with the source line
+    that raised them; warnings of other packages as Python formats them."""
+
+    _package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def __enter__(self) -> None:
+        self._format = warnings.formatwarning
+
+        def format_warning(message, category, filename, lineno, line=None):
+            if os.path.abspath(filename).startswith(self._package + os.sep):
+                return f"sohsm: warning: {message}\n"
+            return self._format(message, category, filename, lineno, line)
+
+        warnings.formatwarning = format_warning
+
+    def __exit__(self, *exc) -> None:
+        warnings.formatwarning = self._format
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` (default: the process's arguments) asks for; its exit status.
 
     A Ctrl-C during start-up (imports, parsing) is one line and 130, as during a command."""
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        with one_line_warnings():
+            return _main(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

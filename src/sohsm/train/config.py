@@ -6,7 +6,7 @@ is a dataclass derived from :class:`RunConfig` that composes its own ``data`` an
 in :class:`LoopSettings`, and a task gives them other defaults where it needs to::
 
     <Task>Config(RunConfig(LoopSettings))
-      epochs, max_tokens, time_budget, eval_every, checkpoint_every, log_every, seed, device
+      epochs, max_tokens, time_budget, eval_every, checkpoint_every, log_every, seed, device, threads
       task:  "lm" | "s2s" | ...   names the task in config.json
       data, model                 the task's own sections
       head:  HeadConfig           which output layer, and its options
@@ -122,7 +122,7 @@ class OptimConfig:
 
 #: the loop's settings that a resume may change (budgets, intervals, the device); a task adds its own
 LOOP_RESUMABLE_FIELDS = frozenset({
-    "epochs", "max_tokens", "time_budget", "eval_every", "checkpoint_every", "log_every", "device",
+    "epochs", "max_tokens", "time_budget", "eval_every", "checkpoint_every", "log_every", "device", "threads",
 })
 
 
@@ -148,12 +148,12 @@ class LoopSettings:
     checkpoint_every: int = 1000
     #: write a train record (mean loss, tokens/s) every this many steps; each is a device sync
     log_every: int = 100
-    #: seeds every random draw of the run: the model's initialisation, dropout, the order and sampling of the
-    #: data, the heads' random clusters
+    #: seeds every random draw (initialisation, dropout, data order, clusters)
     seed: int = 1
-    #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...; under torchrun cpu or cuda (each process takes the GPU of
-    #: its LOCAL_RANK)
+    #: ``"cpu"``, ``"cuda"``, ``"cuda:1"``; torchrun: cpu or cuda (its LOCAL_RANK's GPU)
     device: str = field(default="cpu", metadata={"metavar": "DEVICE"})
+    #: CPU threads; ``None``: OMP_NUM_THREADS, else the cores free at the start
+    threads: int | None = field(default=None, metadata={"metavar": "N"})
 
 
 class RunConfig(LoopSettings):
@@ -324,6 +324,8 @@ class RunConfig(LoopSettings):
             raise FieldError.on("optim.lr_decay_after", f"must be >= 0, got {self.optim.lr_decay_after}")
         self._check_at_least(1, "epochs", "log_every")
         self._check_at_least(0, "eval_every", "checkpoint_every")
+        if self.threads is not None and self.threads < 1:
+            raise FieldError.on("threads", f"must be >= 1 (or none: the cores free at the start), got {self.threads}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise FieldError.on("max_tokens", f"must be >= 1 (or none: no limit), got {self.max_tokens}")
         if self.time_budget is not None and not self.time_budget > 0:

@@ -67,6 +67,7 @@ from sohsm.train.rundir import (
     set_rng_state,
 )
 from sohsm.train.session import STOP_REASONS, TrainResult, run_session  # noqa: F401
+from sohsm.train.schedule import restart_span
 from sohsm.train.state import RunState
 from sohsm.train.step_graph import step_graph_refusal
 from sohsm.train.task import Task, task_of
@@ -272,11 +273,13 @@ def _resume(task_class: type[Task], config: RunConfig, saved: RunConfig, run_dir
         head.load_state_dict(checkpoint["head"])
         if "optimizer" in checkpoint:
             optimizer.load_state_dict(checkpoint["optimizer"])
-        else:  # a best.pt copied in its place: its weights, without what the optimizer had learnt
-            warnings.warn(f"{path} holds no optimizer state (best.pt keeps none): the optimizer starts afresh from "
-                          "its weights, so the run goes on close to, not exactly as, it would have", stacklevel=2)
         set_rng_state(checkpoint["rng_ranks"][ranks.rank] if ranks.world > 1 else checkpoint["rng"], device)
         state = RunState.from_checkpoint(checkpoint)
+        if "optimizer" not in checkpoint:  # a best.pt copied in its place: its weights, not what the optimizer learnt
+            state.restarted_at = state.step
+            warnings.warn(f"{path} holds no optimizer state (best.pt keeps none): the optimizer starts afresh from "
+                          f"its weights and the rate warms up again over {restart_span(config.optim.warmup)} steps",
+                          stacklevel=2)
         state.cursor = task.restore(checkpoint["position"], device)
         scaler = checkpoint.get("scaler")
     check_loaded_parameters((model, head), path)

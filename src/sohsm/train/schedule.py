@@ -11,6 +11,10 @@ planned step (the floor of GPT-3's and Chinchilla's schedules), the recipe decod
 transformers are trained with. Both factors are functions of the step alone, so a resumed
 run follows them exactly; ``total`` is the run's planned steps (its ``epochs`` and
 ``max_tokens``), so a resume that changes the budget stretches the rest of the curve.
+
+A resume from a checkpoint without optimizer state (a ``best.pt`` copied over a damaged ``last.pt``) starts
+Adagrad's or Adam's statistics afresh, whose first updates are as large as the rate allows: it warms up
+again over the run's warm-up (:data:`RESTART_WARMUP` steps where the run has none) from the step it resumed at.
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ from sohsm.train.config import OptimConfig
 
 #: where the cosine ends, as a fraction of the full rate
 COSINE_FLOOR = 0.1
+#: the steps a resume without optimizer state warms up over when the run itself has no warm-up
+RESTART_WARMUP = 100
 
 
 def schedule_factor(schedule: str, step: int, warmup: int, total_steps: int) -> float:
@@ -60,9 +66,27 @@ class LearningRate:
         #: a warm-up or a cosine moves the rate every step; else it changes at epochs and annealings only
         self.moves_every_step = optim.warmup > 0 or optim.lr_schedule != "constant"
 
-    def at(self, epoch: int, step: int, lr_scale: float) -> float:
-        """The rate of the step after ``step`` steps, in (0-based) ``epoch``."""
+    def at(self, epoch: int, step: int, lr_scale: float, restarted_at: int | None = None) -> float:
+        """The rate of the step after ``step`` steps, in (0-based) ``epoch``; ``restarted_at``: the step where the
+        optimizer's state started afresh (a warm-up again from there, :func:`restart_factor`)."""
         rate = self.optim.rate_in_epoch(epoch) * lr_scale
         if self.moves_every_step:
             rate *= schedule_factor(self.optim.lr_schedule, step, self.optim.warmup, self.total_steps)
+        if restarted_at is not None:
+            rate *= restart_factor(step, restarted_at, self.optim.warmup)
         return rate
+
+
+def restart_factor(step: int, restarted_at: int, warmup: int) -> float:
+    """The warm-up again of a run whose optimizer state started afresh at step ``restarted_at``: over the run's
+    own ``warmup`` steps, or :data:`RESTART_WARMUP` where it has none.
+
+    >>> [restart_factor(s, 10, 4) for s in (10, 11, 13, 20)]
+    [0.25, 0.5, 1.0, 1.0]
+    """
+    return min(1.0, max(0, step - restarted_at + 1) / restart_span(warmup))
+
+
+def restart_span(warmup: int) -> int:
+    """The steps of the warm-up again after a restart of the optimizer's state (the run's own, or a default)."""
+    return warmup if warmup > 0 else RESTART_WARMUP

@@ -30,13 +30,14 @@ from torch import nn
 
 from sohsm.heads import Head, SelfOrganizingHead
 from sohsm.train.builders import head_k, run_signature
-from sohsm.train.checkpoint import BEST, CONFIG_FILE, LAST, METRICS_FILE, save_checkpoint
+from sohsm.train.checkpoint import BEST, CONFIG_FILE, LAST, METRICS_FILE
 from sohsm.train.config import RunConfig
 from sohsm.train.distributed import Ranks
 from sohsm.train.evaluation import EvalResult, EvaluationStopped, evaluate
 from sohsm.train.guard import DivergenceError, StopSignals, check_eval, check_finite_parameters, write_line
 from sohsm.train.metrics import MetricsLog
 from sohsm.train.progress import progress_bar
+from sohsm.train.rescue import UnsavedCheckpoints
 from sohsm.train.result import STOP_REASONS, RunDiverged, TrainResult, diverged_run  # noqa: F401  (re-exported)
 from sohsm.train.rundir import rng_state
 from sohsm.train.schedule import LearningRate, planned_steps
@@ -44,6 +45,7 @@ from sohsm.train.state import Clock, RunState
 from sohsm.train.step import TrainStep
 from sohsm.train.step_graph import StepGraph, host_rates, resolve_step_graph, step_graph_refusal
 from sohsm.train.task import Task
+from sohsm.train.threads import cpu_threads
 
 #: dev evaluations an epoch when a config leaves ``eval_every`` unset
 EVALS_PER_EPOCH = 4
@@ -126,6 +128,10 @@ class TrainingLoop:
         self.bar: Any = None  # the progress bar, the records and the stop signals, while :meth:`run` runs
         self.records: MetricsLog | _NoRecords | None = None
         self.signals: StopSignals | None = None
+        #: what the start line says of the CPU threads (:func:`~sohsm.train.threads.cpu_threads`)
+        self.threads: str | None = None
+        #: the checkpoints the run directory would not take (a folder made read-only mid-run), kept in memory
+        self.unsaved = UnsavedCheckpoints(run_dir)
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> TrainResult:
@@ -142,6 +148,9 @@ class TrainingLoop:
                 raise self.diverged(error) from None
             finally:
                 self.bar.close()
+        rescued = self.unsaved.rescue() if self.ranks.is_writer else None
+        if rescued is not None:
+            self.run_dir = rescued
         return self.result(stopped)
 
     def train(self) -> str:
@@ -217,7 +226,7 @@ class TrainingLoop:
         where the epoch stands after it; ``mark``: :meth:`compilations` and the time before the batch was made
         (default: now). A step that compiled (its batch, or its training) is left out of the training time, its
         seconds and tokens counted apart (:attr:`compile_s`)."""
-        if self.rate.moves_every_step:
+        if self.rate.moves_every_step or self._warming_up_again():
             self.set_rate()
         run = self.step_graph or self.one_step
         compiles, started = mark or (self.compilations(), time.perf_counter())
@@ -276,15 +285,21 @@ class TrainingLoop:
             if name == BEST:  # read to evaluate, decode and inspect; a resume reads last.pt
                 del contents["optimizer"]
             if self.ranks.is_writer:
-                save_checkpoint(self.run_dir / name, contents)
+                self.unsaved.save(name, contents)
             self.saved_steps[name] = self.state.step
 
     def diverged(self, error: DivergenceError) -> RunDiverged:
         """``error`` with what the run directory still holds and what to change (:func:`diverged_run`)."""
         return diverged_run(error, self.config, self.saved_steps)
 
+    def _warming_up_again(self) -> bool:
+        """Whether the rate still climbs after a restart of the optimizer's state (one more step sets the full)."""
+        restarted = self.state.restarted_at
+        return restarted is not None and self.rate.at(0, self.state.step - 1, 1.0, restarted) < self.rate.at(
+            0, self.state.step - 1, 1.0)
+
     def set_rate(self) -> None:
-        rate = self.rate.at(self.state.epoch, self.state.step, self.state.lr_scale)
+        rate = self.rate.at(self.state.epoch, self.state.step, self.state.lr_scale, self.state.restarted_at)
         if self.step_graph is not None:  # a replay reads the rate on the device, until the graph is given up
             self.step_graph.set_rate(rate)
             return
@@ -365,7 +380,8 @@ class TrainingLoop:
         state, task = self.state, self.task
         lines = (task.startup_lines(self.model, self.head, self.device, self.planned_tokens, state.tokens)
                  if self.show_progress else [])
-        speed = [f"{self.config.amp} autocast (--amp)"] if self.config.amp else []
+        speed = [self.threads] if self.threads else []
+        speed += [f"{self.config.amp} autocast (--amp)"] if self.config.amp else []
         speed += ["compiled (--compile; compiling is not counted as training time)"] if self.config.compile else []
         if lines and speed:  # after the device, which ends the first line
             lines[0] += " | " + ", ".join(speed)
@@ -406,5 +422,8 @@ def run_session(config: RunConfig, run_dir: Path, task: Task, model: nn.Module, 
                 optimizer: torch.optim.Optimizer, ranks: Ranks, state: RunState, *,
                 scaler: dict[str, Any] | None = None, show_progress: bool = True) -> TrainResult:
     """Train one session from ``state`` (:class:`TrainingLoop`); the one call :mod:`sohsm.train.loop` makes."""
-    return TrainingLoop(config, run_dir, task, model, head, optimizer, ranks, state, scaler=scaler,
-                        show_progress=show_progress).run()
+    with cpu_threads(getattr(config, "threads", None), ranks.device, ranks.world) as threads:
+        loop = TrainingLoop(config, run_dir, task, model, head, optimizer, ranks, state, scaler=scaler,
+                            show_progress=show_progress)
+        loop.threads = threads
+        return loop.run()

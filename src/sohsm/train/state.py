@@ -64,11 +64,14 @@ class RunState:
     best_ppl: float | None = None
     lr_scale: float = 1.0  # what annealing (``optim.anneal``) has left of the learning rate
     interval: LossInterval = field(default_factory=LossInterval)
+    #: the step where the optimizer's state started afresh mid-run (a resume from a checkpoint without it), from
+    #: which the rate warms up again; ``None``: the optimizer has trained since the first step
+    restarted_at: int | None = None
 
     def to_checkpoint(self) -> dict[str, Any]:
         """The checkpoint's counters (its ``position`` is the loop's: the epoch and the task's cursor)."""
         return {"step": self.step, "tokens": self.tokens, "elapsed_s": self.elapsed_s, "best_ppl": self.best_ppl,
-                "lr_scale": self.lr_scale, "log": self.interval.to_dict()}
+                "lr_scale": self.lr_scale, "log": self.interval.to_dict(), "restarted_at": self.restarted_at}
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Mapping[str, Any]) -> RunState:
@@ -77,7 +80,7 @@ class RunState:
         return cls(step=int(checkpoint["step"]), tokens=int(checkpoint["tokens"]),
                    elapsed_s=float(checkpoint["elapsed_s"]), epoch=int(checkpoint["position"]["epoch"]),
                    best_ppl=checkpoint["best_ppl"], lr_scale=float(checkpoint.get("lr_scale", 1.0)),
-                   interval=LossInterval.from_dict(checkpoint["log"]))
+                   interval=LossInterval.from_dict(checkpoint["log"]), restarted_at=checkpoint.get("restarted_at"))
 
     def epoch_float(self, epoch_length: int) -> float:
         """The epochs done, with the open one's share."""

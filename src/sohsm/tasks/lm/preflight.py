@@ -19,7 +19,7 @@ from sohsm.tasks.lm.config import LMConfig
 #: bytes of a float32 value
 _FLOAT = 4
 #: optimizer state per parameter value (Adagrad's sum, Adam's two moments; SGD without momentum keeps none)
-_OPTIMIZER_STATE = {"adagrad": 1, "adam": 2, "adamw": 2, "sgd": 0}
+OPTIMIZER_STATE = {"adagrad": 1, "adam": 2, "adamw": 2, "sgd": 0}
 
 
 def check_run_fits(config: LMConfig, corpus: Corpus, device: torch.device) -> None:
@@ -61,7 +61,7 @@ def estimate_bytes(config: LMConfig, n_words: int, graph: bool = False) -> tuple
     head = config.head.spec(check=False).memory_estimate(h, n_words, config.bptt * config.batch_size)
     # tied, the embedding is the head's word vectors (at a large vocabulary in bands of fewer dimensions): no rows
     params = (0 if m.tie_weights else n_words * m.emb_size) + body + head.parameters
-    state = params * _FLOAT * (2 + _OPTIMIZER_STATE.get(config.optim.optimizer, 2))
+    state = params * _FLOAT * (2 + OPTIMIZER_STATE.get(config.optim.optimizer, 2))
     total = state + head.extra_bytes
     extras = [head.extra] if head.extra else []
     if graph:  # the check of a captured step: a copy of all that, the weights one eager step wrote, static buffers
@@ -72,11 +72,60 @@ def estimate_bytes(config: LMConfig, n_words: int, graph: bool = False) -> tuple
     return total, covers
 
 
+def activation_bytes(config: LMConfig) -> int:
+    """About the bytes of what one training step keeps for its backward pass in the model (float32): an LSTM's
+    embeddings, dropout masks, gates and states per token and layer; a transformer's per block (Korthikanti et al.
+    2022: 34 numbers a token and width, 5 an attention head and position, which float32 doubles), and the head's
+    input. The head's own (the full softmax's logits) is the head's :meth:`~sohsm.heads.Head.memory_estimate`."""
+    m, h, tokens = config.model, config.model.hidden_size, config.bptt * config.batch_size
+    if m.architecture == "transformer":
+        per_block = 2 * (34 * h + 5 * m.attention_heads * config.bptt)  # bytes a token
+        return tokens * (m.layers * per_block + 4 * _FLOAT * h)
+    per_token = 3 * m.emb_size + 8 * h * m.layers + 2 * h  # embedding, its dropout and mask; gates, states; output
+    return tokens * per_token * _FLOAT
+
+
+def peak_estimate(config: LMConfig, n_words: int, trained: int, graph: bool = False) -> tuple[int, str]:
+    """About the peak memory of a run whose model and head are built (``trained``: the bytes of their trained
+    weights), on the CPU, and how it adds up: what the process holds now (the runtime, the corpus, the weights,
+    Adagrad's state), the gradients, Adam's moments (made at the first step), the head's step (:meth:`~sohsm.heads
+    .Head.memory_estimate`) and the model's activations (:func:`activation_bytes`)."""
+    now = process_bytes()
+    head = config.head.spec(check=False).memory_estimate(config.model.hidden_size, n_words,
+                                                         config.bptt * config.batch_size)
+    later = trained * (1 + (OPTIMIZER_STATE.get(config.optim.optimizer, 2) if config.optim.optimizer != "adagrad"
+                            else 0))
+    step = head.extra_bytes + activation_bytes(config)
+    if graph:
+        step += estimate_bytes(config, n_words, graph=True)[0] - estimate_bytes(config, n_words)[0]
+    parts = f"{format_bytes(now)} held now, {format_bytes(later)} of gradients" + (
+        " and optimizer state" if config.optim.optimizer != "adagrad" else "") + f", {format_bytes(step)} a step"
+    return now + later + step, parts
+
+
+def process_bytes() -> int:
+    """The memory this process holds now (resident, read from ``/proc``; 0 where it cannot be read): the runtime,
+    the corpus and, once built, the model."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def device_memory(device: torch.device) -> int | None:
-    """Total memory of ``device`` in bytes (the machine's RAM for the CPU), or ``None`` if unknown."""
+    """The memory a run on ``device`` can still take, in bytes, or ``None`` if unknown: a GPU's total, the CPU's
+    available RAM (``MemAvailable``: free and reclaimable, not what other processes hold), else its total."""
     try:
         if device.type == "cuda":
             return int(torch.cuda.get_device_properties(device.index or 0).total_memory)
+        try:
+            with open("/proc/meminfo", encoding="ascii") as handle:
+                for line in handle:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError, RuntimeError):
         return None
@@ -93,14 +142,16 @@ def check_memory(config: LMConfig, n_words: int, device: torch.device) -> None:
         return
     needed, covers = estimate_bytes(config, n_words, graph=device.type == "cuda"
                                     and getattr(config, "step_graph", "off") != "off")
+    needed += activation_bytes(config)
+    covers += " and activations"
     if needed > available:
         m = config.model
         other = head_that_fits(config, n_words, available)
         advice = (f"; --head {other[0]} would need at least {format_bytes(other[1])}" if other is not None
                   else "; no head fits at these sizes")
         raise FieldError(
-            escape(f"the model does not fit: its {covers} need at least {format_bytes(needed)}, more than the "
-                   f"{format_bytes(available)} of memory of {device} (") + "{}, {}, {}, {}, "
+            escape(f"the model does not fit: its {covers} need about {format_bytes(needed)}, more than the "
+                   f"{format_bytes(available)} of memory {device} has free (") + "{}, {}, {}, {}, "
             + escape(f"{n_words:,} words{advice})"), has("model.emb_size", m.emb_size),
             has("model.hidden_size", m.hidden_size), has("model.layers", m.layers), has("batch_size", config.batch_size)
         )
@@ -119,7 +170,8 @@ def head_that_fits(config: LMConfig, n_words: int, available: int) -> tuple[str,
         if name == config.head.name:
             continue
         other = dataclasses.replace(config, head=dataclasses.replace(config.head, name=name, options={}))
-        needed = estimate_bytes(with_vocabulary_options(other, n_words)[0], n_words)[0]
+        other = with_vocabulary_options(other, n_words)[0]
+        needed = estimate_bytes(other, n_words)[0] + activation_bytes(other)
         if needed <= available:
             return name, needed
     return None
