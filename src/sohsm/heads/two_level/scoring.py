@@ -16,10 +16,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.heads.base import ClusterScores, HeadOutput
+from sohsm.heads.two_level import best_first
 from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
-from sohsm.heads.two_level.ops import (BackendInfo, ClusterLayout, TwoLevelLogProb, cluster_log_softmax, exact_log_prob,
-                                       two_level_log_prob)
+from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, TwoLevelLogProb, cluster_log_softmax, two_level_log_prob
 from sohsm.heads.two_level.ops.grouped import compute_dtype
+from sohsm.heads.two_level.ops.log_prob import scored_log_prob
 from sohsm.heads.two_level.ops.topk import DEFAULT_CLUSTERS, DeviceTopK, topk_in_clusters
 from sohsm.heads.two_level.word_vectors import WordVectors
 from sohsm.lazy import outside_compile
@@ -37,6 +38,7 @@ class ScoringHost(Protocol):
     word_projection: nn.Linear | None
     band_projections: nn.ModuleList | None
     words: WordVectors
+    dense_topk: bool
     #: the layout checked against the assignment (a property), and as last derived (read while compiling)
     _layout: ClusterLayout
     _layout_cache: ClusterLayout
@@ -57,6 +59,9 @@ class TwoLevelScoring:
     Its methods read of the head only what :class:`ScoringHost` declares, besides each other
     (``tests/heads/two_level/test_host_protocols.py`` checks it).
     """
+
+    #: whether :meth:`search_topk` finishes a row with a flat cluster distribution densely (``False``: always search)
+    dense_topk: bool = True
 
     # -- the forward pass ---------------------------------------------------------
     def _cluster_log_probs(self, hidden_c: Tensor) -> Tensor:
@@ -128,11 +133,26 @@ class TwoLevelScoring:
 
     # -- evaluation ---------------------------------------------------------------
     def log_prob(self, hidden: Tensor) -> Tensor:
-        """Exact ``[B, N]`` log-probabilities (word-id order): every word of every cluster is scored."""
+        """Exact ``[B, N]`` log-probabilities (word-id order): every word of every cluster is scored, each weight
+        where it is stored (with bands, each band's words in its own dimensions: never widened to one matrix;
+        :func:`~sohsm.heads.two_level.ops.log_prob.scored_log_prob`)."""
         hidden = self._flatten_hidden(hidden)
         hidden_c, hidden_w = self._split_hidden(hidden)
         layout = self._layout
-        return exact_log_prob(self._cluster_log_probs(hidden_c), hidden_w, self.words.matrix(layout), layout)
+        return self._scored_log_prob(self._cluster_log_probs(hidden_c), hidden_w, layout)
+
+    def _scored_log_prob(self, cluster_log_probs: Tensor, hidden_w: Tensor, layout: ClusterLayout) -> Tensor:
+        """:meth:`log_prob` from the cluster log-probabilities and the word softmax's input."""
+        if self.words.trained():  # autograd, not the head, writes the grads through it: the buffers' record lapses
+            self.words.invalidate()
+        if not self.words.banded:
+            weight = self.words.weights[0]
+            return scored_log_prob(cluster_log_probs, [hidden_w], [weight], layout.cluster_of_slot,
+                                   layout.slot_of_word)
+        bands = self.words.band_rows(layout)
+        hiddens = [hidden_w[:, columns] for columns in bands.columns]
+        return scored_log_prob(cluster_log_probs, hiddens, self.words.weights, _stacked_clusters(layout, bands),
+                               bands.stacked_row_of_word)
 
     @torch.no_grad()
     def search_topk(self, hidden: Tensor, k: int, chunk_pairs: int = 8192) -> TopKResult:
@@ -142,7 +162,9 @@ class TwoLevelScoring:
         scores the words of its most probable cluster; a cluster can then only
         hold a better word if its ``log P(c | h)`` exceeds the row's k-th best score so far, so each
         unfinished row scores exactly those clusters, in one grouped pass (``chunk_pairs`` pairs at a time).
-        A well-trained head visits a few clusters per row; an untrained one may visit all of them.
+        A well-trained head visits a few clusters per row; a row whose open clusters hold more than a quarter of the
+        words is scored densely instead (every word at once: never slower than that), unless :attr:`dense_topk` is
+        ``False``.
 
         Args:
             hidden: ``[B, d]`` hidden states (``[*, d]`` is flattened).
@@ -161,10 +183,16 @@ class TwoLevelScoring:
                               torch.empty(0, dtype=torch.long, device=device))
         hidden_c, hidden_w = self._split_hidden(hidden)
         layout = self._layout
-        weight = self.words.matrix(layout)
-        hidden_w = hidden_w.to(weight.dtype)  # the kernel scores in the weight's dtype
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        return best_first_topk(cluster_log_probs, hidden_w, weight, layout, k, chunk_pairs)
+        bands = self.words.band_rows(layout) if self.words.banded else None
+        weight = tuple(self.words.weights) if bands is not None else self.words.weights[0]
+        hidden_w = hidden_w.to(self.words.weights[0].dtype)  # the kernel scores in the weight's dtype
+
+        def dense(rows: Tensor) -> Tensor:
+            return self._scored_log_prob(cluster_log_probs[rows], hidden_w[rows], layout)
+
+        return best_first_topk(cluster_log_probs, hidden_w, weight, layout, k, chunk_pairs, bands=bands,
+                               dense=dense if self.dense_topk else None, dense_fraction=best_first.DENSE_FRACTION)
 
     def device_topk(self, hidden: Tensor, k: int, clusters: int = DEFAULT_CLUSTERS,
                     block_m: int = 16) -> DeviceTopK:
@@ -213,3 +241,14 @@ class TwoLevelScoring:
         values, indices = result.values.clone(), result.indices.clone()
         values[uncertified], indices[uncertified] = rest.values, rest.indices
         return values, indices
+
+
+def _stacked_clusters(layout: ClusterLayout, bands) -> Tensor:
+    """``[N]`` the cluster of each row of the bands' weights stacked (band 0's rows first), derived once per layout
+    and band rows (kept on the layout; a rewrite in place, :meth:`ClusterLayout.update_from`, derives it again)."""
+    key = (id(bands), layout.rewrites, layout.bands_version)
+    cached = getattr(layout, "stacked_clusters", None)
+    if cached is None or cached[0] != key:
+        cached = (key, layout.cluster_of_slot[torch.cat(bands.slots)])
+        layout.stacked_clusters = cached
+    return cached[1]

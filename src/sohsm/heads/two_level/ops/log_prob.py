@@ -4,10 +4,13 @@
 
 :func:`cluster_log_softmax` is the one place the cluster softmax is normalised (the training step,
 exact evaluation and the device top-k all call it); :func:`two_level_log_prob` adds the in-cluster
-part by a backend of :mod:`sohsm.heads.two_level.ops.backends`; :func:`exact_log_prob` scores every word.
+part by a backend of :mod:`sohsm.heads.two_level.ops.backends`; :func:`exact_log_prob` scores every word, and
+:func:`scored_log_prob` does the same from the word vectors as they are stored (each band's weight in its own
+columns, never widened to one ``N x (d + d/div + ...)`` matrix), the evaluation path.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -82,3 +85,73 @@ def exact_log_prob(cluster_log_probs: Tensor, hidden_w: Tensor, weight: Tensor, 
     normaliser = (sums.log() + peak).gather(1, index)
     log_probs_slot = logits - normaliser + cluster_log_probs.gather(1, index)
     return log_probs_slot[:, layout.slot_of_word]
+
+
+#: a cluster whose exponentiated scores, taken below the row's best score, sum to less than this many times the
+#: dtype's smallest normal number is normalised again with its own maximum (its terms may have lost digits)
+UNDERFLOW_MARGIN = 2.0 ** 40
+
+
+def scored_log_prob(cluster_log_probs: Tensor, hiddens: Sequence[Tensor], weights: Sequence[Tensor],
+                    cluster_of_row: Tensor, row_of_word: Tensor) -> Tensor:
+    """Exact ``[B, N]`` ``log P(w | h)`` in word-id order, each weight scored where it is stored.
+
+    The rows of ``weights`` stacked (``weights[0]``'s first) are the ``N`` words: row ``r`` is word
+    ``row_of_word.argsort()[r]``, in cluster ``cluster_of_row[r]``, scored against ``hiddens[i]`` (``[B, d_i]``, the
+    hidden state's view for weight ``i``). Without autograd each weight's product is written into its own columns
+    of one ``[B, N]`` buffer; each cluster's log-sum-exp is one ``index_add`` of ``exp(score - row max)`` (a
+    cluster far below the row's best is normalised again with its own maximum, :data:`UNDERFLOW_MARGIN`); the
+    scores are then shifted in place and put in word order by one gather. About the passes over ``B x N`` of a
+    full softmax's ``log_softmax``, plus the permutation, with the products of the weights as stored (with bands,
+    several times fewer than a full softmax's). With autograd (a gradient wanted through it) the same, by
+    differentiable ops.
+
+    Args:
+        cluster_log_probs: ``[B, C]`` from :func:`cluster_log_softmax`.
+        hiddens: one ``[B, d_i]`` view of the hidden state per weight.
+        weights: ``[n_i, d_i]`` word vectors, ``sum n_i = N``.
+        cluster_of_row: ``[N]`` cluster of each stacked row.
+        row_of_word: ``[N]`` stacked row of each word.
+    """
+    n_rows = sum(w.size(0) for w in weights)
+    batch, n_clusters = cluster_log_probs.size(0), cluster_log_probs.size(1)
+    differentiable = torch.is_grad_enabled() and (any(w.requires_grad for w in weights)
+                                                  or any(h.requires_grad for h in hiddens))
+    compute = upcast(weights[0].new_empty(0)).dtype
+    if differentiable:
+        logits = torch.cat([upcast(F.linear(h.to(w.dtype), w)) for h, w in zip(hiddens, weights)], dim=1)
+    else:
+        logits = cluster_log_probs.new_empty(batch, n_rows, dtype=compute)
+        start = 0
+        for h, w in zip(hiddens, weights):
+            out = logits[:, start : start + w.size(0)]
+            if w.dtype == compute:
+                torch.mm(h.to(w.dtype), w.t(), out=out)
+            else:  # a half-precision weight: its product, then widened into the buffer
+                out.copy_(h.to(w.dtype) @ w.t())
+            start += w.size(0)
+    if differentiable or batch == 0 or n_rows == 0:
+        return _normalised_per_cluster(logits, cluster_log_probs, cluster_of_row)[:, row_of_word]
+    with torch.no_grad():
+        peak = logits.amax(dim=1, keepdim=True)  # [B, 1]
+        exp = torch.sub(logits, peak).exp_()
+        sums = logits.new_zeros(batch, n_clusters).index_add_(1, cluster_of_row, exp)
+        occupied = torch.zeros(n_clusters, dtype=torch.bool, device=logits.device)
+        occupied[cluster_of_row] = True
+        if bool(((sums < torch.finfo(compute).tiny * UNDERFLOW_MARGIN) & occupied).any()):
+            return _normalised_per_cluster(logits, cluster_log_probs, cluster_of_row)[:, row_of_word]
+        normaliser = sums.log_().add_(peak).sub_(cluster_log_probs)  # [B, C]: log Z_c - log P(c | h)
+        logits.sub_(torch.index_select(normaliser, 1, cluster_of_row, out=exp))
+        return logits.index_select(1, row_of_word)
+
+
+def _normalised_per_cluster(logits: Tensor, cluster_log_probs: Tensor, cluster_of_row: Tensor) -> Tensor:
+    """``[B, N]`` log-probabilities in row order, each cluster's log-sum-exp taken with its own maximum."""
+    index = cluster_of_row.expand_as(logits)
+    shape = (logits.size(0), cluster_log_probs.size(1))
+    with torch.no_grad():  # a per-cluster maximum only stabilises the log-sum-exp
+        peak = logits.new_full(shape, float("-inf")).scatter_reduce(1, index, logits, "amax")
+        peak = peak.nan_to_num(neginf=0.0)
+    sums = logits.new_zeros(shape).scatter_add(1, index, (logits - peak.gather(1, index)).exp())
+    normaliser = (sums.log() + peak).gather(1, index)
+    return logits - normaliser + cluster_log_probs.gather(1, index)
