@@ -39,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _machine import command_line, machine, write_page  # noqa: E402
 
+from sohsm.clustering import default_n_clusters  # noqa: E402
 from sohsm.heads import build_head  # noqa: E402
 from sohsm.models.generate import generate  # noqa: E402
 from sohsm.models.lstm_lm import LSTMLanguageModel  # noqa: E402
@@ -133,7 +134,7 @@ def run_size(n: int, args) -> dict:
     torch.manual_seed(0)
     stream, counts = zipf_stream(n, args.steps * 64 * 20 + 64 * 21 + 2000, seed=n)
     options = {"div_value": 4} if n >= 20_000 else {}
-    if n * 33 * 4 > 256 * 2**20:
+    if n * default_n_clusters(n) * 4 > 256 * 2**20:  # the dense statistics q over 256 MiB: compact on the CPU
         options["q_clusters"] = 16
     so = build_head("self_organized", D, n, counts=counts, update_every=args.update_every, **options)
     so_model = LSTMLanguageModel(n, D, D)

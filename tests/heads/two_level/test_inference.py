@@ -196,3 +196,23 @@ def test_ordered_topk_breaks_ties_by_lower_index():
         order = scores.argsort(dim=1, descending=True, stable=True)[:, :k]
         assert torch.equal(indices, order)
         assert torch.equal(values, scores.gather(1, order))
+
+
+@pytest.mark.parametrize("banded", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sample_draws_from_the_exact_distribution(banded, seed):
+    """A cluster, then a word of it: 20,000 draws for each of two states within total variation 0.04 of
+    ``exp(log_prob)`` (threshold set before looking: the expected distance of 20,000 draws over 120 words, most of
+    the mass on a few dozen, is about 0.02)."""
+    head = _head("self_organized", banded)
+    hidden = _hidden(7 + seed, batch=2)
+    draws = 20_000
+    g = torch.Generator().manual_seed(seed)
+    words = head.sample(hidden.repeat_interleave(draws, dim=0), generator=g).view(2, draws)
+    expected = reference_log_prob(head, hidden).exp()
+    for row in range(2):
+        observed = torch.bincount(words[row], minlength=N).double() / draws
+        assert 0.5 * (observed - expected[row]).abs().sum() < 0.04
+    assert head.sample(hidden[0], generator=g).dim() == 0  # unbatched, as every head method
+    powered = head.sample(hidden, temperature=0.5, generator=g)  # every word scored
+    assert powered.shape == (2,) and ((powered >= 0) & (powered < N)).all()

@@ -15,12 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sohsm.heads.base import ClusterScores, HeadOutput
+from sohsm.heads.base import ClusterScores, HeadOutput, upcast
 from sohsm.heads.two_level import best_first
 from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
 from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, TwoLevelLogProb, cluster_log_softmax, two_level_log_prob
 from sohsm.heads.two_level.ops.grouped import compute_dtype
 from sohsm.heads.two_level.ops.log_prob import scored_log_prob
+from sohsm.heads.two_level.ops.per_cluster import banded_in_cluster_logits, group_rows, in_cluster_logits
 from sohsm.heads.two_level.ops.topk import DEFAULT_CLUSTERS, DeviceTopK, topk_in_clusters
 from sohsm.heads.two_level.word_vectors import WordVectors
 from sohsm.lazy import outside_compile
@@ -153,6 +154,32 @@ class TwoLevelScoring:
         hiddens = [hidden_w[:, columns] for columns in bands.columns]
         return scored_log_prob(cluster_log_probs, hiddens, self.words.weights, _stacked_clusters(layout, bands),
                                bands.stacked_row_of_word)
+
+    @torch.no_grad()
+    def sample(self, hidden: Tensor, temperature: float = 1.0, generator: torch.Generator | None = None) -> Tensor:
+        """One word per row, ``[B]``, drawn from ``P(w | h)^(1/T)`` normalised. At temperature 1 by the hierarchy:
+        a cluster from ``P(c | h)``, then a word of it from ``P(w | h, c)``, whose product is exactly ``P(w | h)``,
+        scoring one cluster's words a row. At another temperature the powered distribution does not factor over
+        the clusters (each cluster's normaliser needs all its words): every word is scored (``Head.sample``)."""
+        if temperature != 1.0:
+            return super().sample(hidden, temperature, generator)
+        hidden = self._flatten_hidden(hidden)
+        if hidden.size(0) == 0:
+            return torch.empty(0, dtype=torch.long, device=hidden.device)
+        hidden_c, hidden_w = self._split_hidden(hidden)
+        layout = self._layout
+        clusters = torch.multinomial(self._cluster_log_probs(hidden_c).exp(), 1, generator=generator)[:, 0]
+        groups = group_rows(clusters, self.n_clusters)
+        hidden_sorted = hidden_w.to(self.words.weights[0].dtype)[groups.order]
+        if self.words.banded:
+            logits = banded_in_cluster_logits(hidden_sorted, tuple(self.words.weights), self.words.band_rows(layout),
+                                              layout, groups)
+        else:
+            logits = in_cluster_logits(hidden_sorted, self.words.weights[0], layout, groups)
+        positions = torch.multinomial(upcast(logits).softmax(dim=1), 1, generator=generator)[:, 0]
+        words = torch.empty_like(positions)
+        words[groups.order] = layout.word_of_slot[layout.offsets_t[groups.row_cluster] + positions]
+        return words
 
     @torch.no_grad()
     def search_topk(self, hidden: Tensor, k: int, chunk_pairs: int = 8192) -> TopKResult:
