@@ -20,7 +20,7 @@ from sohsm.heads.two_level import best_first
 from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
 from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, TwoLevelLogProb, cluster_log_softmax, two_level_log_prob
 from sohsm.heads.two_level.ops.grouped import compute_dtype
-from sohsm.heads.two_level.ops.log_prob import scored_log_prob
+from sohsm.heads.two_level.ops.log_prob import scored_log_prob, scored_rows
 from sohsm.heads.two_level.ops.per_cluster import banded_in_cluster_logits, group_rows, in_cluster_logits
 from sohsm.heads.two_level.ops.topk import DEFAULT_CLUSTERS, DeviceTopK, topk_in_clusters
 from sohsm.heads.two_level.word_vectors import WordVectors
@@ -146,14 +146,9 @@ class TwoLevelScoring:
         """:meth:`log_prob` from the cluster log-probabilities and the word softmax's input."""
         if self.words.trained():  # autograd, not the head, writes the grads through it: the buffers' record lapses
             self.words.invalidate()
-        if not self.words.banded:
-            weight = self.words.weights[0]
-            return scored_log_prob(cluster_log_probs, [hidden_w], [weight], layout.cluster_of_slot,
-                                   layout.slot_of_word)
-        bands = self.words.band_rows(layout)
-        hiddens = [hidden_w[:, columns] for columns in bands.columns]
-        return scored_log_prob(cluster_log_probs, hiddens, self.words.weights, _stacked_clusters(layout, bands),
-                               bands.stacked_row_of_word)
+        bands = self.words.band_rows(layout) if self.words.banded else None
+        hiddens = [hidden_w] if bands is None else [hidden_w[:, columns] for columns in bands.columns]
+        return scored_log_prob(cluster_log_probs, hiddens, self.words.weights, scored_rows(layout, bands))
 
     @torch.no_grad()
     def sample(self, hidden: Tensor, temperature: float = 1.0, generator: torch.Generator | None = None) -> Tensor:
@@ -249,8 +244,9 @@ class TwoLevelScoring:
 
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """Same as ``log_prob(hidden).topk(k)``: by best-first search over clusters (:meth:`search_topk`) with the
-        per-cluster backend, by :meth:`exact_topk` with a sync-free one."""
-        if self.backend_for(hidden.device).sync_free:
+        per-cluster backend, by :meth:`exact_topk` with a sync-free one, but with bands (whose device top-k would widen
+        them into one ``N x (d + d/div + ...)`` matrix at every call) by the search, on every device."""
+        if self.backend_for(hidden.device).sync_free and not self.words.banded:
             return self.exact_topk(hidden, k)
         result = self.search_topk(hidden, k)
         return result.values, result.indices
@@ -269,13 +265,3 @@ class TwoLevelScoring:
         values[uncertified], indices[uncertified] = rest.values, rest.indices
         return values, indices
 
-
-def _stacked_clusters(layout: ClusterLayout, bands) -> Tensor:
-    """``[N]`` the cluster of each row of the bands' weights stacked (band 0's rows first), derived once per layout
-    and band rows (kept on the layout; a rewrite in place, :meth:`ClusterLayout.update_from`, derives it again)."""
-    key = (id(bands), layout.rewrites, layout.bands_version)
-    cached = getattr(layout, "stacked_clusters", None)
-    if cached is None or cached[0] != key:
-        cached = (key, layout.cluster_of_slot[torch.cat(bands.slots)])
-        layout.stacked_clusters = cached
-    return cached[1]
