@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from sohsm.heads.two_level.ops.layout import ClusterLayout
-from sohsm.heads.two_level.ops.per_cluster import banded_in_cluster_logits, group_rows, in_cluster_logits
+from sohsm.heads.two_level.ops.per_cluster import RowGroups, banded_in_cluster_logits, group_rows
 
 
 class TopKResult(NamedTuple):
@@ -82,14 +82,29 @@ def best_first_topk(
     first = cluster_log_probs.argmax(dim=1)  # [B]
     merge = functools.partial(_merge_cluster_scores, hidden_w, cluster_log_probs, weight, layout,
                               best_values=best_values, best_words=best_words, bands=bands)
-    merge(rows, first)
     visited = torch.zeros(batch, n_clusters, dtype=torch.bool, device=device)
-    visited[rows, first] = True
     sizes = layout.sizes_t.to(cluster_log_probs.dtype)
+    searched = torch.ones(batch, dtype=torch.bool, device=device)
+    if dense is not None:
+        # before any word is scored: where even the clusters above the average word of the row's best cluster
+        # hold over dense_fraction of the words, the search would not pay (a guess; exactness does not rest on it)
+        top = cluster_log_probs.gather(1, first[:, None])
+        likely = cluster_log_probs >= top - sizes[first][:, None].log()
+        flat = (likely.to(sizes.dtype) @ sizes) > dense_fraction * n_words
+        if bool(flat.any()):
+            flat_rows = flat.nonzero().squeeze(1)
+            best_values[flat_rows], best_words[flat_rows] = ordered_topk(dense(flat_rows), k)
+            visited[flat_rows] = ~layout.empty_clusters
+            searched[flat_rows] = False
+    if bool(searched.all()):
+        merge(rows, first)
+    elif bool(searched.any()):
+        merge(rows[searched], first[searched])
+    visited[rows[searched], first[searched]] = True
     width = 1
     while True:
         # clusters that may still hold a word better than the row's k-th best
-        open_clusters = (cluster_log_probs > best_values[:, -1:]) & ~visited
+        open_clusters = (cluster_log_probs > best_values[:, -1:]) & ~visited & searched[:, None]
         if dense is not None:
             flat = (open_clusters.to(sizes.dtype) @ sizes) > dense_fraction * n_words
             if bool(flat.any()):
@@ -135,7 +150,7 @@ def _merge_cluster_scores(
     groups = group_rows(clusters, cluster_log_probs.size(1))
     pair_order = groups.order  # pairs sorted by cluster
     sorted_rows = rows[pair_order]
-    logits = (in_cluster_logits(hidden_w[sorted_rows], weight, layout, groups) if bands is None
+    logits = (_pair_logits(hidden_w[sorted_rows], weight, layout, groups) if bands is None
               else banded_in_cluster_logits(hidden_w[sorted_rows], weight, bands, layout, groups))
     log_probs = F.log_softmax(logits, dim=1)
     log_probs += cluster_log_probs[sorted_rows, groups.row_cluster][:, None]
@@ -162,3 +177,18 @@ def _merge_cluster_scores(
     pick = merged_values.argsort(dim=1, descending=True, stable=True)[:, :k]
     best_values[unique_rows] = merged_values.gather(1, pick)
     best_words[unique_rows] = merged_words.gather(1, pick)
+
+
+def _pair_logits(hidden_sorted: Tensor, weight: Tensor, layout: ClusterLayout, groups: RowGroups) -> Tensor:
+    """``[P, S]`` each sorted row's scores against its cluster's words (``-inf`` past its size): one product per
+    present cluster on its block of ``weight``, as the per-cluster kernel's ``in_cluster_logits`` computes them,
+    taking each block as it is reached (a search reaches a few clusters, not every one)."""
+    sizes, offsets = layout.sizes, layout.offsets
+    width = max([1] + [sizes[c] for c in groups.clusters])
+    logits = hidden_sorted.new_full((hidden_sorted.size(0), width), float("-inf"))
+    for c, h, out in zip(groups.clusters, hidden_sorted.split(groups.row_counts), logits.split(groups.row_counts)):
+        if sizes[c] == 1:  # a word alone in its cluster has in-cluster log-probability 0 whatever it scores
+            out[:, 0] = 0.0
+        else:
+            torch.mm(h, weight[offsets[c] : offsets[c] + sizes[c]].t(), out=out[:, : sizes[c]])
+    return logits
