@@ -4,9 +4,9 @@
 
 :func:`cluster_log_softmax` is the one place the cluster softmax is normalised (the training step,
 exact evaluation and the device top-k all call it); :func:`two_level_log_prob` adds the in-cluster
-part by a backend of :mod:`sohsm.heads.two_level.ops.backends`; :func:`exact_log_prob` scores every word, and
-:func:`scored_log_prob` does the same from the word vectors as they are stored (each band's weight in its own
-columns, never widened to one ``N x (d + d/div + ...)`` matrix), the evaluation path.
+part by a backend of :mod:`sohsm.heads.two_level.ops.backends`; :func:`scored_log_prob` scores every word from
+the word vectors as they are stored (each band's weight in its own columns, never widened to one
+``N x (d + d/div + ...)`` matrix), the evaluation path.
 """
 from __future__ import annotations
 
@@ -68,23 +68,6 @@ def two_level_log_prob(cluster_logits: Tensor, hidden_w: Tensor, weight: Tensor,
     cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
     word_part = backend.kernel(hidden_w, weight, target_cluster, target_position, layout, width, sink)
     return TwoLevelLogProb(cluster_log_probs, cluster_part, word_part)
-
-
-def exact_log_prob(cluster_log_probs: Tensor, hidden_w: Tensor, weight: Tensor, layout: ClusterLayout) -> Tensor:
-    """Exact ``[B, N]`` ``log P(w | h)`` in word-id order: every word of every cluster scored, each cluster's
-    words normalised by a log-sum-exp over its block (``cluster_log_probs``: ``[B, C]`` from
-    :func:`cluster_log_softmax`; ``weight``: ``[N, d_w]`` grouped by cluster as ``layout`` says)."""
-    logits = upcast(F.linear(hidden_w, weight))  # [B, N], slot order
-    index = layout.cluster_of_slot.expand_as(logits)
-    shape = (logits.size(0), cluster_log_probs.size(1))
-    with torch.no_grad():  # a per-cluster maximum only stabilises the log-sum-exp
-        peak = logits.new_full(shape, float("-inf")).scatter_reduce(1, index, logits, "amax")
-        peak = peak.nan_to_num(neginf=0.0)
-    peak_slot = peak.gather(1, index)
-    sums = logits.new_zeros(shape).scatter_add(1, index, (logits - peak_slot).exp())
-    normaliser = (sums.log() + peak).gather(1, index)
-    log_probs_slot = logits - normaliser + cluster_log_probs.gather(1, index)
-    return log_probs_slot[:, layout.slot_of_word]
 
 
 #: a cluster whose exponentiated scores, taken below the row's best score, sum to less than this many times the
