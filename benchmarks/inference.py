@@ -246,8 +246,10 @@ def report(results: list[dict], args, sha: str, baseline: dict | None, command: 
                      f"(head options {r['options']}, trained {r['steps']} steps in {r['train_cpu_s']:.0f} s CPU)")
     if before:
         lines += ["", f"*before*: the same script over the code of commit {baseline['commit']} (the starting point of "
-                  "this work), run on the same machine at the same time as the rest; its full softmax was measured "
-                  "beside it in its own process."]
+                  "this work, `inference-before.json`), on the same machine the same day; its full softmax was "
+                  "measured beside it in its own process. (The issue's own starting table, 2.03x and 3.39x for "
+                  "`log_prob`, 4.63x and 1.42x for top-10, was measured on another day's load and another head's "
+                  "training; the direction is the same.)"]
     lines += ["", "## Targets", "", *targets(results), "", "## How", "",
               "- `log_prob` scores each band's weight where it is stored, into its own columns of one `B x N` buffer "
               "(no `N x (d + d/div + ...)` widening per call: 1.34 GB at 1M words before), sums each cluster by one "
@@ -264,6 +266,15 @@ def report(results: list[dict], args, sha: str, baseline: dict | None, command: 
               "search went dense for nearly every state (clusters visited above): top-10's lead at 256k and 1M comes "
               "from the bands' cheaper products, not from the bound. A head whose clusters are sharper searches a "
               "few clusters.",
+              "- Exact evaluation at 1M (the one target missed): 64 rows of `log_prob` cost about a second, while the "
+              "bands' products are a seventh of the full softmax's multiply-adds (36M against 256M a row); the "
+              "rest is the passes over the `64 x 1M` scores (the row "
+              "maximum, `exp`, the cluster sums, the shift, the gather into word order), each a pass over 256 MB "
+              "where the full softmax's `log_softmax` fuses its own into about three. What would close it: those "
+              "passes fused into one or two (a compiled or hand-written kernel), and the band weights kept in "
+              "word order between calls so that the gather goes (a cache of 144 MB at 1M, rebuilt when the weights "
+              "change). The full softmax itself does 40 tokens/s there; `lm eval` does not use this path (it scores "
+              "each target through its own cluster, as training does).",
               "- Not measured here: the head without bands (`div_value=null`, the default under 20,000 words, in a "
               "transformer or untied), whose products cost what the full softmax's do, so that its `log_prob` and "
               "dense top-k carry the extra passes over `B x N` (the cluster sums, the gather into word order) above "
