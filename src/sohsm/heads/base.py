@@ -131,6 +131,13 @@ class Head(nn.Module):
         """The most probable word per row, ``[B]``; same as ``log_prob(hidden).argmax(1)``."""
         return self.topk(hidden, 1)[1][:, 0]
 
+    @unbatched
+    def sample(self, hidden: Tensor, temperature: float = 1.0, generator: torch.Generator | None = None) -> Tensor:
+        """One word per row, ``[B]``, drawn from ``softmax(log_prob(hidden) / temperature)`` (what ``generate``
+        draws; a head with a hierarchy may draw from the same distribution without scoring every word)."""
+        probs = (self.log_prob(hidden) / temperature).softmax(dim=1)
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
     # -- what a run needs ------------------------------------------------------------
     @classmethod
     def memory_estimate(cls, in_features: int, n_classes: int, options: dict, rows: int) -> HeadMemory:

@@ -12,7 +12,7 @@ from torch import Tensor
 
 #: the methods that take hidden states and answer per row: each takes one unbatched hidden state as torch's
 #: ``AdaptiveLogSoftmaxWithLoss`` does (:func:`unbatched`)
-UNBATCHED_METHODS = ("forward", "score_parts", "log_prob", "topk", "predict")
+UNBATCHED_METHODS = ("forward", "score_parts", "log_prob", "topk", "predict", "sample")
 
 
 def _squeeze_rows(value: Any) -> Any:

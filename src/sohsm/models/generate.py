@@ -22,7 +22,8 @@ def generate(model: LSTMLanguageModel | TransformerLM, head: Head, prompt: Tenso
     """Continue ``prompt`` by ``length`` words.
 
     Greedy decoding takes ``head.predict`` (the most probable word); sampling
-    draws from ``softmax(head.log_prob(h) / temperature)``. An LSTM carries its
+    draws from ``softmax(head.log_prob(h) / temperature)`` (``head.sample``: a two-level head at temperature 1
+    draws a cluster, then a word of it, scoring one cluster's words). An LSTM carries its
     state from word to word; a transformer reads the last ``model.context`` words
     again for each new one (the window it was trained on).
 
@@ -62,8 +63,7 @@ def generate(model: LSTMLanguageModel | TransformerLM, head: Head, prompt: Tenso
             if greedy:
                 word = head.predict(last)  # [1]
             else:
-                probs = (head.log_prob(last) / temperature).softmax(dim=1)  # [1, N]
-                word = torch.multinomial(probs, 1, generator=generator)[:, 0]
+                word = head.sample(last, temperature, generator)  # [1]
             out[i] = word[0]
             if window is None:
                 hidden, state = model(word[None, :], state)

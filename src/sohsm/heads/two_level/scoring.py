@@ -15,11 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sohsm.heads.base import ClusterScores, HeadOutput
+from sohsm.heads.base import ClusterScores, HeadOutput, upcast
+from sohsm.heads.two_level import best_first
 from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
-from sohsm.heads.two_level.ops import (BackendInfo, ClusterLayout, TwoLevelLogProb, cluster_log_softmax, exact_log_prob,
-                                       two_level_log_prob)
+from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, TwoLevelLogProb, cluster_log_softmax, two_level_log_prob
 from sohsm.heads.two_level.ops.grouped import compute_dtype
+from sohsm.heads.two_level.ops.log_prob import scored_log_prob, scored_rows
+from sohsm.heads.two_level.ops.per_cluster import banded_in_cluster_logits, group_rows, in_cluster_logits
 from sohsm.heads.two_level.ops.topk import DEFAULT_CLUSTERS, DeviceTopK, topk_in_clusters
 from sohsm.heads.two_level.word_vectors import WordVectors
 from sohsm.lazy import outside_compile
@@ -37,6 +39,7 @@ class ScoringHost(Protocol):
     word_projection: nn.Linear | None
     band_projections: nn.ModuleList | None
     words: WordVectors
+    dense_topk: bool
     #: the layout checked against the assignment (a property), and as last derived (read while compiling)
     _layout: ClusterLayout
     _layout_cache: ClusterLayout
@@ -57,6 +60,9 @@ class TwoLevelScoring:
     Its methods read of the head only what :class:`ScoringHost` declares, besides each other
     (``tests/heads/two_level/test_host_protocols.py`` checks it).
     """
+
+    #: whether :meth:`search_topk` finishes a row with a flat cluster distribution densely (``False``: always search)
+    dense_topk: bool = True
 
     # -- the forward pass ---------------------------------------------------------
     def _cluster_log_probs(self, hidden_c: Tensor) -> Tensor:
@@ -128,11 +134,47 @@ class TwoLevelScoring:
 
     # -- evaluation ---------------------------------------------------------------
     def log_prob(self, hidden: Tensor) -> Tensor:
-        """Exact ``[B, N]`` log-probabilities (word-id order): every word of every cluster is scored."""
+        """Exact ``[B, N]`` log-probabilities (word-id order): every word of every cluster is scored, each weight
+        where it is stored (with bands, each band's words in its own dimensions: never widened to one matrix;
+        :func:`~sohsm.heads.two_level.ops.log_prob.scored_log_prob`)."""
         hidden = self._flatten_hidden(hidden)
         hidden_c, hidden_w = self._split_hidden(hidden)
         layout = self._layout
-        return exact_log_prob(self._cluster_log_probs(hidden_c), hidden_w, self.words.matrix(layout), layout)
+        return self._scored_log_prob(self._cluster_log_probs(hidden_c), hidden_w, layout)
+
+    def _scored_log_prob(self, cluster_log_probs: Tensor, hidden_w: Tensor, layout: ClusterLayout) -> Tensor:
+        """:meth:`log_prob` from the cluster log-probabilities and the word softmax's input."""
+        if self.words.trained():  # autograd, not the head, writes the grads through it: the buffers' record lapses
+            self.words.invalidate()
+        bands = self.words.band_rows(layout) if self.words.banded else None
+        hiddens = [hidden_w] if bands is None else [hidden_w[:, columns] for columns in bands.columns]
+        return scored_log_prob(cluster_log_probs, hiddens, self.words.weights, scored_rows(layout, bands))
+
+    @torch.no_grad()
+    def sample(self, hidden: Tensor, temperature: float = 1.0, generator: torch.Generator | None = None) -> Tensor:
+        """One word per row, ``[B]``, drawn from ``P(w | h)^(1/T)`` normalised. At temperature 1 by the hierarchy:
+        a cluster from ``P(c | h)``, then a word of it from ``P(w | h, c)``, whose product is exactly ``P(w | h)``,
+        scoring one cluster's words a row. At another temperature the powered distribution does not factor over
+        the clusters (each cluster's normaliser needs all its words): every word is scored (``Head.sample``)."""
+        if temperature != 1.0:
+            return super().sample(hidden, temperature, generator)
+        hidden = self._flatten_hidden(hidden)
+        if hidden.size(0) == 0:
+            return torch.empty(0, dtype=torch.long, device=hidden.device)
+        hidden_c, hidden_w = self._split_hidden(hidden)
+        layout = self._layout
+        clusters = torch.multinomial(self._cluster_log_probs(hidden_c).exp(), 1, generator=generator)[:, 0]
+        groups = group_rows(clusters, self.n_clusters)
+        hidden_sorted = hidden_w.to(self.words.weights[0].dtype)[groups.order]
+        if self.words.banded:
+            logits = banded_in_cluster_logits(hidden_sorted, tuple(self.words.weights), self.words.band_rows(layout),
+                                              layout, groups)
+        else:
+            logits = in_cluster_logits(hidden_sorted, self.words.weights[0], layout, groups)
+        positions = torch.multinomial(upcast(logits).softmax(dim=1), 1, generator=generator)[:, 0]
+        words = torch.empty_like(positions)
+        words[groups.order] = layout.word_of_slot[layout.offsets_t[groups.row_cluster] + positions]
+        return words
 
     @torch.no_grad()
     def search_topk(self, hidden: Tensor, k: int, chunk_pairs: int = 8192) -> TopKResult:
@@ -142,7 +184,9 @@ class TwoLevelScoring:
         scores the words of its most probable cluster; a cluster can then only
         hold a better word if its ``log P(c | h)`` exceeds the row's k-th best score so far, so each
         unfinished row scores exactly those clusters, in one grouped pass (``chunk_pairs`` pairs at a time).
-        A well-trained head visits a few clusters per row; an untrained one may visit all of them.
+        A well-trained head visits a few clusters per row; a row whose open clusters hold more than a quarter of the
+        words is scored densely instead (every word at once: never slower than that), unless :attr:`dense_topk` is
+        ``False``.
 
         Args:
             hidden: ``[B, d]`` hidden states (``[*, d]`` is flattened).
@@ -161,10 +205,16 @@ class TwoLevelScoring:
                               torch.empty(0, dtype=torch.long, device=device))
         hidden_c, hidden_w = self._split_hidden(hidden)
         layout = self._layout
-        weight = self.words.matrix(layout)
-        hidden_w = hidden_w.to(weight.dtype)  # the kernel scores in the weight's dtype
         cluster_log_probs = self._cluster_log_probs(hidden_c)  # [B, C]
-        return best_first_topk(cluster_log_probs, hidden_w, weight, layout, k, chunk_pairs)
+        bands = self.words.band_rows(layout) if self.words.banded else None
+        weight = tuple(self.words.weights) if bands is not None else self.words.weights[0]
+        hidden_w = hidden_w.to(self.words.weights[0].dtype)  # the kernel scores in the weight's dtype
+
+        def dense(rows: Tensor) -> Tensor:
+            return self._scored_log_prob(cluster_log_probs[rows], hidden_w[rows], layout)
+
+        return best_first_topk(cluster_log_probs, hidden_w, weight, layout, k, chunk_pairs, bands=bands,
+                               dense=dense if self.dense_topk else None, dense_fraction=best_first.DENSE_FRACTION)
 
     def device_topk(self, hidden: Tensor, k: int, clusters: int = DEFAULT_CLUSTERS,
                     block_m: int = 16) -> DeviceTopK:
@@ -194,8 +244,9 @@ class TwoLevelScoring:
 
     def topk(self, hidden: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """Same as ``log_prob(hidden).topk(k)``: by best-first search over clusters (:meth:`search_topk`) with the
-        per-cluster backend, by :meth:`exact_topk` with a sync-free one."""
-        if self.backend_for(hidden.device).sync_free:
+        per-cluster backend, by :meth:`exact_topk` with a sync-free one, but with bands (whose device top-k would widen
+        them into one ``N x (d + d/div + ...)`` matrix at every call) by the search, on every device."""
+        if self.backend_for(hidden.device).sync_free and not self.words.banded:
             return self.exact_topk(hidden, k)
         result = self.search_topk(hidden, k)
         return result.values, result.indices
@@ -213,3 +264,4 @@ class TwoLevelScoring:
         values, indices = result.values.clone(), result.indices.clone()
         values[uncertified], indices[uncertified] = rest.values, rest.indices
         return values, indices
+

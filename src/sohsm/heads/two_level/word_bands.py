@@ -17,9 +17,10 @@ buffers cost what the words hold, as adaptive softmax's tails do, where one
 ``N x (d + d/div + ...)`` weight with zeros outside each word's block made the
 step cost more than the dense head's (docs/benchmarks/heads-band-weights.md).
 
-The per-cluster kernel reads and writes each band's weight directly
-(:mod:`sohsm.heads.two_level.ops.per_cluster`). The other backends (sync-free,
-Triton), exact ``log_prob`` and top-k take the bands widened to one
+The per-cluster kernel, exact ``log_prob``, top-k and sampling read each band's weight
+directly (:mod:`sohsm.heads.two_level.ops.per_cluster`,
+:func:`~sohsm.heads.two_level.ops.log_prob.scored_log_prob`). The other backends (sync-free,
+Triton) and the device top-k take the bands widened to one
 ``[N, d + d/div + ...]`` matrix in slot order (:func:`widen`, differentiable), with
 every band's view of the hidden state side by side::
 

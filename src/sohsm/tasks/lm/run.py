@@ -8,8 +8,10 @@ compare across vocabularies (:mod:`sohsm.tasks.lm.scores`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -92,6 +94,24 @@ class Generation:
         return "\n".join(" ".join(line) for line in lines).strip("\n")
 
 
+#: seconds of silence after which ``sohsm lm generate`` says what it is doing (loading the run, then a bar of words)
+SLOW_START_S = 2.0
+
+
+@contextlib.contextmanager
+def _notice_after(seconds: float, line: str, enabled: bool):
+    """Write ``line`` to stderr if the block is still running after ``seconds`` (only where ``enabled``)."""
+    timer = threading.Timer(seconds, lambda: print(line, file=sys.stderr, flush=True)) if enabled else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
 def generate_text(run_dir: str | os.PathLike[str], prompt: str, length: int = 30, *, greedy: bool = False,
                   temperature: float = 1.0, seed: int | None = None, checkpoint: str = "best",
                   device: str = "cpu", progress: bool = False) -> Generation:
@@ -100,14 +120,17 @@ def generate_text(run_dir: str | os.PathLike[str], prompt: str, length: int = 30
 
     An empty prompt starts a new line (for corpora with ``<eos>``). Sampling with
     the same ``seed`` gives the same text. ``progress`` shows a bar of tokens on stderr
-    when the continuation is long (over a thousand).
+    when the continuation is long (over a thousand) or slow (silent for 2 s), and one line saying the run is being
+    loaded where that takes over 2 s.
 
     Raises:
         ValueError: an empty prompt for running text, a bad length or temperature.
     """
     if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= MAX_LENGTH:
         raise ValueError(f"length must be an integer in [0, {MAX_LENGTH}] (words added in one call), got {length!r}")
-    run = load_run(run_dir, checkpoint, device, task="lm")
+    with _notice_after(SLOW_START_S, f"generate: loading the run in {os.fspath(run_dir)} (its vocabulary, model "
+                       f"and head, {checkpoint} checkpoint)...", progress):
+        run = load_run(run_dir, checkpoint, device, task="lm")
     vocab = run.vocab
     subwords = run_tokenizer(run.run_dir) if run.config.data.tokenizer is not None else None
     words = prompt.split()
@@ -126,7 +149,7 @@ def generate_text(run_dir: str | os.PathLike[str], prompt: str, length: int = 30
     else:
         generator.manual_seed(int(seed))
     with tqdm(total=length, unit="token" if subwords is not None else "word", desc="generate", file=sys.stderr,
-              disable=not progress or length <= 1000) as bar:
+              disable=not progress, delay=0 if length > 1000 else SLOW_START_S) as bar:
         out = generate(run.model, run.head, ids, length, greedy=greedy, temperature=temperature, generator=generator,
                        on_word=bar.update)
     lowered = [w.lower() if w in unknown and w.lower() in vocab else w for w in words]

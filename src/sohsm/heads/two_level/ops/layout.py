@@ -68,6 +68,8 @@ class ClusterLayout:
         self.retired = False
         self.bands = None
         self.bands_version = -1
+        #: ``(key, ScoredRows)``: where exact evaluation finds each row (:func:`~.log_prob.scored_rows`)
+        self.scored_rows = None
         self.serial = next(_SERIALS)
         self.rewrites = 0
 
