@@ -468,3 +468,18 @@ def test_the_memory_estimate_counts_what_a_captured_step_holds():
     assert "captured step's check" in graph_covers and "check" not in covers
     static_scores = 3 * 2560 * (33_278 - 1513) * 4
     assert graphed - eager > static_scores
+
+
+def test_freezing_the_clusters_recaptures_a_step_that_writes_no_ring(tmp_path, corpus, emulated):
+    """``freeze_after_tokens`` with the step captured: a frozen head's eager step keeps no waiting batch, while the graph
+    captured before the freeze writes one into the ring every replay, which the host no longer counts (within 16
+    replays the write lands past the ring's end: a device-side assert on CUDA, an IndexError here). The freeze is part
+    of the step's key, so the step is captured again without the write, and the run trains as its static eager steps."""
+    extra = ["--max-tokens", str(40 * 24), "--update-every", "6", "--head-option", "freeze_after_tokens=300"]
+    eager_losses, eager = _static_eager(tmp_path / "eager", corpus, "self_organized-banded", *extra)
+    graph_losses, graphed = _train(tmp_path / "graph", corpus, "self_organized-banded", *extra)
+    graph = emulated[1]
+    assert graph.failed is None and graph.captures == 2 and graph.replays >= 20, vars(graph)
+    assert graph.head.frozen
+    assert graph_losses == eager_losses
+    _assert_same_weights(graphed, eager)
