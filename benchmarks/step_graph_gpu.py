@@ -5,7 +5,8 @@ The step of a small model on a GPU is bound by the ops the host issues (docs/ben
 ``sohsm lm train`` for each ``--head`` with ``--step-graph off`` and ``on``, one run at a time, the pairs
 interleaved (a machine's drift falls on both), and reports tokens per second after the first logged interval
 (the start, the warm-up and the capture left out), with each head's ratio to the full softmax and to adaptive
-softmax in the same form. Writes docs/benchmarks/step-graph-gpu.md. Needs a CUDA device. Usage::
+softmax in the same form. Writes docs/benchmarks/step-graph-gpu.md, only where every run succeeded (else it prints
+the table and which runs failed, and exits 1). Needs a CUDA device. Usage::
 
     python benchmarks/step_graph_gpu.py --corpus wikitext-2 --amp bf16 --emb-size 512 --hidden-size 512 \\
         --max-tokens 600000
@@ -57,6 +58,17 @@ def steady_rate(run_dir: Path) -> float | None:
     return (last["tokens"] - first["tokens"]) / max(last["elapsed_s"] - first["elapsed_s"], 1e-9)
 
 
+def _commit() -> str:
+    """The checkout's commit (``git rev-parse --short HEAD``), ``unknown`` outside a git checkout."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--head", action="append", help=f"a head and its options (repeat; default: {HEADS})")
@@ -91,7 +103,7 @@ def main() -> int:
         return f"{value / other:.2f}x" if value and other else "-"
 
     lines = ["# Whole-model tokens/s on a GPU, the step eager and captured as one graph\n",
-             f"`python benchmarks/{Path(__file__).name} {shlex.join(sys.argv[1:])}` on "
+             f"`python benchmarks/{Path(__file__).name} {shlex.join(sys.argv[1:])}` at commit {_commit()} on "
              f"{torch.cuda.get_device_name()}, torch {torch.__version__}; `sohsm lm train {shlex.join(common)}`, "
              "one run at a time, tokens/s after the first logged interval.\n",
              "| head | eager | one graph | graph / eager | graph x full (graph) | graph x adaptive (graph) |",
@@ -102,6 +114,11 @@ def main() -> int:
                      f"{ratio(on, rates.get(('full', 'on')))} | {ratio(on, rates.get(('adaptive', 'on')))} |")
     text = "\n".join(lines) + "\n"
     print(text)
+    failed = [f"{head} --step-graph {graph}" for (head, graph), rate in rates.items() if rate is None]
+    if failed:  # a page of zeros reads as a measurement: none is written
+        print(f"step_graph_gpu.py: {args.output} not written: {len(failed)} of {len(rates)} runs failed "
+              f"({', '.join(failed)})", file=sys.stderr)
+        return 1
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
     return 0
