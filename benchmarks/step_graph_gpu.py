@@ -5,8 +5,8 @@ The step of a small model on a GPU is bound by the ops the host issues (docs/ben
 ``sohsm lm train`` for each ``--head`` with ``--step-graph off`` and ``on``, one run at a time, the pairs
 interleaved (a machine's drift falls on both), and reports tokens per second after the first logged interval
 (the start, the warm-up and the capture left out), with each head's ratio to the full softmax and to adaptive
-softmax in the same form. Writes docs/benchmarks/step-graph-gpu.md, only where every run succeeded (else it prints
-the table and which runs failed, and exits 1). Needs a CUDA device. Usage::
+softmax in the same form. Writes docs/benchmarks/step-graph-gpu.md, only where every run succeeded (else it names
+the runs that failed and exits 1). Needs a CUDA device. Usage::
 
     python benchmarks/step_graph_gpu.py --corpus wikitext-2 --amp bf16 --emb-size 512 --hidden-size 512 \\
         --max-tokens 600000
@@ -99,6 +99,12 @@ def main() -> int:
             print(f"{head} --step-graph {graph}: exit {code}, {rates[head, graph] or 0:,.0f} tokens/s "
                   f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
 
+    failed = [f"{head} --step-graph {graph}" for (head, graph), rate in rates.items() if rate is None]
+    if failed:  # a page of zeros reads as a measurement: none is written
+        print(f"step_graph_gpu.py: {args.output} not written: {len(failed)} of {len(rates)} runs failed "
+              f"({', '.join(failed)})", file=sys.stderr)
+        return 1
+
     def ratio(value: float | None, other: float | None) -> str:
         return f"{value / other:.2f}x" if value and other else "-"
 
@@ -114,11 +120,6 @@ def main() -> int:
                      f"{ratio(on, rates.get(('full', 'on')))} | {ratio(on, rates.get(('adaptive', 'on')))} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    failed = [f"{head} --step-graph {graph}" for (head, graph), rate in rates.items() if rate is None]
-    if failed:  # a page of zeros reads as a measurement: none is written
-        print(f"step_graph_gpu.py: {args.output} not written: {len(failed)} of {len(rates)} runs failed "
-              f"({', '.join(failed)})", file=sys.stderr)
-        return 1
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
     return 0

@@ -198,10 +198,12 @@ class EmulatedAllocator:
             self.freeable.add(pool)
 
     def empty_cache(self) -> None:
-        if self.underway:  # only the capturing pools' blocks; the default pool keeps its cache
+        """``release_cached_blocks({0, 0})``: the default pool's cache only while no capture is under way; then each
+        freeable pool, asserting its use count is 0."""
+        if self.underway:
             self.kept += 1
-            return
-        self.emptied += 1
+        else:
+            self.emptied += 1
         for pool in sorted(self.freeable):
             if self.pools[pool] != 0:
                 raise RuntimeError("it->second->use_count == 0 INTERNAL ASSERT FAILED (release_cached_blocks)")
