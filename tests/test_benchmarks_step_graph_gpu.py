@@ -61,7 +61,7 @@ def test_the_gpu_call_finds_its_code_and_data_and_interprets_triton_for_the_emul
     assert "export PYTHONPATH=$PWD/src" in script and 'cd "$(dirname "$0")/.."' in script
     assert '"${SOHSM_DATA:-}" ../shared/data ./shared/data ./.gpu-data' in script
     interpreted = [line for line in script.splitlines() if "TRITON_INTERPRET=1" in line and "pytest" in line]
-    assert len(interpreted) == 1 and "test_step_graph.py" in interpreted[0]
+    assert len(interpreted) == 1 and "test_step_graph_failures.py" in interpreted[0]
     assert "test_step_graph_cuda.py" not in interpreted[0] and "export TRITON_INTERPRET" not in script
     limits = [int(word.split()[0]) for word in script.split("timeout")[1:]]
     assert sum(limits) < 600, limits  # the whole call, every stage at its limit, under ten minutes
