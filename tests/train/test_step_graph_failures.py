@@ -267,3 +267,17 @@ def test_freezing_the_clusters_recaptures_a_step_that_writes_no_ring(tmp_path, c
     assert graph.head.frozen
     assert graph_losses == eager_losses
     _assert_same_weights(graphed, eager)
+
+
+def test_the_calls_of_the_cleanup_exist_in_this_torch():
+    """``CudaGraphs`` cleans up through torch calls a CPU build has too: a pool handle, the allocator's end of a
+    capture's allocation and its release of a pool, a graph's ``pool``/``reset``/``capture_end``, and ``pool=`` of
+    ``torch.cuda.graph`` (a rename in a later torch fails here, on any machine)."""
+    import inspect
+
+    assert callable(torch.cuda.graph_pool_handle)
+    for name in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
+        assert callable(getattr(torch._C, name)), name
+    for name in ("pool", "reset", "capture_end", "capture_begin", "replay"):
+        assert callable(getattr(torch.cuda.CUDAGraph, name)), name
+    assert {"pool", "stream"} <= set(inspect.signature(torch.cuda.graph).parameters)
