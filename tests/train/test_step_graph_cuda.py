@@ -151,6 +151,25 @@ def test_the_replay_checks_against_eager_steps_at_real_shapes(tmp_path):
     assert graph.difference <= 1e-3
 
 
+def test_freezing_at_real_shapes_recaptures_the_step(tmp_path):
+    """The default head at WikiText-2's real shapes (LSTM 512, bf16, 128 x 20), 40 steps, re-clustering every 10 and
+    frozen after 40,000 tokens (step 16): v0.4.0's graph wrote past the waiting ring within 16 replays of the freeze
+    (a device-side assert); here the freeze is captured again and every check passes."""
+    from needs import need_corpus
+
+    need_corpus("wikitext-2")
+    (graph,) = _graphs_of(["train", "--corpus", "wikitext-2", "--run-dir", str(tmp_path / "run"), "--device", "cuda",
+                           "--amp", "bf16", "--emb-size", "512", "--hidden-size", "512", "--batch-size", "128",
+                           "--bptt", "20", "--max-tokens", str(40 * 128 * 20), "--update-every", "10",
+                           "--head-option", "freeze_after_tokens=40000", "--eval-every", "0", "--checkpoint-every",
+                           "0", "--log-every", "20", "--quiet", "--step-graph", "on"])
+    torch.cuda.synchronize()  # a device-side assert would surface here at the latest
+    print(f"frozen {graph.head.frozen}: captures {graph.captures}, checks {graph.checks}, replays {graph.replays}, "
+          f"largest difference {graph.difference:.3g}")
+    assert graph.head.frozen and graph.failed is None and graph.captures == 2 and graph.replays >= 25, vars(graph)
+    assert graph.difference <= 1e-3
+
+
 def test_a_capture_that_fails_half_way_leaves_a_clean_eager_run_on_cuda(tmp_path, corpus, monkeypatch):
     """A head that reads a value back only while capturing, dropout 0.2, 30 steps: the run finishes (the generator
     usable again: the eager dropouts after it run), its one warning names the read, the current stream is the default
