@@ -5,7 +5,8 @@ The step of a small model on a GPU is bound by the ops the host issues (docs/ben
 ``sohsm lm train`` for each ``--head`` with ``--step-graph off`` and ``on``, one run at a time, the pairs
 interleaved (a machine's drift falls on both), and reports tokens per second after the first logged interval
 (the start, the warm-up and the capture left out), with each head's ratio to the full softmax and to adaptive
-softmax in the same form. Writes docs/benchmarks/step-graph-gpu.md. Needs a CUDA device. Usage::
+softmax in the same form. Writes docs/benchmarks/step-graph-gpu.md, only where every run succeeded (else it names
+the runs that failed and exits 1). Needs a CUDA device. Usage::
 
     python benchmarks/step_graph_gpu.py --corpus wikitext-2 --amp bf16 --emb-size 512 --hidden-size 512 \\
         --max-tokens 600000
@@ -57,6 +58,17 @@ def steady_rate(run_dir: Path) -> float | None:
     return (last["tokens"] - first["tokens"]) / max(last["elapsed_s"] - first["elapsed_s"], 1e-9)
 
 
+def _commit() -> str:
+    """The checkout's commit (``git rev-parse --short HEAD``), ``unknown`` outside a git checkout."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--head", action="append", help=f"a head and its options (repeat; default: {HEADS})")
@@ -87,11 +99,17 @@ def main() -> int:
             print(f"{head} --step-graph {graph}: exit {code}, {rates[head, graph] or 0:,.0f} tokens/s "
                   f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
 
+    failed = [f"{head} --step-graph {graph}" for (head, graph), rate in rates.items() if rate is None]
+    if failed:  # a page of zeros reads as a measurement: none is written
+        print(f"step_graph_gpu.py: {args.output} not written: {len(failed)} of {len(rates)} runs failed "
+              f"({', '.join(failed)})", file=sys.stderr)
+        return 1
+
     def ratio(value: float | None, other: float | None) -> str:
         return f"{value / other:.2f}x" if value and other else "-"
 
     lines = ["# Whole-model tokens/s on a GPU, the step eager and captured as one graph\n",
-             f"`python benchmarks/{Path(__file__).name} {shlex.join(sys.argv[1:])}` on "
+             f"`python benchmarks/{Path(__file__).name} {shlex.join(sys.argv[1:])}` at commit {_commit()} on "
              f"{torch.cuda.get_device_name()}, torch {torch.__version__}; `sohsm lm train {shlex.join(common)}`, "
              "one run at a time, tokens/s after the first logged interval.\n",
              "| head | eager | one graph | graph / eager | graph x full (graph) | graph x adaptive (graph) |",

@@ -94,8 +94,11 @@ class _CountingGraphs:
     def new_graph(self):
         return _CountedGraph()
 
-    def capture(self, graph, stream):
+    def capture(self, graph, before):
         return contextlib.nullcontext()
+
+    def release(self, graph) -> None:
+        pass
 
     def synchronize(self) -> None:
         pass
@@ -106,7 +109,7 @@ class _CountingGraphs:
     def set_rng_state(self, state) -> None:
         torch.set_rng_state(state)
 
-    def before_capture(self):
+    def before_capture(self, stream):
         return None
 
     def after_failure(self, graph, before) -> None:

@@ -14,7 +14,10 @@ keeps that contract with torch ops on the CPU:
   so a replay that leaves an op out, or a tensor made inside a capture and kept for later eager use, shows;
 * :meth:`EmulatedGraph.replay` runs the recorded ops again, in order, on the recorded tensors (which hold the
   current values), and copies each fresh result into the recorded output, as a replay writes the graph's
-  memory; a result of another shape fails.
+  memory; a result of another shape fails;
+* :class:`EmulatedGraphs` keeps torch 2.13's bookkeeping around a capture (the allocator's pools and their use
+  counts, the captures under way, what the capture's end does on each kind of failure, a graph's destructor), so
+  that the real cleanup of a failed capture (``CudaGraphs.after_failure``) runs against it.
 
 So a training step that is static (the same ops on the same storage every ordinary step, nothing read back)
 trains the same under it as eagerly, and one that is not fails or drifts.
@@ -26,6 +29,8 @@ import contextlib
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from sohsm.train.cuda_graphs import CudaGraphs
 
 #: ops that read a value back to the host, refused while capturing (CUDA: "operation not permitted when stream
 #: is capturing")
@@ -144,28 +149,138 @@ def _scramble(t: torch.Tensor) -> None:
         t.fill_(-1)
 
 
-class EmulatedGraphs:
-    """``sohsm.train.step_graph.CudaGraphs``' stand-in on the CPU: :class:`EmulatedGraph` captured by
-    :func:`emulated_capture`, and a model of what torch leaves behind when a capture fails.
+class EmulatedAllocator:
+    """The caching allocator's bookkeeping of capture pools, as torch 2.13 keeps it (``CUDACachingAllocator.cpp``):
+    each pool's use count (a capture's begin makes it 1 or adds one; ``releasePool`` takes one off, asserting it
+    stays >= 0, and a count of 0 makes the pool freeable), the captures under way (``beginAllocateToPool`` adds one,
+    ``endAllocateToPool`` removes it or raises), and ``empty_cache``, which frees the default pool only while no
+    capture is under way and asserts that each freeable pool's count is 0.
 
-    Where the captured code raises, torch's ``torch.cuda.graph`` exits through ``capture_end``, which raises an error
-    of its own ("operation failed due to a previous error during capture") before it restores the current stream,
-    and leaves the CUDA generator in its capturing mode (the next eager dropout raises "Offset increment outside
-    graph capture"). Here too: after such a capture :attr:`stream` stays the capture's and :attr:`generator_capturing`
-    stays set, and an eager step (:meth:`side_stream`) raises while they do, until :meth:`after_failure` puts them
-    right.
+    An assertion that fails raises, as torch's ``TORCH_INTERNAL_ASSERT`` does; one that fails inside a graph's
+    destructor (``~CUDAGraph`` is noexcept: ``std::terminate``, the process aborts) is recorded in :attr:`aborts`.
+    """
+
+    def __init__(self) -> None:
+        self.pools: dict = {}  # pool id -> use count
+        self.underway: list = []  # pools a capture allocates to
+        self.freeable: set = set()
+        self.aborts: list[str] = []
+        self.emptied = self.kept = 0  # empty_cache calls that freed the default pool, and that could not
+        self._handles = 0
+
+    def new_handle(self) -> tuple[int, int]:
+        """``torch.cuda.graph_pool_handle()``: an id; the pool is made by the capture that first uses it."""
+        self._handles += 1
+        return (0, self._handles)
+
+    def begin(self, pool) -> None:
+        if pool in self.pools:
+            assert self.pools[pool] > 0, "use_count > 0 INTERNAL ASSERT FAILED"
+            self.pools[pool] += 1
+        else:
+            self.pools[pool] = 1
+        if pool in self.underway:
+            raise RuntimeError("beginAllocateToPool: already recording to mempool_id")
+        self.underway.append(pool)
+
+    def end(self, pool) -> None:
+        if pool not in self.underway:
+            raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
+        self.underway.remove(pool)
+
+    def release(self, pool) -> None:
+        if pool not in self.pools:
+            raise RuntimeError("it != graph_pools.end() INTERNAL ASSERT FAILED (get_private_pool)")
+        self.pools[pool] -= 1
+        if self.pools[pool] < 0:
+            raise RuntimeError("uc >= 0 INTERNAL ASSERT FAILED (releasePool)")
+        if self.pools[pool] == 0:
+            self.freeable.add(pool)
+
+    def empty_cache(self) -> None:
+        """``release_cached_blocks({0, 0})``: the default pool's cache only while no capture is under way; then each
+        freeable pool, asserting its use count is 0."""
+        if self.underway:
+            self.kept += 1
+        else:
+            self.emptied += 1
+        for pool in sorted(self.freeable):
+            if self.pools[pool] != 0:
+                raise RuntimeError("it->second->use_count == 0 INTERNAL ASSERT FAILED (release_cached_blocks)")
+            del self.pools[pool]
+        self.freeable.clear()
+
+
+class _Graph(EmulatedGraph):
+    """An :class:`EmulatedGraph` with ``torch.cuda.CUDAGraph``'s bookkeeping: whether its capture ended (then
+    :meth:`pool` answers and :meth:`reset` releases the pool once), and its destructor's ``reset``."""
+
+    def __init__(self, skip, owner) -> None:
+        super().__init__(skip, owner)
+        self.allocator = owner.allocator
+        self.mempool = None
+        self.capture_ended = False
+        self.invalidated = False  # a CUDA error in the capture: its end raises before the allocator leaves the pool
+
+    def capture_begin(self, pool) -> None:
+        self.mempool = pool
+        self.allocator.begin(pool)
+
+    def capture_end(self) -> None:
+        self.owner.capturing_now = False  # cudaStreamEndCapture ends the stream's capture, valid or not
+        if self.invalidated:
+            raise CaptureError("CUDA error: operation failed due to a previous error during capture (capture_end)")
+        self.allocator.end(self.mempool)
+        self.capture_ended = True
+
+    def replay(self) -> None:
+        if not self.capture_ended:
+            raise RuntimeError("Called CUDAGraph::replay without a preceding successful capture.")
+        super().replay()
+
+    def pool(self):
+        if not self.capture_ended:
+            raise RuntimeError("Called CUDAGraph::pool() without a preceding successful capture.")
+        return self.mempool
+
+    def reset(self) -> None:
+        if self.capture_ended:
+            self.allocator.release(self.mempool)  # raises before the flag is cleared, as torch's does
+            self.capture_ended = False
+        self.ops = []
+
+    def __del__(self) -> None:  # ~CUDAGraph: reset() in a noexcept destructor
+        try:
+            self.reset()
+        except Exception as error:  # noqa: BLE001 - std::terminate on CUDA
+            self.allocator.aborts.append(str(error))
+
+
+class EmulatedGraphs(CudaGraphs):
+    """``sohsm.train.cuda_graphs.CudaGraphs`` on the CPU: :class:`EmulatedGraph` captured by :func:`emulated_capture`,
+    streams as names and the allocator's pools as :class:`EmulatedAllocator` keeps them; ``after_failure`` and
+    ``before_capture`` are the real ones, run on these primitives.
+
+    A capture fails as ``torch.cuda.graph`` does in torch 2.13: where the body read a value back (a CUDA error: the
+    capture is invalidated), the capture's end raises an error of its own before the allocator leaves the pool and
+    before the current stream is restored; where the body raised anything else (a Python-level error), the capture's
+    end succeeds (the allocator leaves the pool, the stream is restored) and the body's error goes on. The generator is
+    not left capturing (2.13 keeps a capture's offsets apart). An eager step (:meth:`side_stream`) raises while the
+    current stream is still the capture's.
 
     Args:
         device: the run's device (recorded: :attr:`log` notes whether each capture, replay and eager step ran
             inside :meth:`device_context`).
         skip: given to every graph made (:class:`EmulatedGraph`).
+        allocator: the process's allocator (default: a new :class:`EmulatedAllocator`).
     """
 
-    def __init__(self, device, skip=None) -> None:
-        self.device = torch.device(device)
+    def __init__(self, device, skip=None, allocator: EmulatedAllocator | None = None) -> None:
+        super().__init__(device)
         self.skip = skip
+        self.allocator = allocator or EmulatedAllocator()
         self.stream = "default"
-        self.generator_capturing = False
+        self.capturing_now = False
         self.inside = 0  # depth of device_context
         self.log: list[tuple[str, bool]] = []
 
@@ -185,9 +300,8 @@ class EmulatedGraphs:
 
     @contextlib.contextmanager
     def side_stream(self, stream):
-        if self.generator_capturing or self.stream != "default":
-            raise RuntimeError("Offset increment outside graph capture encountered unexpectedly "
-                               f"(a capture left the generator capturing; current stream {self.stream!r})")
+        if self.stream != "default":
+            raise RuntimeError(f"an eager step on stream {self.stream!r}: a failed capture left its stream current")
         self.note("eager")
         self.stream = stream
         try:
@@ -196,19 +310,33 @@ class EmulatedGraphs:
             self.stream = "default"
 
     def new_graph(self) -> EmulatedGraph:
-        return EmulatedGraph(self.skip, self)
+        return _Graph(self.skip, self)
+
+    def new_pool(self):
+        return self.allocator.new_handle()
 
     @contextlib.contextmanager
-    def capture(self, graph: EmulatedGraph, stream):
+    def capture(self, graph: _Graph, before):
         self.note("capture")
-        self.stream, self.generator_capturing = "capture", True
+        self.allocator.empty_cache()  # torch.cuda.graph's enter
+        previous, self.stream = self.stream, before.capture_stream
+        graph.capture_begin(before.pool)
+        self.capturing_now = True
         try:
             with emulated_capture(graph):
                 yield graph
+        except CaptureError:
+            graph.invalidated = True
+            graph.capture_end()  # raises its own error; the stream stays the capture's
         except BaseException:
-            raise CaptureError("CUDA error: operation failed due to a previous error during capture "
-                               "(capture_end)") from None
-        self.stream, self.generator_capturing = "default", False
+            graph.capture_end()  # succeeds; the body's error goes on
+            self.stream = previous
+            raise
+        graph.capture_end()
+        self.stream = previous
+
+    def release(self, graph) -> None:
+        graph.reset()
 
     def synchronize(self) -> None:
         """``torch.cuda.synchronize``'s stand-in: the CPU has nothing to wait for."""
@@ -218,12 +346,63 @@ class EmulatedGraphs:
 
     def set_rng_state(self, state) -> None:
         torch.set_rng_state(state)
+        _RNN_RESEED[0] = True  # CUDAGeneratorImpl::set_current_seed clears no_reset_rnn_state_
 
-    def before_capture(self):
+    # the primitives CudaGraphs.after_failure puts things right with
+    def current_stream(self):
         return self.stream
 
-    def after_failure(self, graph, before) -> None:
-        self.stream, self.generator_capturing = before, False
+    def set_stream(self, stream) -> None:
+        self.stream = stream
+
+    @contextlib.contextmanager
+    def on_stream(self, stream):
+        previous, self.stream = self.stream, stream
+        try:
+            yield
+        finally:
+            self.stream = previous
+
+    def capturing(self) -> bool:
+        return self.capturing_now
+
+    def end_allocating(self, pool) -> None:
+        self.allocator.end(pool)
+
+    def release_pool(self, pool) -> None:
+        self.allocator.release(pool)
+
+    def generator_state(self):
+        return None  # torch 2.13: a failed capture leaves the generator as it was
+
+    def set_generator_state(self, state) -> None:
+        raise AssertionError("no generator state to restore under torch 2.13")
+
+
+@contextlib.contextmanager
+def cudnn_rnn_dropout():
+    """Model cuDNN's dropout between a recurrent layer's layers (torch 2.13, ``RNN.cpp`` ``get_dropout_state``): the
+    first training forward of an ``nn.RNNBase`` with ``num_layers > 1`` and ``dropout > 0`` after the generator's
+    state was set (:meth:`EmulatedGraphs.set_rng_state`; the first ever, too) re-seeds cuDNN's dropout state with a
+    seed drawn on the device and read back (``.item()``): refused while capturing."""
+    originals = {cls: cls.forward for cls in (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)}
+
+    def wrap(original):
+        def reseeding(module, *args, **kwargs):
+            if module.training and module.num_layers > 1 and module.dropout > 0 and _RNN_RESEED[0]:
+                _RNN_RESEED[0] = False
+                torch.empty((), dtype=torch.long).random_().item()  # the seed, read back
+            return original(module, *args, **kwargs)
+        return reseeding
+
+    _RNN_RESEED[0] = True
+    try:
+        for cls, original in originals.items():
+            cls.forward = wrap(original)
+        yield
+    finally:
+        for cls, original in originals.items():
+            cls.forward = original
 
 
 def capturing() -> bool:
@@ -232,3 +411,4 @@ def capturing() -> bool:
 
 
 _CAPTURING = [0]
+_RNN_RESEED = [True]

@@ -4,7 +4,8 @@ A CPU has no CUDA graphs, so the graph's contract is kept by ``tests/graph_emula
 and replayed on the same tensors with the same scalars, a host read refused while capturing, a capture that
 changes nothing. Under it a run whose ordinary step is static trains exactly as its eager steps do; these
 tests check that for every head a graph takes, tied and untied, banded and not, and the loop's bookkeeping:
-warm-up, capture, replay, re-capture after a re-clustering, eager short batches, the fallback, the refusals.
+warm-up, capture, replay, re-capture after a re-clustering, eager short batches, the refusals (a failed capture and
+a wrong replay: ``test_step_graph_failures.py``).
 """
 from __future__ import annotations
 
@@ -16,80 +17,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import graph_emulator
 from needs import need_bf16_lstm
-from small_run import zipf_corpus
 from sohsm.cli.main import main
 from sohsm.train import step_graph as step_graph_module
 from sohsm.train.step import TrainStep
-
-#: heads as the command line names them, each with what makes it capturable on the CPU (the sync-free path)
-SYNC_FREE = ["--head-option", "backend=grouped_torch"]
-HEADS = {
-    "full": ["--head", "full"],
-    "full-untied": ["--head", "full", "--no-tie-weights"],
-    "adaptive": ["--head", "adaptive"],
-    "adaptive-untied": ["--head", "adaptive", "--no-tie-weights"],
-    "frequency": ["--head", "two_level_frequency", *SYNC_FREE],
-    "frequency-banded": ["--head", "two_level_frequency", *SYNC_FREE, "--head-option", "div_value=4"],
-    "self_organized": ["--head", "self_organized", *SYNC_FREE, "--head-option", "div_value=null"],
-    "self_organized-untied": ["--head", "self_organized", *SYNC_FREE, "--head-option", "div_value=null",
-                              "--no-tie-weights"],
-    "self_organized-banded": ["--head", "self_organized", *SYNC_FREE, "--head-option", "div_value=4"],
-    "self_organized-banded-untied": ["--head", "self_organized", *SYNC_FREE, "--head-option", "div_value=4",
-                                     "--no-tie-weights"],
-    # the path CUDA takes: Triton's kernels (here under its interpreter), registered as torch operators
-    "self_organized-banded-triton": ["--head", "self_organized", "--head-option", "backend=triton",
-                                     "--head-option", "div_value=4"],
-    "frequency-triton": ["--head", "two_level_frequency", "--head-option", "backend=triton"],
-}
-SMALL = ["--emb-size", "16", "--hidden-size", "16", "--batch-size", "4", "--bptt", "6", "--quiet",
-         "--eval-every", "0", "--checkpoint-every", "0", "--log-every", "1", "--seed", "3"]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """A made-up corpus: 300 word types drawn by Zipf's law, 5,000 training tokens."""
-    return zipf_corpus(tmp_path_factory.mktemp("zipf"))
-
-
-@pytest.fixture(autouse=True)
-def native_lstm():
-    """oneDNN's CPU LSTM keeps state between its forward and backward calls beyond their tensors, which the emulator
-    cannot record (a CUDA graph records cuDNN's kernels, which it can): the emulated runs use torch's own LSTM."""
-    enabled = torch._C._get_mkldnn_enabled()
-    torch._C._set_mkldnn_enabled(False)
-    yield
-    torch._C._set_mkldnn_enabled(enabled)
-
-
-@pytest.fixture
-def emulated(monkeypatch):
-    """Graphs on the CPU: the emulator in place of torch.cuda's, and no refusal for the device alone."""
-    monkeypatch.setattr(step_graph_module, "GRAPH_API", graph_emulator.EmulatedGraphs)
-    monkeypatch.setattr(step_graph_module, "device_refusal", lambda device: None)
-    made = []
-    original = step_graph_module.StepGraph.__init__
-
-    def keep(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(step_graph_module.StepGraph, "__init__", keep)
-    return made
-
-
-def _static_eager(run_dir, corpus, head, *extra):
-    """The reference of a graphed run: the same static steps, never captured (a warm-up that never ends)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(step_graph_module, "WARMUP_STEPS", 10**9)
-        return _train(run_dir, corpus, head, *extra)
-
-
-def _train(run_dir, corpus, head, *extra):
-    code = main(["lm", "train", "--corpus", str(corpus), "--run-dir", str(run_dir), *SMALL, *HEADS[head], *extra])
-    assert code == 0
-    losses = [r["nll_nats"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-              if r["kind"] == "train"]
-    return losses, torch.load(run_dir / "last.pt", weights_only=True)
+from step_graph_runs import HEADS, SMALL, _static_eager, _train, corpus, emulated, native_lstm  # noqa: F401
 
 
 @pytest.mark.parametrize("head", list(HEADS))
@@ -129,120 +60,6 @@ def test_short_batches_and_epoch_starts_run_eagerly(tmp_path, corpus, emulated):
     assert graph.captures == 1 and graph.eager_steps == 4 + 2 + 1 and graph.replays > 400
     eager, _ = _static_eager(tmp_path / "eager", corpus, "full", "--epochs", "2")
     assert losses == eager
-
-
-def test_a_capture_that_fails_falls_back_to_eager_steps_with_one_warning(tmp_path, corpus, emulated, monkeypatch):
-    """A step that reads a value back (here the full softmax's, made to) cannot be captured: one warning naming why,
-    then the run goes on eagerly and trains as it would have."""
-    from sohsm.heads.full import FullSoftmax
-
-    forward = FullSoftmax.forward
-
-    def reads_back(self, hidden, target):
-        out = forward(self, hidden, target)
-        float(out.loss)  # a host read: refused while capturing
-        return out
-
-    monkeypatch.setattr(FullSoftmax, "forward", reads_back)
-    with pytest.warns(RuntimeWarning, match=r"could not be captured as a CUDA graph \(CaptureError: operation not "
-                                            r"permitted when stream is capturing"):
-        losses, _ = _train(tmp_path / "run", corpus, "full", "--max-tokens", str(20 * 24))
-    (graph,) = emulated
-    assert graph.failed and graph.captures == 0 and graph.replays == 0
-    eager, _ = _static_eager(tmp_path / "eager", corpus, "full", "--max-tokens", str(20 * 24))
-    assert losses == eager
-
-
-def _weights(run_dir):
-    return torch.load(run_dir / "last.pt", weights_only=True)
-
-
-def _assert_same_weights(a, b) -> None:
-    for part in ("model", "head"):
-        for name, value in b[part].items():
-            if isinstance(value, torch.Tensor):
-                assert torch.equal(a[part][name], value), f"{part}.{name}"
-
-
-@pytest.mark.parametrize("skipped", ["_fused_adagrad_", "_log_softmax"])
-def test_a_wrong_replay_is_caught_by_its_check_and_the_run_trains_eagerly(tmp_path, corpus, monkeypatch, emulated,
-                                                                          skipped):
-    """A replay made wrong on purpose (it leaves out the optimizer's update, or one op of the forward, whose output
-    then keeps its value of the capture: a stale op) differs from the eager step it is checked against at the capture:
-    one warning with the measured difference, the graph given up, and the run ends with exactly the weights and losses
-    of a run that never captured (``--step-graph off``)."""
-    monkeypatch.setattr(step_graph_module, "GRAPH_API",
-                        lambda device: graph_emulator.EmulatedGraphs(device, skip=lambda func: skipped in str(func)))
-    extra = ["--max-tokens", str(20 * 24)]
-    with pytest.warns(RuntimeWarning, match=r"the captured training step's replay differs from the eager step by "
-                                            r"([0-9.e+-]+|inf) \(relative; at most 0.0001 expected\); the run goes on with "
-                                            r"eager steps") as warned:
-        losses, _ = _train(tmp_path / "graph", corpus, "full", *extra)
-    assert len([w for w in warned if "CUDA graph" in str(w.message) or "replay" in str(w.message)]) == 1
-    (graph,) = emulated
-    assert graph.failed and graph.captures == 1 and graph.replays == 0 and graph.checks == 1
-    assert graph.difference > 1e-2  # far past the tolerance: the check measures, it does not merely flag
-    assert not graph.train_step.static  # the static form undone
-    off, _ = _train(tmp_path / "off", corpus, "full", *extra, "--step-graph", "off")
-    assert losses == off
-    _assert_same_weights(_weights(tmp_path / "graph"), _weights(tmp_path / "off"))
-
-
-def test_a_capture_that_fails_half_way_leaves_a_clean_eager_run(tmp_path, corpus, monkeypatch, emulated):
-    """A head that reads a value back only while capturing, dropout 0.2, 30 steps: torch's capture then ends by raising
-    an error of its own and leaves the capture's stream current and the generator capturing (the emulator models
-    both, and an eager step raises while they last). The run finishes, its one warning names the first cause (the
-    read, not the capture's end), the stream and generator are put right, the static form is undone, and the run
-    trains as ``--step-graph off`` does, bit for bit."""
-    from sohsm.heads.full import FullSoftmax
-
-    forward = FullSoftmax.forward
-
-    def reads_back_while_capturing(self, hidden, target):
-        out = forward(self, hidden, target)
-        if graph_emulator.capturing():
-            float(out.loss.detach())  # a host read: refused while capturing
-        return out
-
-    monkeypatch.setattr(FullSoftmax, "forward", reads_back_while_capturing)
-    extra = ["--max-tokens", str(30 * 24), "--dropout", "0.2"]
-    with pytest.warns(RuntimeWarning, match=r"could not be captured as a CUDA graph \(CaptureError: operation not "
-                                            r"permitted when stream is capturing \(aten._local_scalar_dense") as warned:
-        losses, _ = _train(tmp_path / "graph", corpus, "full", *extra)
-    assert not any("capture_end" in str(w.message) for w in warned)
-    (graph,) = emulated
-    assert graph.failed and graph.captures == 0 and graph.replays == 0 and graph.eager_steps == 30
-    assert graph.graphs.stream == "default" and not graph.graphs.generator_capturing
-    assert not graph.train_step.static and not graph.train_step.precision.cache_enabled is False
-    assert all(not isinstance(g["lr"], torch.Tensor) for g in graph.optimizer.param_groups)
-    off, _ = _train(tmp_path / "off", corpus, "full", *extra, "--step-graph", "off")
-    assert losses == off
-    _assert_same_weights(_weights(tmp_path / "graph"), _weights(tmp_path / "off"))
-
-
-def test_a_layout_replaced_instead_of_rewritten_is_caught_after_the_re_clustering(tmp_path, corpus, monkeypatch,
-                                                                                  emulated):
-    """The first replay after a re-clustering is checked against an eager step: a layout tensor replaced by a new one
-    (the graph still reads the old storage, an eager step the new) is caught there, the graph given up with one
-    warning, and the run goes on eagerly; until then it trained as its static eager steps."""
-    from sohsm.heads.two_level.ops import layout as layout_module
-
-    update = layout_module.ClusterLayout.update_from
-    rewritten = tuple(n for n in layout_module._DEVICE_TENSORS if n != "cluster_and_position")
-
-    def replaces_one(self, other):
-        update(self, other)
-        self.cluster_and_position = other.cluster_and_position  # new storage: what a captured graph does not read
-
-    monkeypatch.setattr(layout_module, "_DEVICE_TENSORS", rewritten)
-    monkeypatch.setattr(layout_module.ClusterLayout, "update_from", replaces_one)
-    extra = ["--max-tokens", str(30 * 24), "--update-every", "12"]
-    with pytest.warns(RuntimeWarning, match=r"replay differs from the eager step"):
-        losses, _ = _train(tmp_path / "graph", corpus, "self_organized-banded", *extra)
-    graph = emulated[0]
-    assert graph.failed and graph.captures == 1 and graph.checks == 2, vars(graph)
-    eager, _ = _static_eager(tmp_path / "eager", corpus, "self_organized-banded", *extra)
-    assert losses[:12] == eager[:12] and len(losses) == 30
 
 
 def test_every_capture_replay_and_eager_step_runs_on_the_runs_device(tmp_path, corpus, emulated):
@@ -294,14 +111,21 @@ def _reachable_tensors(roots, skip) -> list:
 
 
 @pytest.mark.parametrize("head", ["self_organized-banded", "self_organized-banded-triton", "adaptive"])
-def test_nothing_kept_for_later_was_made_inside_the_capture(tmp_path, corpus, head, emulated):
+def test_nothing_kept_for_later_was_made_inside_the_capture(tmp_path, corpus, head, emulated, monkeypatch):
     """A tensor made while capturing lives in the graph's memory, which holds nothing until a replay writes it (and is
     overwritten by each replay): nothing the model, head, optimizer, task or step keeps may be one, but the step's
     own outputs (its loss, gradient norm and the carried state, which each replay writes)."""
+    release = step_graph_module.StepGraph.release
+
+    def keep_last(self):  # the session releases its graph at the end: what it released is looked at here
+        self.last = self.captured
+        release(self)
+
+    monkeypatch.setattr(step_graph_module.StepGraph, "release", keep_last)
     _train(tmp_path / "run", corpus, head, "--max-tokens", str(12 * 24),
            *(["--update-every", "100"] if head.startswith("self_organized") else []))
     (graph,) = emulated
-    captured = graph.captured
+    captured = graph.last
     assert graph.failed is None and graph.captures == 1 and captured is not None
     allowed = {t.untyped_storage().data_ptr() for t in [*captured.result, *(captured.state_out or ())]
                if isinstance(t, torch.Tensor)}

@@ -75,7 +75,8 @@ def build_optimizer(config: RunConfig, model: nn.Module, head: Head) -> torch.op
              and all(fused_step_supported(optimizer_class, p.device.type) for p in params))
     if (optimizer_class is torch.optim.Adagrad and not fused and not head.sparse and params
             and getattr(config, "step_graph", "off") != "off" and params[0].device.type == "cuda"):
-        # torch does not fuse Adagrad on CUDA: the same step, sync-free, that a captured graph can replay
+        # no fused step here (--no-fused, or a torch without a fused CUDA Adagrad; 2.13 has one): the same step,
+        # sync-free, that a captured graph can replay
         from sohsm.train.device_adagrad import DeviceAdagrad
 
         return DeviceAdagrad(groups, lr=config.optim.learning_rate)
@@ -86,9 +87,9 @@ def build_optimizer(config: RunConfig, model: nn.Module, head: Head) -> torch.op
 def fused_step_supported(optimizer_class: type[torch.optim.Optimizer], device_type: str) -> bool:
     """Whether torch has a fused step of ``optimizer_class`` on ``device_type``, found by taking one.
 
-    Which optimizer torch fuses where changes between releases (torch 2.11 to 2.13 fuse Adam,
-    AdamW and SGD on CUDA but not Adagrad, and all four on the CPU), so a tiny step is tried
-    rather than a table kept. Where it fails, torch's default step is used (foreach on CUDA).
+    Which optimizer torch fuses where changes between releases (torch 2.13 fuses Adam, AdamW, SGD
+    and Adagrad on CUDA and on the CPU; older releases fused no Adagrad on CUDA), so a tiny step is
+    tried rather than a table kept. Where it fails, torch's default step is used (foreach on CUDA).
     """
     try:
         param = torch.zeros(1, device=device_type, requires_grad=True)

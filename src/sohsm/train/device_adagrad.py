@@ -1,8 +1,9 @@
 """Adagrad whose step reads nothing back to the host, for a step captured as a CUDA graph.
 
-torch fuses Adagrad's step on the CPU but not on CUDA, and its foreach step takes the learning rate as a
-Python number and each step count from the host: captured once, a graph would replay the rate of its capture
-(no warm-up, no schedule) forever. :class:`DeviceAdagrad` is torch's Adagrad (the same state, so checkpoints
+torch's foreach Adagrad step (what runs without a fused step: ``--no-fused``, or a torch whose Adagrad has no fused
+CUDA step; 2.13's has one, which a captured step takes instead) takes the learning rate as a Python number and
+each step count from the host: captured once, a graph would replay the rate of its capture (no warm-up, no
+schedule) forever. :class:`DeviceAdagrad` is torch's Adagrad (the same state, so checkpoints
 load either way) with a foreach step over device tensors: the rate may be a 0-dim tensor on the device
 (``group["lr"]``, written in place by the loop), and like torch's fused steps it takes ``grad_scale`` (the
 gradients are divided by it: clipping inside the step) and ``found_inf`` (a step whose flag is set changes

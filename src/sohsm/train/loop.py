@@ -139,7 +139,8 @@ def _model_head_optimizer(task: Task, config: RunConfig, ranks: Ranks, device: t
     ranks.seed_own_stream(config.seed)
     optimizer = task.build_optimizer(model, head)
     head.attach(optimizer)
-    step_graph_refusal(config, head, optimizer, ranks, device)  # "on" where it cannot be: refused before writing
+    # "on" where it cannot be: refused before writing
+    step_graph_refusal(config, head, optimizer, ranks, device, model=model)
     return model, head, optimizer
 
 

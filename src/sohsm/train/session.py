@@ -103,7 +103,7 @@ class TrainingLoop:
         #: the step captured as one CUDA graph (:mod:`sohsm.train.step_graph`), or ``None``: every step eager
         self.step_graph = None
         refusal = step_graph_refusal(config, head, optimizer, ranks, self.device,
-                                     rows=task.tokens_per_step // max(ranks.world, 1))
+                                     rows=task.tokens_per_step // max(ranks.world, 1), model=model)
         if resolve_step_graph(getattr(config, "step_graph", "off"), refusal):
             self.step_graph = StepGraph(self.one_step, task)
         else:
@@ -148,6 +148,8 @@ class TrainingLoop:
                 raise self.diverged(error) from None
             finally:
                 self.bar.close()
+                if self.step_graph is not None:  # its pool freed now, not whenever the session is collected
+                    self.step_graph.release()
         rescued = self.unsaved.rescue() if self.ranks.is_writer else None
         if rescued is not None:
             self.run_dir = rescued

@@ -41,11 +41,13 @@ class Snapshot(NamedTuple):
 
 
 class Reference(NamedTuple):
-    """An eager step's outcome, which a replay must reproduce: its loss, gradient norm and the parameters it wrote."""
+    """An eager step's outcome, which a replay must reproduce: its loss, gradient norm, the parameters it wrote, and
+    what else later steps read (the carried state, the head's step tensors: a self-organized head's waiting ring)."""
 
     loss_sum: Tensor
     grad_norm: Tensor | None
     params: list
+    kept: list
 
 
 def take_snapshot(train_step: TrainStep, task: Any, graphs: Any) -> Snapshot:
@@ -98,18 +100,31 @@ def restore(snapshot: Snapshot, train_step: TrainStep, task: Any, graphs: Any) -
         train_step.watch._next = snapshot.watch_next
 
 
-def reference_of(result: StepResult, params: list) -> Reference:
-    """An eager step's :class:`Reference`: its loss, gradient norm and ``params`` as it left them, copied."""
+def reference_of(result: StepResult, params: list, kept: list | None = None) -> Reference:
+    """An eager step's :class:`Reference`: its loss, gradient norm, ``params`` and ``kept`` as it left them, copied."""
     return Reference(result.loss_sum.detach().clone(),
                      None if result.grad_norm is None else result.grad_norm.detach().clone(),
-                     [p.detach().clone() for p in params])
+                     [p.detach().clone() for p in params], [t.detach().clone() for t in kept or ()])
 
 
-def difference(reference: Reference, result: StepResult, params: list, snapshot: Snapshot) -> float:
-    """The largest relative difference between a replay (``result``, ``params`` as it left them) and its eager step:
-    of the loss, of the gradient norm, and of the parameters' update (``|replayed - eager| / |eager's update|`` over
-    all of them). Equal values (NaN for NaN too) differ by 0; NaN against a number counts as infinitely far. One
-    read back."""
+def _apart(replayed: Tensor, eager: Tensor) -> Tensor:
+    """How far a tensor a replay wrote stands from the eager step's: the relative L2 distance of floating ones (equal
+    values, NaN for NaN too, count 0; NaN against a number infinitely far), 0 or infinity for the rest (indices)."""
+    a, b = replayed.detach(), eager.detach().to(replayed.device)
+    if not a.is_floating_point():
+        return torch.where((a != b).any(), math.inf, 0.0).double()
+    a, b = a.double(), b.double()
+    diff = torch.where((a == b) | (a.isnan() & b.isnan()), torch.zeros_like(a), a - b).nan_to_num(nan=math.inf)
+    far = diff.pow(2).sum().sqrt() / b.nan_to_num(nan=0.0).pow(2).sum().sqrt().clamp_min(1e-30)
+    return torch.where(diff.abs().sum() == 0, torch.zeros_like(far), far).nan_to_num(nan=math.inf)
+
+
+def difference(reference: Reference, result: StepResult, params: list, snapshot: Snapshot,
+               kept: list | None = None) -> float:
+    """The largest relative difference between a replay (``result``, ``params`` and ``kept`` as it left them) and its
+    eager step: of the loss, of the gradient norm, of the parameters' update (``|replayed - eager| / |eager's
+    update|`` over all of them) and of each kept tensor (:func:`_apart`). Equal values (NaN for NaN too) differ by 0;
+    NaN against a number counts as infinitely far. One read back."""
 
     def relative(a: Tensor, b: Tensor) -> Tensor:
         a, b = a.detach().double().reshape(()), b.detach().double().reshape(()).to(a.device)
@@ -129,4 +144,5 @@ def difference(reference: Reference, result: StepResult, params: list, snapshot:
         update += (eager.double() - before[id(p)].double()).pow(2).sum().to(device)
     far = (apart.sqrt() / update.sqrt().clamp_min(1e-30)).nan_to_num(nan=math.inf)
     terms.append(torch.where(apart == 0, torch.zeros_like(far), far))
+    terms.extend(_apart(t, eager).reshape(()) for t, eager in zip(kept or (), reference.kept))
     return float(torch.stack([t.to(device) for t in terms]).max())

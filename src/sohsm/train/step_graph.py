@@ -51,8 +51,9 @@ RECAPTURE_WARMUP_STEPS = 1
 
 
 def optimizer_refusal(optimizer: torch.optim.Optimizer) -> str | None:
-    """Why ``optimizer``'s step cannot be captured (``None``: it can): torch's fused steps (Adam, AdamW, SGD) and
-    :class:`~sohsm.train.device_adagrad.DeviceAdagrad` read nothing back and take the rate as a device tensor."""
+    """Why ``optimizer``'s step cannot be captured (``None``: it can): torch's fused steps (Adam, AdamW, SGD, and
+    Adagrad where torch fuses it on CUDA, as 2.13 does) and :class:`~sohsm.train.device_adagrad.DeviceAdagrad` read
+    nothing back and take the rate as a device tensor."""
     if isinstance(optimizer, DeviceAdagrad) or all(group.get("fused") for group in optimizer.param_groups):
         return None
     return (f"the {type(optimizer).__name__} step is not fused and reads its step counts on the host "
@@ -66,8 +67,21 @@ def device_refusal(device: torch.device) -> str | None:
     return None
 
 
+def model_refusal(model: torch.nn.Module | None) -> str | None:
+    """Why ``model``'s step cannot be captured (``None``: it can): a recurrent layer with dropout between its layers
+    (cuDNN's own dropout state, re-drawn with a value read back to the host after every restore of the random state:
+    the check's restore comes right before the capture, so the read lands inside it; torch 2.13, ``RNN.cpp``
+    ``get_dropout_state``)."""
+    for module in () if model is None else model.modules():
+        if isinstance(module, torch.nn.RNNBase) and module.num_layers > 1 and module.dropout > 0:
+            return (f"cuDNN re-seeds the dropout between the {module.num_layers} {module.mode} layers with a value "
+                    "read back after each restore of the random state (--layers 1, or --dropout 0, can be captured)")
+    return None
+
+
 def graph_refusal(device: torch.device, head: Head, *, world: int = 1, amp: str | None = None,
-                  compile: bool = False, optimizer: torch.optim.Optimizer | None = None) -> str | None:
+                  compile: bool = False, optimizer: torch.optim.Optimizer | None = None,
+                  model: torch.nn.Module | None = None) -> str | None:
     """Why a run's training step cannot be captured as one CUDA graph (``None``: it can), in one clause."""
     device = torch.device(device)
     reason = device_refusal(device)
@@ -81,7 +95,7 @@ def graph_refusal(device: torch.device, head: Head, *, world: int = 1, amp: str 
         return "torch.compile captures graphs of its own (mode='reduce-overhead')"
     if head.sparse:
         return "the head hands out row-sparse gradients, whose shapes change from step to step"
-    reason = head.graph_refusal(device, torch.bfloat16 if amp == "bf16" else None)
+    reason = model_refusal(model) or head.graph_refusal(device, torch.bfloat16 if amp == "bf16" else None)
     if reason is None and optimizer is not None:
         reason = optimizer_refusal(optimizer)
     return reason
@@ -101,7 +115,8 @@ def resolve_step_graph(setting: str, refusal: str | None) -> bool:
 
 
 def step_graph_refusal(config: Any, head: Head, optimizer: torch.optim.Optimizer, ranks: Any,
-                       device: torch.device, rows: int | None = None) -> str | None:
+                       device: torch.device, rows: int | None = None,
+                       model: torch.nn.Module | None = None) -> str | None:
     """Why a run (its config's ``step_graph``, ``amp``, ``compile``) cannot capture its step (``None``: it can, or
     it does not ask to); with ``"auto"`` also why it would rather not for a step of ``rows`` rows
     (:meth:`~sohsm.heads.Head.static_decline`).
@@ -111,7 +126,7 @@ def step_graph_refusal(config: Any, head: Head, optimizer: torch.optim.Optimizer
     """
     setting = getattr(config, "step_graph", "off")
     refusal = graph_refusal(device, head, world=ranks.world, amp=getattr(config, "amp", None),
-                            compile=getattr(config, "compile", False), optimizer=optimizer)
+                            compile=getattr(config, "compile", False), optimizer=optimizer, model=model)
     resolve_step_graph(setting, refusal)
     if refusal is None and setting == "auto":  # could be captured, but its static form costs more than it saves
         refusal = head.static_decline(rows)
@@ -225,8 +240,11 @@ class StepGraph:
         return result
 
     def release(self) -> None:
-        """Drop the captured graph and its memory (at the end of a session)."""
-        self.captured = None
+        """Drop the captured graph and release its memory pool (at the end of a session, and before a new capture or
+        a fallback), rather than when the garbage collector gets to it."""
+        captured, self.captured = self.captured, None
+        if captured is not None:
+            self.graphs.release(captured.graph)
 
     # -- what a graph is valid for ------------------------------------------------------------------
     def _key(self, batch: Any) -> tuple | None:
@@ -267,10 +285,10 @@ class StepGraph:
         reference = self._reference(static_batch, spec, step)
         restore(snapshot, self.train_step, self.task, self.graphs)
         hooks = self.optimizer._optimizer_step_post_hooks
-        self.captured = None
+        self.release()
         graph = self.graphs.new_graph()
         self.graphs.synchronize()
-        before = self.graphs.before_capture()
+        before = self.graphs.before_capture(self.stream)
         # torch's Adam and AdamW refuse a capture unless their groups say capturable (their fused step is the same)
         capturable = [(g, g["capturable"]) for g in self.optimizer.param_groups if "capturable" in g]
         first: list[BaseException] = []  # the body's error: the capture's end then raises one of its own
@@ -279,7 +297,7 @@ class StepGraph:
             for group, _ in capturable:
                 group["capturable"] = True
             try:
-                with self.graphs.capture(graph, self.stream):
+                with self.graphs.capture(graph, before):
                     try:
                         result = self.train_step(tree_unflatten(static_batch, spec), step)
                     except BaseException as error:
@@ -365,14 +383,21 @@ class StepGraph:
         self.optimizer._optimizer_step_post_hooks = collections.OrderedDict()
         try:
             with self.graphs.side_stream(self.stream):
-                return reference_of(self.train_step(tree_unflatten(batch, spec), step), self.train_step.params)
+                result = self.train_step(tree_unflatten(batch, spec), step)
+                return reference_of(result, self.train_step.params, self._kept(self.task.carried_state()))
         finally:
             self.optimizer._optimizer_step_post_hooks = hooks
 
+    def _kept(self, state: Any) -> list:
+        """What a step writes for later steps besides the weights: the carried state, the head's step tensors."""
+        return [*(state or ()), *self.head.step_tensors()]
+
     def _check(self, reference: Reference, result: StepResult, snapshot: Snapshot) -> str | None:
         """``None`` where the replay agrees with its eager step (within :attr:`tolerance`,
-        :data:`~sohsm.train.step_check.CHECK_TOLERANCE`), else why not."""
-        difference = check_difference(reference, result, self.train_step.params, snapshot)
+        :data:`~sohsm.train.step_check.CHECK_TOLERANCE`: the loss, the gradient norm, the weights, the carried state
+        and the head's step tensors), else why not."""
+        kept = self._kept(self.captured.state_out)
+        difference = check_difference(reference, result, self.train_step.params, snapshot, kept)
         self.checks += 1
         self.difference = max(self.difference, difference)
         if difference <= self.tolerance:
@@ -383,7 +408,7 @@ class StepGraph:
     def _give_up(self, why: str, snapshot: Snapshot, batch: Any, step: int) -> StepResult:
         """Drop the graph, put back what the step changed, leave the static form (adaptive softmax's ordinary step,
         autocast's weight cache, the rates as numbers) and take the step eagerly, as every later one; warn once."""
-        self.captured = None
+        self.release()
         self.failed = why
         warnings.warn(f"{why}; the run goes on with eager steps", RuntimeWarning, stacklevel=3)
         restore(snapshot, self.train_step, self.task, self.graphs)

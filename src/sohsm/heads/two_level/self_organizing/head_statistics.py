@@ -120,8 +120,10 @@ class HeadStatistics:
             self.schedule.saw_later(rows)
 
     def static_fingerprint(self) -> tuple:
+        """The ring's serial, and whether the head is frozen: a frozen head's step writes no ring (a graph captured
+        before the freeze would write one every replay, uncounted, until it wrote past the ring's end)."""
         ring = self.statistics.waiting.ring
-        return (*super().static_fingerprint(), None if ring is None else ring.serial)
+        return (*super().static_fingerprint(), None if ring is None else ring.serial, self.frozen)
 
     def step_tensors(self) -> list[Tensor]:
         """The ring of waiting batches, which a static step writes (:meth:`Head.step_tensors`)."""
