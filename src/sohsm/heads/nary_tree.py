@@ -172,6 +172,7 @@ class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
         self,
         in_features: int,
         n_classes: int,
+        *,
         tree: list | str = "balanced",
         depth: int = 2,
         branching: int | None = None,

@@ -124,6 +124,7 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
         self,
         in_features: int,
         n_classes: int,
+        *,
         assignment: Tensor | str = "random",
         n_clusters: int | None = None,
         counts: Tensor | None = None,
