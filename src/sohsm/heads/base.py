@@ -77,7 +77,7 @@ class Head(nn.Module):
     objective: str = "nll"
 
     #: Check that every target is in ``[0, N)``. On the CPU, eagerly, a bad target raises a
-    #: ``ValueError`` naming the bad values. On a GPU, and inside ``torch.compile``, the check runs on
+    #: :class:`HeadInputError` (a ``ValueError`` and a ``RuntimeError``) naming the bad values. On a GPU, and inside ``torch.compile``, the check runs on
     #: the device without reading anything back (``torch._assert_async``, as torch's own losses
     #: check their targets): a step neither waits for the device nor breaks the graph, and a bad
     #: target raises a ``RuntimeError`` (on CUDA a device-side assert, reported at the next
