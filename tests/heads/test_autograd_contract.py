@@ -140,3 +140,17 @@ def test_a_two_level_head_s_banded_or_narrow_word_vectors_follow_the_contract(op
     doubled = functional_call(heads[0], given, (hidden, target)).output
     heads[1].load_state_dict({**heads[1].state_dict(), **given})
     torch.testing.assert_close(doubled, heads[1](hidden, target).output)
+
+
+def test_a_parameter_assigned_in_place_of_the_word_vectors_is_used_and_gets_its_gradient():
+    """``head.weight = nn.Parameter(...)`` (what loading by assignment or tying does) binds the new weight."""
+    from sohsm.heads import TwoLevelSoftmax
+    hidden, target = _inputs()
+    torch.manual_seed(0)
+    head = TwoLevelSoftmax(D, N)
+    new = torch.nn.Parameter(head.weight.detach() * 3)
+    expected = functional_call(head, {"weight": new.detach()}, (hidden, target)).output
+    head.weight = new
+    head(hidden, target).loss.backward()
+    assert new.grad is not None and new.grad.abs().sum() > 0
+    torch.testing.assert_close(head(hidden, target).output, expected)

@@ -184,9 +184,9 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
 
     @property
     def words(self) -> WordVectors:
-        """The word vectors (:mod:`.word_vectors`): the head's own, bound once with their gradient buffers; while
-        ``torch.func.functional_call`` has swapped other tensors in for them, those tensors, whose gradient autograd
-        returns (no sink)."""
+        """The word vectors (:mod:`.word_vectors`): the head's own, bound with their gradient buffers, and bound anew
+        when a parameter is assigned in their place; while ``torch.func.functional_call`` has swapped plain tensors
+        in for them, those tensors, whose gradient autograd returns (no sink)."""
         words = self._bound_words
         if self.band_projections is None:
             if self._parameters["weight"] is words.weights[0]:
@@ -194,7 +194,10 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
         elif self._buffers["band_of_word"] is words.band_of_word and all(
                 a is b for a, b in zip(self.band_weights, words.weights)):
             return words
-        return self._bind_words(sinks=False)
+        words = self._bind_words(sinks=False)
+        if all(isinstance(w, nn.Parameter) for w in words.weights):
+            words = self._bound_words = self._bind_words()
+        return words
 
     @words.setter
     def words(self, words: WordVectors) -> None:
