@@ -70,6 +70,9 @@ class ReusedGradient:
         self.shared = False
         self.owner: weakref.ref | None = None  # the weight the buffer is handed to as .grad
 
+    def __getstate__(self) -> dict:  # a pickled head (torch.save of the module) holds no weak reference
+        return {**self.__dict__, "owner": None}
+
     def invalidate(self) -> None:
         self.dirty = None
 
