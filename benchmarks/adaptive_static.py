@@ -65,8 +65,8 @@ def one(n: int, rows: int, d: int, static: bool) -> dict:
         handle.write("5")
     seconds = step()
     return {"n": n, "static": static, "rows": rows, "d": d, "added_bytes": _status("VmHWM") - before,
-            "seconds": seconds, "overhead": head.static_overhead(), "cutoffs": head.cutoffs,
-            "one_copy_bytes": rows * (head.asm.cutoffs[-1] - head.asm.cutoffs[0]) * 4,
+            "seconds": seconds, "overhead": head.static_overhead(), "cutoffs": head.cutoffs[:-1],
+            "one_copy_bytes": rows * (head.cutoffs[-1] - head.cutoffs[0]) * 4,
             "auto_captures": head.static_decline(rows) is None, "budget_bytes": STATIC_SCORE_BYTES}
 
 

@@ -24,6 +24,7 @@ HEAD_NAMES = (
     "DifferentiatedSoftmax",
     "FullSoftmax",
     "Head",
+    "HeadInputError",
     "HeadOutput",
     "HeadSpec",
     "ImportanceSamplingSoftmax",

@@ -88,8 +88,8 @@ def adaptive_leaves(head):
     def leaf(t):
         return t.detach().clone().requires_grad_(True)
 
-    bias = leaf(head.asm.head.bias) if head.asm.head.bias is not None else None
-    return leaf(head.asm.head.weight), bias, [(leaf(p.weight), leaf(o.weight)) for p, o in head.asm.tail]
+    bias = leaf(head.head.bias) if head.head.bias is not None else None
+    return leaf(head.head.weight), bias, [(leaf(p.weight), leaf(o.weight)) for p, o in head.tail]
 
 
 @pytest.mark.parametrize("architecture", ["lstm", "transformer"])
@@ -105,7 +105,7 @@ def test_tied_adaptive_gradients_match_the_dense_reference(architecture):
     head = sohsm.build_head("adaptive", D, n, counts=shuffled_zipf_counts(n), cutoffs=cutoffs, div_value=2,
                             head_bias=True).double()
     model.tie_weights(head)
-    assert not any(p is head.asm.head.weight for p in model.parameters())  # the model owns no copy
+    assert not any(p is head.head.weight for p in model.parameters())  # the model owns no copy
     reference = copy.deepcopy(model)
     reference.embedding = DenseLookup()  # reads the matrix built from the leaves below
     head_weight, bias, tails = adaptive_leaves(head)
@@ -123,9 +123,9 @@ def test_tied_adaptive_gradients_match_the_dense_reference(architecture):
         expected.backward()
 
         torch.testing.assert_close(loss.detach(), expected.detach(), rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(head.asm.head.weight.grad, head_weight.grad, rtol=1e-9, atol=1e-12)
-        torch.testing.assert_close(head.asm.head.bias.grad, bias.grad, rtol=1e-9, atol=1e-12)
-        for (p, o), (p_ref, o_ref) in zip(head.asm.tail, tails):
+        torch.testing.assert_close(head.head.weight.grad, head_weight.grad, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(head.head.bias.grad, bias.grad, rtol=1e-9, atol=1e-12)
+        for (p, o), (p_ref, o_ref) in zip(head.tail, tails):
             torch.testing.assert_close(p.weight.grad, p_ref.grad, rtol=1e-9, atol=1e-12)
             torch.testing.assert_close(o.weight.grad, o_ref.grad, rtol=1e-9, atol=1e-12)
         own = [(name, p) for name, p in model.named_parameters()]
@@ -191,7 +191,7 @@ def test_a_tied_weight_starts_as_the_models_embedding(name, model_class):
     vectors = model.embedding(torch.arange(n)).detach()
     if name == "adaptive":  # the shortlist rows are the head's; tail words are read through their projections
         shortlist = head.word_of_rank[: head.cutoffs[0]]
-        torch.testing.assert_close(vectors[shortlist], head.asm.head.weight[: head.cutoffs[0]].detach())
+        torch.testing.assert_close(vectors[shortlist], head.head.weight[: head.cutoffs[0]].detach())
     else:
         rows = head.weight.detach() if name == "full" else in_word_order(head, head.weight.detach())
         torch.testing.assert_close(vectors, rows, rtol=0, atol=0)  # the embedding reads exactly the re-drawn rows

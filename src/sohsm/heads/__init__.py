@@ -1,5 +1,6 @@
 """Output layers. Every head implements :class:`Head`; importing each file here fills the registry."""
-from sohsm.heads.base import ClusteredHead, ClusterScores, Head, HeadMemory, HeadOutput, HierarchicalHead, SelfOrganizingHead
+from sohsm.heads.base import (ClusteredHead, ClusterScores, Head, HeadInputError, HeadMemory, HeadOutput, HierarchicalHead,
+                              SelfOrganizingHead)
 from sohsm.heads.registry import (HeadDefaults, HeadOption, HeadSetting, HeadSpec, build_head, check_head_options,
                                   head_names, head_options, hierarchy_options, learns_clusters, legacy_options,
                                   memory_estimate, preset, register_head, resume_refusal, setting_defaults, takes_tree,
@@ -26,6 +27,7 @@ __all__ = [
     "FullSoftmax",
     "Head",
     "HeadDefaults",
+    "HeadInputError",
     "HeadMemory",
     "HeadOption",
     "HeadOutput",

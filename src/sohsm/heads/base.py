@@ -13,11 +13,12 @@ import torch
 from torch import Tensor, nn
 
 from sohsm.clustering.hierarchy import assignment_to_hierarchy
-from sohsm.heads.checks import autocast_on, check_counts, check_size, upcast
+from sohsm.heads.checks import HeadInputError, autocast_on, check_counts, check_size, upcast
+from sohsm.heads.factory import factory_init
 from sohsm.heads.outputs import ClusterScores, HeadMemory, HeadOutput
 from sohsm.heads.unbatched import UNBATCHED_METHODS, unbatched
 
-__all__ = ["ClusterScores", "ClusteredHead", "Head", "HeadMemory", "HeadOutput", "HierarchicalHead",
+__all__ = ["ClusterScores", "ClusteredHead", "Head", "HeadInputError", "HeadMemory", "HeadOutput", "HierarchicalHead",
            "SelfOrganizingHead", "check_counts", "check_size", "init_word_vectors", "upcast", "word_vector_bound"]
 
 
@@ -63,6 +64,8 @@ class Head(nn.Module):
         """Give the subclass's ``UNBATCHED_METHODS`` the unbatched contract (:func:`~sohsm.heads.unbatched.unbatched`):
         its own, and a mixin's that comes before :class:`Head` in its bases (the two-level heads' scoring)."""
         super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:  # device= and dtype= as torch's modules take them; options by keyword
+            cls.__init__ = factory_init(cls, cls.__dict__["__init__"])
         for name in UNBATCHED_METHODS:
             method = getattr(cls, name, None)
             if inspect.isfunction(method) and not getattr(method, "unbatched", False):
@@ -74,7 +77,7 @@ class Head(nn.Module):
     objective: str = "nll"
 
     #: Check that every target is in ``[0, N)``. On the CPU, eagerly, a bad target raises a
-    #: ``ValueError`` naming the bad values. On a GPU, and inside ``torch.compile``, the check runs on
+    #: :class:`HeadInputError` (a ``ValueError`` and a ``RuntimeError``) naming the bad values. On a GPU, and inside ``torch.compile``, the check runs on
     #: the device without reading anything back (``torch._assert_async``, as torch's own losses
     #: check their targets): a step neither waits for the device nor breaks the graph, and a bad
     #: target raises a ``RuntimeError`` (on CUDA a device-side assert, reported at the next
@@ -308,14 +311,14 @@ class Head(nn.Module):
     # -- shared input checks -----------------------------------------------------
     def _flatten_hidden(self, hidden: Tensor) -> Tensor:
         if not isinstance(hidden, Tensor):
-            raise ValueError(f"hidden must be a tensor, got {type(hidden).__name__}")
+            raise HeadInputError(f"hidden must be a tensor, got {type(hidden).__name__}")
         if hidden.dim() < 1 or hidden.size(-1) != self.in_features:
-            raise ValueError(
+            raise HeadInputError(
                 f"hidden must have shape [*, {self.in_features}] (last dimension = "
                 f"in_features), got {tuple(hidden.shape)}"
             )
         if not hidden.is_floating_point():
-            raise ValueError(f"hidden must be a floating-point tensor, got {hidden.dtype}")
+            raise HeadInputError(f"hidden must be a floating-point tensor, got {hidden.dtype}")
         self._check_hidden_dtype(hidden)
         return hidden.reshape(-1, self.in_features)
 
@@ -325,7 +328,7 @@ class Head(nn.Module):
             return  # low precision: the heads score in their weights' dtype (see precision.py)
         weights = next((p.dtype for p in self.parameters() if p.is_floating_point()), hidden.dtype)
         if hidden.dtype != weights:
-            raise ValueError(f"hidden must have the dtype of the head's weights, {weights}, got {hidden.dtype}: "
+            raise HeadInputError(f"hidden must have the dtype of the head's weights, {weights}, got {hidden.dtype}: "
                              f"convert the hidden states (hidden.to({weights})) or the head "
                              f"(head.to({hidden.dtype}))")
 
@@ -333,12 +336,12 @@ class Head(nn.Module):
         """Flatten ``hidden`` to ``[B, d]`` and ``target`` to ``[B]`` and validate both."""
         hidden = self._flatten_hidden(hidden)
         if not isinstance(target, Tensor):
-            raise ValueError(f"target must be a tensor, got {type(target).__name__}")
+            raise HeadInputError(f"target must be a tensor, got {type(target).__name__}")
         if target.dtype != torch.long:
-            raise ValueError(f"target must be a long tensor, got {target.dtype}")
+            raise HeadInputError(f"target must be a long tensor, got {target.dtype}")
         target = target.reshape(-1)
         if target.size(0) != hidden.size(0):
-            raise ValueError(
+            raise HeadInputError(
                 f"hidden and target must have the same number of rows, got "
                 f"{hidden.size(0)} hidden rows and {target.size(0)} targets"
             )
@@ -347,13 +350,13 @@ class Head(nn.Module):
         return hidden, target
 
     def _check_target_range(self, target: Tensor) -> None:
-        """Every target in ``[0, N)``: on the host for eager CPU tensors (a ``ValueError`` with the values
-        seen), else on the device with no read-back (a ``RuntimeError``; see :attr:`check_targets`)."""
+        """Every target in ``[0, N)``: on the host for eager CPU tensors (a :class:`HeadInputError`, both a ``ValueError``
+        and torch's ``RuntimeError``, with the values seen), else on the device with no read-back (a ``RuntimeError``; see :attr:`check_targets`)."""
         outside = (target < 0) | (target >= self.n_classes)
         if target.device.type != "cpu" or torch.compiler.is_compiling():
             torch._assert_async(~outside.any(), f"target values must be in [0, {self.n_classes})")
         elif target.numel() and bool(outside.any()):
-            raise ValueError(
+            raise HeadInputError(
                 f"target values must be in [0, {self.n_classes}), got min "
                 f"{int(target.min())} and max {int(target.max())}"
             )

@@ -118,6 +118,7 @@ class BinaryTreeSoftmax(HierarchicalHead):
         self,
         in_features: int,
         n_classes: int,
+        *,
         tree: Tensor | str = "huffman",
         counts: Tensor | None = None,
         seed: int = 0,

@@ -5,6 +5,15 @@ import torch
 from torch import Tensor
 
 
+class HeadInputError(ValueError, RuntimeError):
+    """Input a head refuses (hidden states or targets of the wrong shape, dtype or range).
+
+    Both the project's error for a bad value (``ValueError``, what sohsm has always raised) and torch's
+    (``RuntimeError``, what :class:`torch.nn.AdaptiveLogSoftmaxWithLoss` raises for the same input), so code
+    written against either catches it.
+    """
+
+
 def check_size(name: str, value, low: int) -> int:
     """``value`` as an int of at least ``low``; refuses floats (``10.5``), strings (``'10'``) and bools.
 

@@ -68,6 +68,7 @@ class DifferentiatedSoftmax(Head):
         in_features: int,
         n_classes: int,
         cutoffs: Sequence[int] | None = None,
+        *,
         dims: Sequence[int] | None = None,
         bias: bool = False,
         counts: Tensor | None = None,

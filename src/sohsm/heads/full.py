@@ -29,7 +29,7 @@ class FullSoftmax(Head):
 
     logits_are_linear = True
 
-    def __init__(self, in_features: int, n_classes: int, bias: bool = False) -> None:
+    def __init__(self, in_features: int, n_classes: int, *, bias: bool = False) -> None:
         super().__init__(in_features, n_classes)
         self.weight = nn.Parameter(torch.empty(n_classes, in_features))
         self.bias = nn.Parameter(torch.zeros(n_classes)) if bias else None

@@ -19,7 +19,7 @@ from sohsm.clustering.hierarchy import (
 )
 from sohsm.heads.base import HeadOutput, HierarchicalHead, init_word_vectors, upcast
 from sohsm.heads.registry import register_head
-from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient
+from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient, gradient_route
 from sohsm.heads.binary_tree import TreeTopK, best_first_topk
 
 
@@ -88,15 +88,22 @@ class _GatherRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, weight: Tensor, head: "TreeSoftmax", *indices: Tensor) -> tuple[Tensor, ...]:
         ctx.save_for_backward(*indices)
-        ctx.head = head
+        ctx.head, ctx.weight = head, weight
         return tuple(weight.index_select(0, index) for index in indices)
 
     @staticmethod
     def backward(ctx, *grads: Tensor):
         indices = ctx.saved_tensors
-        if ctx.needs_input_grad[0]:
-            ctx.head._accumulate_weight_grad(indices, grads)
-        return (None, None, *([None] * len(indices)))
+        route = gradient_route(ctx, 0)  # backward(): into .grad; autograd.grad: returned, no .grad written
+        grad_weight = None
+        if route == "sink":
+            ctx.head._accumulate_weight_grad(ctx.weight, indices, grads)
+        elif route == "return":
+            grad_weight = torch.zeros_like(ctx.weight)
+            for index, g in zip(indices, grads):
+                if g is not None:
+                    grad_weight.index_add_(0, index, g.to(grad_weight.dtype))
+        return (grad_weight, None, *([None] * len(indices)))
 
 
 class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
@@ -156,8 +163,8 @@ class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
         Without ``sparse``, the gradient of :attr:`weight` is added directly into
         ``weight.grad`` (a buffer reused across steps, of which only the rows written
         by the previous step are zeroed), as in :class:`~sohsm.heads.TwoLevelSoftmax`:
-        a tensor hook on ``weight`` is called with ``None`` and ``torch.autograd.grad``
-        cannot return it; post-accumulate-grad hooks, optimizers, ``zero_grad``,
+        a tensor hook on ``weight`` is called with ``None``; ``torch.autograd.grad`` returns
+        it and writes no ``.grad``; post-accumulate-grad hooks, optimizers, ``zero_grad``,
         clipping, gradient accumulation and DistributedDataParallel work as usual.
     """
 
@@ -165,6 +172,7 @@ class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
         self,
         in_features: int,
         n_classes: int,
+        *,
         tree: list | str = "balanced",
         depth: int = 2,
         branching: int | None = None,
@@ -273,6 +281,8 @@ class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
             plans.append((rows, edge - start, valid, slots, lo if dense else None))
         if self.sparse:
             vectors = F.embedding(torch.cat(pieces), self.weight, sparse=True).split([p.numel() for p in pieces])
+        elif not isinstance(self.weight, nn.Parameter):  # a tensor swapped in (functional_call): autograd's gradient
+            vectors = self.weight.index_select(0, torch.cat(pieces)).split([p.numel() for p in pieces])
         else:
             if torch.is_grad_enabled() and self.weight.requires_grad:
                 self._check_weight_is_whole()
@@ -290,9 +300,10 @@ class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
             output = output + picked if rows is None else output.index_add(0, rows, picked)
         return HeadOutput(output, -output.mean())
 
-    def _accumulate_weight_grad(self, indices: tuple[Tensor, ...], grads: tuple[Tensor | None, ...]) -> None:
+    def _accumulate_weight_grad(self, weight: Tensor, indices: tuple[Tensor, ...],
+                                grads: tuple[Tensor | None, ...]) -> None:
         """Add the gradient ``grads[i]`` of the rows ``weight[indices[i]]`` into ``weight.grad``."""
-        weight, buffer = self.weight, self._grad
+        buffer = self._grad
         grad = weight.grad
         if grad is None:
             grad = buffer.fresh(weight)

@@ -61,8 +61,15 @@ class HeadDefaults(NamedTuple):
     reason: str = ""
 
 
+#: torch's factory kwargs, which every head's constructor takes (:mod:`sohsm.heads.factory`): where a head is made,
+#: not one of its options (:func:`~sohsm.heads.build_head` takes them itself)
+FACTORY_KWARGS = frozenset({"device", "dtype"})
+
+
 def keyword_parameters(func: Callable, skip: frozenset[str]) -> tuple[dict[str, HeadOption], bool]:
-    """The keyword arguments of ``func`` not in ``skip`` with their resolved type hints, and whether it takes ``**``."""
+    """The keyword arguments of ``func`` not in ``skip`` (nor :data:`FACTORY_KWARGS`) with their resolved type hints,
+    and whether it takes ``**``."""
+    skip = skip | FACTORY_KWARGS
     signature = inspect.signature(func)
     try:
         hints = typing.get_type_hints(func)

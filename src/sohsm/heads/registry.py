@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from sohsm.fields import did_you_mean
 from sohsm.heads.base import Head, HeadMemory, SelfOrganizingHead, check_counts, check_size
+from sohsm.heads.factory import place
 from sohsm.heads.options import (HeadDefaults, HeadOption, HeadSetting, class_of, describe, fits, option_of,
                                  options_class, options_of)
 
@@ -412,9 +413,11 @@ class HeadSpec:
         return build_head(self, in_features, n_classes, counts=counts)
 
 
-def build_head(name: str | HeadSpec, in_features: int, n_classes: int, counts=None, **options) -> Head:
+def build_head(name: str | HeadSpec, in_features: int, n_classes: int, counts=None, *, device=None, dtype=None,
+               **options) -> Head:
     """Build the head registered as ``name`` with ``options`` (see :func:`head_options`), or the head of a
-    :class:`HeadSpec` (with ``options`` given as well).
+    :class:`HeadSpec` (with ``options`` given as well), on ``device`` in ``dtype`` as torch's modules take them
+    (:func:`~sohsm.heads.factory.place`).
 
     ``counts`` are checked for every head (:func:`~sohsm.heads.base.check_counts`), also for
     heads that do not use them, so bad counts are refused alike whichever head is chosen.
@@ -439,6 +442,7 @@ def build_head(name: str | HeadSpec, in_features: int, n_classes: int, counts=No
         raise ValueError(message if message.startswith(f"head {name!r}") else f"head {name!r}: {message}") from error
     if not isinstance(head, Head):
         raise TypeError(f"factory for {name!r} returned {type(head).__name__}, not a Head")
+    place(head, device, dtype)
     return head
 
 

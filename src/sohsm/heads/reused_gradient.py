@@ -9,11 +9,37 @@ of the nodes on the batch's paths) therefore keep one buffer, hand it over as
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch import Tensor, nn
 
 #: a part of the buffer a step wrote: rows ``start .. stop - 1``, or the rows of an index tensor
 Region = "tuple[int, int] | Tensor"
+
+
+def gradient_route(ctx, index: int, edge: int | None = None) -> str:
+    """What the backward now running wants of the op's input ``index`` (the head's weight), asked in the op's backward
+    (``edge``: its place among the op's tensor inputs, which alone have an edge; ``index`` when all before it are).
+
+    ``"sink"``: a ``backward()`` that accumulates the weight's gradient into ``.grad``; the op writes it there itself,
+    row block by row block (the reason the head keeps a :class:`ReusedGradient`). ``"return"``: ``autograd.grad`` asks
+    for the weight's gradient (it must come back, and no ``.grad`` be written), or ``create_graph`` builds a graph of
+    it, or the input is not a leaf: the op returns it, dense. ``"none"``: this backward does not reach the weight
+    (``autograd.grad(loss, [hidden])``, ``backward(inputs=[...])`` without it): nothing is computed or written.
+    """
+    if not ctx.needs_input_grad[index]:
+        return "none"
+    node = ctx.next_functions[index if edge is None else edge][0]
+    will_execute = getattr(torch._C, "_will_engine_execute_node", None)
+    if node is None:
+        return "none"
+    if torch.is_grad_enabled() or will_execute is None or type(node).__name__ != "AccumulateGrad":
+        return "return"
+    try:
+        return "sink" if will_execute(node) else "none"
+    except RuntimeError:  # autograd.grad was given this leaf: the engine captures its gradient, .grad stays untouched
+        return "return"
 
 
 def distributed() -> bool:
@@ -42,6 +68,10 @@ class ReusedGradient:
         self.version = -1  # the tensor's version after the head's last write
         #: someone else adds into the buffer too (an input embedding tied to the weight): its record never holds
         self.shared = False
+        self.owner: weakref.ref | None = None  # the weight the buffer is handed to as .grad
+
+    def __getstate__(self) -> dict:  # a pickled head (torch.save of the module) holds no weak reference
+        return {**self.__dict__, "owner": None}
 
     def invalidate(self) -> None:
         self.dirty = None
@@ -60,7 +90,15 @@ class ReusedGradient:
         return self.tensor._version == self.version or not distributed()
 
     def fresh(self, weight: Tensor, keep: frozenset = frozenset()) -> Tensor:
-        """The buffer, zero outside the ``(start, stop)`` regions in ``keep`` (which the caller overwrites)."""
+        """The buffer, zero outside the ``(start, stop)`` regions in ``keep`` (which the caller overwrites).
+
+        The buffer is one weight's ``.grad`` at a time: asked for another weight (a parameter swapped in by
+        ``torch.func.functional_call``) while the first still holds it, it returns a zero tensor of its own.
+        """
+        owner = None if self.owner is None else self.owner()
+        if owner is not None and owner is not weight and self.tensor is not None and owner.grad is self.tensor:
+            return torch.zeros_like(weight, memory_format=torch.contiguous_format)
+        self.owner = weakref.ref(weight)
         t = self.tensor
         if t is None or t.shape != weight.shape or t.dtype != weight.dtype or t.device != weight.device:
             self.tensor = t = torch.zeros_like(weight, memory_format=torch.contiguous_format)

@@ -75,6 +75,7 @@ class SampledSoftmax(Head):
         self,
         in_features: int,
         n_classes: int,
+        *,
         counts: Tensor | None = None,
         n_samples: int = 100,
         noise_power: float = 1.0,
@@ -228,7 +229,7 @@ class ImportanceSamplingSoftmax(SampledSoftmax):
 
     objective = "importance_sampling"
 
-    def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
+    def __init__(self, in_features: int, n_classes: int, *, counts: Tensor | None = None, n_samples: int = 100,
                  noise_power: float = 1.0, bias: bool = False, remove_accidental_hits: bool = True, seed: int = 0,
                  sparse: bool = False, noise_per_row: bool = False) -> None:
         super().__init__(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,
@@ -284,7 +285,7 @@ class NCESoftmax(SampledSoftmax):
 
     objective = "nce"
 
-    def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
+    def __init__(self, in_features: int, n_classes: int, *, counts: Tensor | None = None, n_samples: int = 100,
                  noise_power: float = 1.0, seed: int = 0, sparse: bool = False, bias_init: str = "unigram",
                  noise_per_row: bool = False) -> None:
         if bias_init not in ("uniform", "unigram"):
@@ -359,7 +360,7 @@ class PMISoftmax(SampledSoftmax):
         """``"noise"`` with ``noise_per_row`` and no bias (word2vec's negative sampling), else ``None``."""
         return "noise" if self.noise_per_row and self.bias is None else None
 
-    def __init__(self, in_features: int, n_classes: int, counts: Tensor | None = None, n_samples: int = 100,
+    def __init__(self, in_features: int, n_classes: int, *, counts: Tensor | None = None, n_samples: int = 100,
                  noise_power: float = 1.0, seed: int = 0, sparse: bool = False, shift: bool = True,
                  noise_per_row: bool = False) -> None:
         super().__init__(in_features, n_classes, counts=counts, n_samples=n_samples, noise_power=noise_power,

@@ -99,7 +99,7 @@ class TwoLevelScoring:
         """
         layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
         if backend.writes_gradient:
-            if self.words.trained():
+            if self.words.trained() and self.words.sinks:
                 self._check_weight_is_whole()
             weight, sink = self.words.gradient_sink(layout)
         else:

@@ -100,12 +100,12 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
         - returns :class:`HeadOutput`: ``output`` ``[B]`` = log P(target | hidden), scalar ``loss``
 
     .. note::
-        The gradient of :attr:`weight` is written directly into ``weight.grad``
+        In ``backward()`` the gradient of :attr:`weight` is written directly into ``weight.grad``
         by a hand-written backward (a buffer reused across steps), so a tensor hook
-        registered on ``weight`` (``register_hook``) is called with ``None``, and
-        ``torch.autograd.grad`` cannot return it; a post-accumulate-grad hook
+        registered on ``weight`` (``register_hook``) is called with ``None``; a post-accumulate-grad hook
         (``register_post_accumulate_grad_hook``) runs once ``weight.grad`` holds the
-        batch's gradient. Optimizers, ``zero_grad`` (both modes), gradient clipping,
+        batch's gradient. ``torch.autograd.grad`` returns it (dense) when asked for it and writes no ``.grad``;
+        under ``torch.func.functional_call`` the tensors given are used and their gradient returned by autograd. Optimizers, ``zero_grad`` (both modes), gradient clipping,
         gradient accumulation, activation checkpointing and DistributedDataParallel
         (any bucket settings) work as usual; ``nn.DataParallel`` on several devices
         and sharded or flattened weights (FSDP, ZeRO-3) are refused.
@@ -124,6 +124,7 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
         self,
         in_features: int,
         n_classes: int,
+        *,
         assignment: Tensor | str = "random",
         n_clusters: int | None = None,
         counts: Tensor | None = None,
@@ -175,11 +176,32 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
         self.register_load_state_dict_post_hook(_rebuild_layout_after_load)
         self.reset_parameters()
 
-    def _bind_words(self) -> WordVectors:
+    def _bind_words(self, sinks: bool = True) -> WordVectors:
         """A :class:`WordVectors` over the head's word-vector parameters as they are now."""
         if self.band_projections is None:
-            return WordVectors([self.weight])
-        return WordVectors(list(self.band_weights), self.band_projections, self.band_of_word, self.band_dims)
+            return WordVectors([self.weight], sinks=sinks)
+        return WordVectors(list(self.band_weights), self.band_projections, self.band_of_word, self.band_dims, sinks)
+
+    @property
+    def words(self) -> WordVectors:
+        """The word vectors (:mod:`.word_vectors`): the head's own, bound with their gradient buffers, and bound anew
+        when a parameter is assigned in their place; while ``torch.func.functional_call`` has swapped plain tensors
+        in for them, those tensors, whose gradient autograd returns (no sink)."""
+        words = self._bound_words
+        if self.band_projections is None:
+            if self._parameters["weight"] is words.weights[0]:
+                return words
+        elif self._buffers["band_of_word"] is words.band_of_word and all(
+                a is b for a, b in zip(self.band_weights, words.weights)):
+            return words
+        words = self._bind_words(sinks=False)
+        if all(isinstance(w, nn.Parameter) for w in words.weights):
+            words = self._bound_words = self._bind_words()
+        return words
+
+    @words.setter
+    def words(self, words: WordVectors) -> None:
+        self._bound_words = words
 
     # -- parameters and layout ----------------------------------------------------
     def reset_parameters(self) -> None:
@@ -408,9 +430,9 @@ def _rebuild_layout_after_load(module: TwoLevelSoftmax, incompatible_keys) -> No
     """A loaded ``assignment`` brings its own row layout of ``weight``: derive the layout again (the gradient
     buffers' record of written rows lapses; a load with ``assign=True`` replaced the tensors: bound anew)."""
     words = module._bind_words()
-    if [id(w) for w in words.weights] == [id(w) for w in module.words.weights] and (
-            words.band_of_word is module.words.band_of_word):
-        module.words.invalidate()
+    bound = module._bound_words
+    if [id(w) for w in words.weights] == [id(w) for w in bound.weights] and words.band_of_word is bound.band_of_word:
+        bound.invalidate()
     else:
         module.words = words
     module._layout = ClusterLayout(module.assignment, module.n_clusters)

@@ -63,11 +63,15 @@ class WordVectors:
         projections: each band's ``d -> d_i`` map for bands 1, 2, ... (``None``: no bands).
         band_of_word: ``[N]`` the band of every word (with bands).
         dims: each band's dimensions (with bands).
+        sinks: whether a backend may write the weights' gradient itself (:meth:`gradient_sink`): the head's own
+            parameters; ``False`` for tensors swapped in for them (``torch.func.functional_call``), whose gradient
+            autograd returns.
     """
 
     def __init__(self, weights: Sequence[nn.Parameter], projections: nn.ModuleList | None = None,
-                 band_of_word: Tensor | None = None, dims: Sequence[int] | None = None) -> None:
+                 band_of_word: Tensor | None = None, dims: Sequence[int] | None = None, sinks: bool = True) -> None:
         self.weights = list(weights)
+        self.sinks = sinks
         self.projections = projections
         self.band_of_word = band_of_word
         self.dims = None if dims is None else list(dims)
@@ -139,11 +143,13 @@ class WordVectors:
 
     def gradient_sink(self, layout: ClusterLayout):
         """``(weight, sink)`` for a backend that writes the vectors' gradient itself: the weight and a sink into its
-        reused buffer; with bands a tuple of each band's weight and one of sinks (``layout``'s band rows derived)."""
+        reused buffer; with bands a tuple of each band's weight and one of sinks (``layout``'s band rows derived).
+        Without :attr:`sinks` the sink is ``None``: the op returns the gradient to autograd."""
         if not self.banded:
-            return self.weights[0], GradientSink(self.weights[0], self.grads[0])
+            return self.weights[0], GradientSink(self.weights[0], self.grads[0]) if self.sinks else None
         self.band_rows(layout)
-        return tuple(self.weights), tuple(GradientSink(w, buffer) for w, buffer in zip(self.weights, self.grads))
+        sinks = tuple(GradientSink(w, buffer) for w, buffer in zip(self.weights, self.grads)) if self.sinks else None
+        return tuple(self.weights), sinks
 
     def in_word_order(self, layout: ClusterLayout) -> Tensor:
         """``[N, word_dim]`` a copy in word-id order (with bands, each row zero outside its band's block)."""
@@ -159,7 +165,7 @@ class WordVectors:
         """
         for buffer in self.grads:  # autograd adds the embedding's share into the grads: the buffers' record lapses
             buffer.shared = True
-        sparse = self.trained() and not torch.compiler.is_compiling() and writes_gradient
+        sparse = self.trained() and not torch.compiler.is_compiling() and writes_gradient and self.sinks
         if not self.banded:
             return F.embedding(layout.slot_of_word[ids], self.weights[0], sparse=sparse)
         # adaptive input (Baevski & Auli 2019): a band-i word's d_i entries are read back up to d through the band's

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from sohsm.heads.reused_gradient import gradient_route
 from sohsm.heads.two_level.ops.gradient_sink import GradientSink, write_pieces
 from sohsm.heads.two_level.ops.layout import ClusterLayout
 
@@ -132,15 +133,24 @@ def _score_sorted(hidden: Tensor, row_cluster: Tensor, row_position: Tensor, lay
     return groups, hidden_sorted, log_probs, position_sorted, out
 
 
+def _weight_route(ctx, index: int, sink: GradientSink | None, edge: int | None = None) -> str:
+    """``"sink"``, ``"return"`` or ``"none"`` for the weight at input ``index``
+    (:func:`~sohsm.heads.reused_gradient.gradient_route`): a sink only where the head gave one and a ``backward()``
+    accumulates into ``.grad``; ``autograd.grad`` gets the gradient back and no ``.grad`` is written."""
+    route = gradient_route(ctx, index, edge)
+    return "return" if route == "sink" and sink is None else route
+
+
 class InClusterLogProb(torch.autograd.Function):
     """``log P(w_i | h_i, C(w_i))`` for each row, with a hand-written backward.
 
     Forward: one matrix product per present cluster into a padded ``[B, S]``
     buffer; the log-softmax and the target gather are done once for the batch.
     Backward: the softmax gradient once for the batch, then two products per
-    present cluster. With a ``sink`` the weight gradient goes block by block into
-    ``weight.grad`` (autograd never sees an ``N x d`` tensor); without one it is
-    returned as a dense tensor.
+    present cluster. With a ``sink``, in a ``backward()``, the weight gradient goes block by
+    block into ``weight.grad`` (autograd never sees an ``N x d`` tensor); without one, or
+    when ``autograd.grad`` asks for the weight, it is returned as a dense tensor; when the
+    backward does not reach the weight (``autograd.grad(loss, [hidden])``) it is not computed.
     """
 
     @staticmethod
@@ -176,12 +186,13 @@ class InClusterLogProb(torch.autograd.Function):
                     torch.mm(g_c[:, : sizes[c]], weight_blocks[c], out=out)
             grad_hidden = torch.empty_like(grad_sorted)
             grad_hidden[groups.order] = grad_sorted
-        if ctx.needs_input_grad[1]:
+        route = _weight_route(ctx, 1, sink)
+        if route != "none":
             # a word alone in its cluster gets no gradient (its in-cluster softmax is constant): skip its block
             blocks = [(offsets[c], offsets[c + 1], [(slice(None), slice(None), g_c[:, : sizes[c]], h_c)])
                       for c, g_c, h_c in zip(groups.clusters, grad_logits.split(row_counts),
                                              hidden_sorted.split(row_counts)) if sizes[c] > 1]
-            if sink is not None:
+            if route == "sink":
                 sink.add_blocks(blocks)
             else:
                 grad_weight = torch.zeros_like(weight)
@@ -235,7 +246,9 @@ class BandedInClusterLogProb(torch.autograd.Function):
             grad_hidden = torch.empty_like(grad_sorted)
             grad_hidden[groups.order] = grad_sorted
         grad_weights = [None] * len(weights)
-        if any(ctx.needs_input_grad[6:]):
+        routes = [_weight_route(ctx, 6 + b, None if sinks is None else sinks[b], edge=3 + b)  # after 3 tensors
+                  for b in range(len(weights))]
+        if any(route != "none" for route in routes):
             blocks: list[list] = [[] for _ in weights]  # per band: (start, stop, pieces) in its weight
             for i, (c, g_c) in enumerate(zip(groups.clusters, grad_logits.split(row_counts))):
                 if sizes[c] == 1:  # a word alone in its cluster gets no gradient
@@ -243,10 +256,10 @@ class BandedInClusterLogProb(torch.autograd.Function):
                 for positions, band, start, stop in bands.groups[c]:
                     piece = (slice(None), slice(None), _columns(g_c, positions), hidden_bands[band][i])
                     blocks[band].append((start, stop, [piece]))
-            for b, weight in enumerate(weights):
-                if not ctx.needs_input_grad[6 + b]:
+            for b, (weight, route) in enumerate(zip(weights, routes)):
+                if route == "none":
                     continue
-                if sinks is not None:  # every band gets a .grad, as one weight would: zero where the batch has none
+                if route == "sink":  # every band gets a .grad, as one weight would: zero where the batch has none
                     sinks[b].add_blocks(blocks[b])
                 else:
                     grad_weights[b] = torch.zeros_like(weight)

@@ -124,6 +124,7 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
         self,
         in_features: int,
         n_classes: int,
+        *,
         counts: Tensor | None = None,
         n_clusters: int | None = None,
         init: str = "random",
