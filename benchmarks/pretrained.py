@@ -123,9 +123,20 @@ def run_seed(args, seed: int, ptb, wiki) -> dict:
     wiki_train = windows(wiki["train"], args.context)
     wiki_test = windows(wiki["test"][: args.eval_tokens], args.context)
     model = build(len(ptb.vocab), args.width, args.layers, args.context, seed)
-    started = time.perf_counter()
-    pretrain_tps = train(model, ptb_train, args.pretrain_steps, args.batch, args.lr, seed, warmup=50)
-    result = {"seed": seed, "pretrain_seconds": time.perf_counter() - started, "pretrain_tokens_per_s": pretrain_tps,
+    saved = None if args.models is None else Path(args.models) / (
+        f"llama-{args.layers}x{args.width}-bpe{args.vocab}-{args.pretrain_steps}steps-seed{seed}.pt")
+    if saved is not None and saved.is_file():  # pretrained before with these settings: read back
+        kept = torch.load(saved)
+        model.load_state_dict(kept["state"])
+        pretrain_seconds, pretrain_tps = kept["seconds"], kept["tokens_per_s"]
+    else:
+        started = time.perf_counter()
+        pretrain_tps = train(model, ptb_train, args.pretrain_steps, args.batch, args.lr, seed, warmup=50)
+        pretrain_seconds = time.perf_counter() - started
+        if saved is not None:
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"state": model.state_dict(), "seconds": pretrain_seconds, "tokens_per_s": pretrain_tps}, saved)
+    result = {"seed": seed, "pretrain_seconds": pretrain_seconds, "pretrain_tokens_per_s": pretrain_tps,
               "full": {"ptb_test_ppl": perplexity(model, ptb_test)}}
     print(f"seed {seed}: pretrained in {result['pretrain_seconds']:.0f} s, PTB test ppl "
           f"{result['full']['ptb_test_ppl']:.2f}", flush=True)
@@ -240,15 +251,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit-seconds", type=float, default=30.0)
     parser.add_argument("--eval-tokens", type=int, default=65536)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--models", default=None, help="a folder keeping the pretrained models, read back on a rerun")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    args.argv = [a for a in argv if a != "--no-write"]
+    args.argv = [a for a in argv if a != "--no-write" and not a.startswith("--models")]
     args.heads = args.heads.split(",")
     torch.set_num_threads(1)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()  # the code that runs: read before it does
     ptb, wiki = corpora(args.vocab)
     results = [run_seed(args, int(seed), ptb, wiki) for seed in args.seeds.split(",")]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
     text = report(args, results, commit)
     print(text)
     if not args.no_write:

@@ -17,7 +17,7 @@ from sohsm.clustering.assignments import greedy_assignment
 
 
 def vector_assignment(vectors: Tensor, n_clusters: int, max_size: int, tf: Tensor | None = None,
-                      freq_budget: float = 1.0, iterations: int = 10, seed: int = 0) -> Tensor:
+                      freq_budget: float = 1.0, iterations: int = 10, seed: int = 0, normalize: bool = True) -> Tensor:
     """``[N]`` cluster ids: spherical k-means of ``vectors``' rows within Algorithm 1's bounds.
 
     Args:
@@ -27,7 +27,9 @@ def vector_assignment(vectors: Tensor, n_clusters: int, max_size: int, tf: Tenso
         tf: ``[N]`` term frequencies (the frequent words choose first, as in Algorithm 1); ``None``: all alike.
         freq_budget: token mass above which a cluster takes no more words.
         iterations: k-means rounds (assign, then each centre the normalised mean of its words).
-        seed: which rows start as centres (the most frequent are kept apart by a seeded draw).
+        seed: which rows start as centres (a seeded draw).
+        normalize: cluster the rows' directions (cosine similarity); ``False``: the rows themselves (squared
+            Euclidean distance, centres the plain means).
 
     Raises:
         ValueError: ``vectors`` not ``[N, d]``, or the bounds leave some word no cluster.
@@ -38,7 +40,9 @@ def vector_assignment(vectors: Tensor, n_clusters: int, max_size: int, tf: Tenso
     n_words = vectors.size(0)
     if not 1 <= n_clusters <= n_words or n_clusters * max_size < n_words:
         raise ValueError(f"{n_clusters} clusters of at most {max_size} words cannot hold {n_words} words")
-    x = torch.nn.functional.normalize(vectors.detach().to("cpu", torch.float64), dim=1)
+    x = vectors.detach().to("cpu", torch.float64)
+    if normalize:
+        x = torch.nn.functional.normalize(x, dim=1)
     tf = torch.full((n_words,), 1.0 / n_words, dtype=torch.float64) if tf is None else \
         torch.as_tensor(tf, dtype=torch.float64).reshape(-1).cpu()
     total = float(tf.sum())
@@ -47,11 +51,14 @@ def vector_assignment(vectors: Tensor, n_clusters: int, max_size: int, tf: Tenso
     centres = x[torch.randperm(n_words, generator=generator)[:n_clusters]]
     assignment = None
     for _ in range(max(1, int(iterations))):
-        new = greedy_assignment(x @ centres.T, tf, max_size, freq_budget).assignment
+        scores = x @ centres.T if normalize else 2 * x @ centres.T - (centres * centres).sum(1)
+        new = greedy_assignment(scores, tf, max_size, freq_budget).assignment
         if assignment is not None and torch.equal(new, assignment):
             break
         assignment = new
         sums = torch.zeros_like(centres).index_add_(0, assignment, x)
-        empty = sums.norm(dim=1) == 0
-        centres = torch.where(empty[:, None], centres, torch.nn.functional.normalize(sums, dim=1))
+        sizes = torch.bincount(assignment, minlength=n_clusters)
+        means = sums / sizes.clamp_min(1)[:, None]
+        means = torch.nn.functional.normalize(means, dim=1) if normalize else means
+        centres = torch.where((sizes == 0)[:, None], centres, means)
     return assignment

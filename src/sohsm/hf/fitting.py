@@ -4,7 +4,9 @@ With the trained layer's rows as its word vectors (:mod:`sohsm.heads.two_level.t
 softmax inside a cluster is the trained one's, and all it lacks is each cluster's probability: the trained
 layer's ``P(c | h) = sum_{w in c} softmax(W h)_w``, which the head scores as ``softmax_c(V h)``. Fitting ``V`` to
 it is a soft-label logistic regression, convex, solved by L-BFGS on hidden states of the user's data
-(:func:`fit_to_layer`); where the words have fewer dimensions than ``d`` (bands, ``word_dim``) a second stage
+(:func:`fit_to_layer`), then the words re-clustered by Algorithm 1 on what the fitted clusters predict of them (the
+self-organized head's statistic, the trained layer's probabilities standing in for the next word) and ``V`` fitted
+again, while the training KL falls; where the words have fewer dimensions than ``d`` (bands, ``word_dim``) a second stage
 trains all the head's parameters on the full KL divergence to the trained layer (Adam, minibatches), for the
 rest of the time budget, and keeps the better of the two. Progress shows on a ``tqdm`` bar; :class:`FitReport`
 says the gap reached on held-out positions (KL, and the perplexity of both on the data's next tokens).
@@ -20,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
+
+from sohsm.heads.two_level.takeover import reassigned
 
 #: the label HF's losses ignore (a position with no next token)
 IGNORE_INDEX = -100
@@ -173,7 +177,7 @@ def _gap(head, weight: Tensor, hidden: Tensor, targets: Tensor | None,
 
 def fit_to_layer(head, weight: Tensor, hidden: Tensor, targets: Tensor | None = None, seconds: float = 30.0,
                  joint: bool = False, progress: bool = True, started: float | None = None,
-                 seed: int = 0) -> FitReport:
+                 seed: int = 0, rounds: int = 3) -> FitReport:
     """Fit ``head`` to the trained layer ``weight`` (logits ``weight @ h``) on ``hidden`` ``[M, d]``; see the module.
 
     Args:
@@ -187,6 +191,8 @@ def fit_to_layer(head, weight: Tensor, hidden: Tensor, targets: Tensor | None = 
             ``word_dim``); else the cluster vectors alone, whose fit is then the whole gap.
         progress: show a ``tqdm`` bar.
         started: when the conversion began (``time.perf_counter()``), for the report's seconds.
+        rounds: at most this many re-clusterings (Algorithm 1 on what the fitted cluster vectors predict of each
+            word, the trained layer's probabilities standing in for the next word), each kept while the KL falls.
     """
     started = time.perf_counter() if started is None else started
     deadline = time.perf_counter() + seconds
@@ -202,36 +208,30 @@ def fit_to_layer(head, weight: Tensor, hidden: Tensor, targets: Tensor | None = 
     steps = 0
     bar = tqdm(desc="fitting the head to the trained lm_head", unit="step", disable=not progress, leave=False)
     try:
-        # stage 1: the cluster vectors, on the trained layer's cluster probabilities (convex)
-        assignment = head.assignment.to(hidden.device)
-        with torch.no_grad():
-            cluster_probs = torch.zeros(h_train.size(0), head.n_clusters, device=hidden.device, dtype=torch.float32)
-            for start in range(0, h_train.size(0), 4096):
-                probs = _teacher(weight, h_train[start:start + 4096].float()).exp()
-                cluster_probs[start:start + 4096].index_add_(1, assignment, probs)
-        params = [head.cluster_weight]
+        # stage 1: the cluster vectors, on the trained layer's cluster probabilities (convex), then Algorithm 1 on
+        # what they predict of each word, and the vectors again, while the training KL falls
         frozen = {p: p.requires_grad for p in head.parameters()}
         for p in head.parameters():
             p.requires_grad_(p is head.cluster_weight)
-        optimizer = torch.optim.LBFGS(params, lr=1.0, max_iter=20, history_size=20, line_search_fn="strong_wolfe",
-                                      tolerance_grad=1e-7, tolerance_change=1e-10)
-
-        def closure():
-            optimizer.zero_grad()
-            loss = -(cluster_probs * head._cluster_log_probs(h_train).float().clamp_min(-1e4)).sum(1).mean()
-            loss.backward()
-            return loss.detach()
-
-        previous = math.inf
         stage_one = deadline if not joint else time.perf_counter() + seconds / 2
-        while time.perf_counter() < stage_one:
-            loss = float(optimizer.step(closure))
-            steps += 1
-            bar.update(1)
-            bar.set_postfix(stage="clusters", loss=f"{loss:.4f}")
-            if previous - loss < 1e-7:
+        kl_train, taken = _fit_clusters(head, weight, h_train, stage_one, bar)
+        steps += taken
+        best = (kl_train, head.assignment.clone(), head.cluster_weight.detach().clone())
+        for _ in range(rounds):
+            if time.perf_counter() >= stage_one:
                 break
-            previous = loss
+            new = reassigned(head, *_cluster_statistics(head, weight, h_train)).to(head.assignment.device)
+            if torch.equal(new, head.assignment):
+                break
+            head.set_assignment(new)
+            kl_train, taken = _fit_clusters(head, weight, h_train, stage_one, bar)
+            steps += taken
+            if kl_train >= best[0]:
+                break
+            best = (kl_train, head.assignment.clone(), head.cluster_weight.detach().clone())
+        with torch.no_grad():  # the best clusters seen, with their vectors
+            head.set_assignment(best[1])
+            head.cluster_weight.copy_(best[2])
         for p, flag in frozen.items():
             p.requires_grad_(flag)
         head.zero_grad(set_to_none=True)
@@ -241,6 +241,57 @@ def fit_to_layer(head, weight: Tensor, hidden: Tensor, targets: Tensor | None = 
         bar.close()
     kl, ppl_t, ppl_h = _gap(head, weight, hidden[held], held_targets)
     return FitReport(int(held.numel()), kl_start, kl, ppl_t, ppl_h, time.perf_counter() - started, steps)
+
+
+def _cluster_probs(head, weight: Tensor, hidden: Tensor, chunk: int = 4096) -> Tensor:
+    """``[M, C]`` the trained layer's probability of each of ``head``'s clusters."""
+    assignment = head.assignment.to(hidden.device)
+    out = torch.zeros(hidden.size(0), head.n_clusters, device=hidden.device, dtype=torch.float32)
+    with torch.no_grad():
+        for start in range(0, hidden.size(0), chunk):
+            out[start:start + chunk].index_add_(1, assignment, _teacher(weight, hidden[start:start + chunk].float()).exp())
+    return out
+
+
+def _fit_clusters(head, weight: Tensor, hidden: Tensor, until: float, bar) -> tuple[float, int]:
+    """The cluster vectors fitted by L-BFGS to the trained layer's cluster probabilities on ``hidden`` (a soft-label
+    logistic regression: convex) until converged or ``until``; returns the training KL of the clusters and the steps."""
+    target = _cluster_probs(head, weight, hidden)
+    entropy = float((target * target.clamp_min(1e-30).log()).sum(1).mean())
+    optimizer = torch.optim.LBFGS([head.cluster_weight], lr=1.0, max_iter=20, history_size=20,
+                                  line_search_fn="strong_wolfe", tolerance_grad=1e-7, tolerance_change=1e-10)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = -(target * head._cluster_log_probs(hidden).float().clamp_min(-1e4)).sum(1).mean()
+        loss.backward()
+        return loss.detach()
+
+    previous, loss, steps = math.inf, math.inf, 0
+    while time.perf_counter() < until:
+        loss = float(optimizer.step(closure))
+        steps += 1
+        bar.update(1)
+        bar.set_postfix(stage="clusters", kl=f"{loss + entropy:.4f}")
+        if previous - loss < 1e-6:
+            break
+        previous = loss
+    head.cluster_weight.grad = None
+    return loss + entropy, steps
+
+
+@torch.no_grad()
+def _cluster_statistics(head, weight: Tensor, hidden: Tensor, chunk: int = 4096) -> tuple[Tensor, Tensor]:
+    """``(q [N, C], tf [N])``: the self-organized head's statistic ``E[log2 P(c | h) | next word = w]`` with the
+    trained layer's ``P(w | h)`` as the soft next word, and each word's expected share of the tokens."""
+    q = torch.zeros(head.n_classes, head.n_clusters, dtype=torch.float64)
+    mass = torch.zeros(head.n_classes, dtype=torch.float64)
+    for start in range(0, hidden.size(0), chunk):
+        h = hidden[start:start + chunk]
+        probs = _teacher(weight, h.float()).exp().double()
+        q += (probs.T @ head._cluster_log_probs(h).double().clamp_min(-1e4)).cpu()
+        mass += probs.sum(0).cpu()
+    return q / mass.clamp_min(1e-30)[:, None] / math.log(2), mass / mass.sum()
 
 
 def _joint(head, weight: Tensor, hidden: Tensor, deadline: float, bar, held: Tensor, held_targets,
@@ -261,7 +312,7 @@ def _joint(head, weight: Tensor, hidden: Tensor, deadline: float, bar, held: Ten
         optimizer.step()
         steps += 1
         bar.update(1)
-        bar.set_postfix(stage="all", kl=f"{float(loss):.4f}")
+        bar.set_postfix(stage="all", kl=f"{float(loss.detach()):.4f}")
     head.zero_grad(set_to_none=True)
     if _gap(head, weight, held, None)[0] > before:
         with torch.no_grad():

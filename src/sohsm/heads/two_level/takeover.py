@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor
 
-from sohsm.clustering import default_max_cluster_size, vector_assignment
+from sohsm.clustering import default_max_cluster_size, greedy_assignment, vector_assignment
 
 #: Algorithm 1's defaults (``Reclustering``'s), the bounds of the starting clusters of a head without its own
 GAMMA, FREQ_BUDGET = 1.5, 0.1
@@ -48,25 +48,45 @@ def low_rank_fit(weight: Tensor, rank: int, second_moment: Tensor | None = None)
     return (u[:, :rank] * s[:rank]).to(weight.dtype), (vh[:rank] @ inverse_root).to(weight.dtype)
 
 
+def _bounds(head, n_words: int, n_clusters: int) -> tuple[int, float]:
+    """``(max_size, freq_budget)`` of ``head``'s clusters: its own re-clustering's, else Algorithm 1's defaults (and
+    never too few places for the words)."""
+    reclustering = getattr(head, "reclustering", None)
+    gamma = GAMMA if reclustering is None else reclustering.gamma
+    budget = FREQ_BUDGET if reclustering is None else reclustering.freq_budget
+    max_size = getattr(head, "max_cluster_size", None) or default_max_cluster_size(head.n_classes, gamma)
+    return max(max_size, math.ceil(n_words / n_clusters)), budget
+
+
+def reassigned(head, q: Tensor, tf: Tensor) -> Tensor:
+    """``[N]`` Algorithm 1's clusters from ``q`` (``[N, C]``, higher: a better cluster for the word) and the words'
+    token mass ``tf``, in ``head``'s bounds; a self-organized head's shortlist stays where it is."""
+    shortlist = int(getattr(head, "shortlist", 0) or 0)
+    if not shortlist:
+        max_size, budget = _bounds(head, head.n_classes, head.n_clusters)
+        return greedy_assignment(q, tf, max_size, budget).assignment
+    tail = head.tail_words.cpu()
+    max_size, budget = _bounds(head, tail.numel(), head.n_clusters - shortlist)
+    assignment = head.assignment.detach().cpu().clone()
+    assignment[tail] = greedy_assignment(q[tail][:, shortlist:], tf[tail], max_size, budget).assignment + shortlist
+    return assignment
+
+
 def starting_clusters(head, weight: Tensor, counts: Tensor | None, seed: int = 0) -> Tensor:
     """``[N]`` the clusters ``head`` starts from: words whose rows of ``weight`` point alike share one.
 
     A self-organized head keeps its shortlist (each word its own cluster) and bounds the rest by its own
     ``gamma`` and ``freq_budget``; a head without re-clustering by Algorithm 1's defaults.
     """
-    n_words = weight.size(0)
     tf = None if counts is None else counts.to("cpu", torch.float64)
     shortlist = int(getattr(head, "shortlist", 0) or 0)
-    reclustering = getattr(head, "reclustering", None)
-    gamma = GAMMA if reclustering is None else reclustering.gamma
-    budget = FREQ_BUDGET if reclustering is None else reclustering.freq_budget
-    max_size = max(default_max_cluster_size(n_words, gamma), math.ceil(n_words / head.n_clusters))
     if not shortlist:
+        max_size, budget = _bounds(head, head.n_classes, head.n_clusters)
         return vector_assignment(weight, head.n_clusters, max_size, tf, budget, seed=seed)
     tail = head.tail_words.cpu()
     assignment = head.assignment.detach().cpu().clone()
     learned = head.n_clusters - shortlist
-    max_size = max(head.max_cluster_size, math.ceil(tail.numel() / learned))
+    max_size, budget = _bounds(head, tail.numel(), learned)
     tail_tf = None if tf is None else tf[tail]
     assignment[tail] = vector_assignment(weight[tail], learned, max_size, tail_tf, budget, seed=seed) + shortlist
     return assignment
