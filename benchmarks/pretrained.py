@@ -218,7 +218,11 @@ def report(args, results: list[dict], commit: str) -> str:
     so = "self_organized"
     lines += [
         "",
-        "Means over the seeds; the ratio is the mean of each seed's ratio.",
+        "Means over the seeds; the ratio is the mean of each seed's ratio. Converted, `two_level_frequency` and "
+        "`two_level_random` are one head: both start from the clusters of the rows the model scores alike, not from "
+        "their own, and the fit is deterministic. Inside a cluster each converted head is the original head's "
+        "softmax exactly (its rows are the word vectors); the gap left is the clusters' probabilities, each scored "
+        "by one vector against the log-sum-exp of its words' scores.",
         "",
         f"## Fine-tuned {args.steps} steps on WikiText-2",
         "",
