@@ -190,6 +190,7 @@ def report(args, results: list[dict], commit: str) -> str:
         "",
         "```",
         f"OMP_NUM_THREADS=1 python benchmarks/pretrained.py {' '.join(args.argv)}",
+        "python benchmarks/pretrained.py --rewrite   # this page again from pretrained.json",
         "```",
         "",
         f"A {args.layers}-layer untied Llama (d {args.width}, {args.context}-token context) pretrained here with its "
