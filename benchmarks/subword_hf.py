@@ -243,7 +243,9 @@ def train_run(vocabulary: str, head_name: str, seed: int, run_dir: Path, corpus:
     transformers.set_seed(config.seed)
     model = LlamaForCausalLM(llama_config(config, len(vocab)))
     options = head_options(config)
-    head = sohsm.hf.use_head(model, head_name, counts=torch.from_numpy(vocab.counts.copy()), **options)
+    # a fresh model: a two-level head starts from its own clusters and vectors (it would keep a pretrained model's)
+    head = sohsm.hf.use_head(model, head_name, counts=torch.from_numpy(vocab.counts.copy()),
+                             keep_weights=head_name == "full", **options)
     states = HiddenStates(model)
     optimizer = build_optimizer(config, states, head)
     o = config.optim

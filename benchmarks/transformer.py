@@ -371,8 +371,8 @@ def measure_hf_row(key: str, row: dict, args, config, batches: torch.Tensor, cou
         with torch.device(device):
             model = LlamaForCausalLM(config)
         head = None
-        if key in HF_SOHSM_ROWS:  # a fresh model tied: the embedding's random rows are not worth keeping
-            head = sohsm.hf.use_head(model, key, counts=counts, keep_weights=not args.hf_tie)
+        if key in HF_SOHSM_ROWS:  # a fresh model: its random rows (tied or not) are not worth keeping
+            head = sohsm.hf.use_head(model, key, counts=counts, keep_weights=not args.hf_tie and key == "full")
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.hf_lr, fused=True)
         if head is not None:

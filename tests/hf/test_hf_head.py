@@ -205,11 +205,9 @@ def test_adaptive_softmax_ties_through_adaptive_input_only_with_new_vectors():
     assert torch.isfinite(loss) and all(p.grad is not None for p in head.parameters())
 
 
-def test_a_two_level_head_with_bands_ties_through_their_projections_only_with_new_vectors():
-    """div_value: rarer words' short vectors cannot hold the model's [N, d] rows, so keep_weights=False is asked for;
-    with it, the model's input reads every word through its band (adaptive input) and every parameter learns."""
-    with pytest.raises(ValueError, match=r"head 'self_organized'.*keep_weights=False"):
-        sohsm.hf.use_head(gpt2(), "self_organized", counts=counts(), div_value=2, cutoffs=[10])
+def test_a_two_level_head_with_bands_ties_through_their_projections_with_new_vectors():
+    """div_value with keep_weights=False: the model's input reads every word through its band (adaptive input) and
+    every parameter learns (with the embedding's weights kept: tests/hf/test_hf_pretrained.py)."""
     model = gpt2()
     head = sohsm.hf.use_head(model, "self_organized", counts=counts(), div_value=2, cutoffs=[10], keep_weights=False)
     assert isinstance(model.get_input_embeddings(), HeadEmbedding)

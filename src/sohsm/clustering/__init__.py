@@ -12,6 +12,7 @@ from sohsm.clustering.assignments import (
 )
 from sohsm.clustering.trees import TreePaths, check_tree, huffman_tree, load_tree, random_tree, save_tree, tree_paths
 from sohsm.clustering.bootstrap_tree import bootstrap_tree
+from sohsm.clustering.vectors import vector_assignment
 
 __all__ = [
     "GreedyResult",
@@ -31,4 +32,5 @@ __all__ = [
     "random_tree",
     "save_tree",
     "tree_paths",
+    "vector_assignment",
 ]

@@ -3,6 +3,7 @@
 ::
 
     head = sohsm.hf.use_head(model, "self_organized", counts=counts)  # in place of model.lm_head
+    head = sohsm.hf.use_head(model, "self_organized", counts=counts, data=batches)  # pretrained: fitted to lm_head
     head.attach(optimizer)                                           # or Trainer(..., callbacks=[HeadCallback()])
     model(input_ids, labels=input_ids).loss                          # the head's loss, labels shifted
     model.generate(input_ids)                                        # exact next-token log-probabilities
@@ -10,6 +11,8 @@
 
 * :func:`use_head` (:mod:`sohsm.hf.head`): the head in place of ``lm_head``, tied where the config ties;
   :func:`head_of` finds it again;
+* :mod:`sohsm.hf.pretrained`: what a two-level head keeps of a pretrained ``lm_head``, and the fit to it on the
+  user's data (:mod:`sohsm.hf.fitting`, whose :class:`FitReport` says the gap reached);
 * :class:`HeadCallback` (:mod:`sohsm.hf.callback`): attaches the head to the optimizer a ``Trainer`` builds;
 * :func:`load` (:mod:`sohsm.hf.saving`): reads back what ``save_pretrained`` wrote.
 
@@ -26,6 +29,7 @@ if importlib.util.find_spec("transformers") is None:  # pragma: no cover - the e
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "sohsm.hf.callback": ("HeadCallback",),
+    "sohsm.hf.fitting": ("FitReport",),
     "sohsm.hf.head": ("LMHead", "head_of", "use_head"),
     "sohsm.hf.saving": ("load",),
 })

@@ -35,9 +35,11 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 from transformers.utils import ModelOutput
 
-from sohsm.heads import Head, build_head, head_options, tying_refusal
+from sohsm.heads import Head, TwoLevelSoftmax, build_head, head_options, tying_refusal
 from sohsm.heads.base import check_counts
 from sohsm.hf.extra_state import decode_extra_states, encode_extra_states
+from sohsm.hf.pretrained import check_bias, check_fit_options
+from sohsm.hf.pretrained import take_over as keep_pretrained
 from sohsm.models.tying import tie_embedding
 
 #: the label HF's losses ignore
@@ -82,6 +84,8 @@ class LMHead(nn.Module):
         self.logits_with_loss = bool(logits_with_loss)
         self._labels_position = labels_position  # where the model's forward takes labels positionally
         self._call: _Call | None = None
+        #: the gap to the trained ``lm_head`` the head was fitted to (:class:`~sohsm.hf.fitting.FitReport`), or ``None``
+        self.fit_report = None
         # safetensors holds tensors only: the head's extra state (a dict) travels as bytes in a tensor
         self.register_state_dict_post_hook(encode_extra_states)
         self.register_load_state_dict_pre_hook(decode_extra_states)
@@ -181,8 +185,8 @@ def causal_loss(head: Head, hidden: Tensor, labels: Tensor, shift_labels: Tensor
     return -output.output.sum() / num_items_in_batch
 
 
-def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bool = True,
-             logits_with_loss: bool = False, **options) -> Head:
+def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bool = True, data=None,
+             fit_seconds: float = 30.0, progress: bool = True, logits_with_loss: bool = False, **options) -> Head:
     """Give the causal language model ``model`` the sohsm head ``name`` in place of its ``lm_head``; returns the head.
 
     The head scores the rows of the model's output embedding (``N`` = its rows, which may be more than the
@@ -199,7 +203,15 @@ def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bo
     embedding's parameter (one parameter, as HF ties); a two-level head takes the embedding's rows into its
     cluster layout and the model reads its input vectors through the head (``head.embed``, which follows every
     re-clustering). Untied, the ``full`` head takes ``lm_head``'s weight (and bias), so the model computes what
-    it computed before; every other head scores words its own way and starts from its own initialisation.
+    it computed before.
+
+    A two-level head (``self_organized``, ``two_level_frequency``, ``two_level_random``), tied or not, keeps what
+    the ``lm_head`` learned (:mod:`sohsm.hf.pretrained`): its rows become the word vectors (a band's rows, with
+    ``div_value``, the best low-rank fit of their scores), the words it scores alike start in one cluster (within
+    Algorithm 1's bounds), and with ``data`` the cluster vectors are fitted to the frozen ``lm_head``'s
+    distribution on it (``fit_seconds``, a ``tqdm`` bar; the gap reached, KL and perplexity against the
+    ``lm_head``, is :class:`~sohsm.hf.fitting.FitReport` ``model.get_output_embeddings().fit_report``). Every other
+    head scores words its own way and starts from its own initialisation, with a warning.
 
     Args:
         model: a ``transformers`` causal language model (``AutoModelForCausalLM``, ``*ForCausalLM``, GPT-2's
@@ -210,6 +222,11 @@ def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bo
         keep_weights: ``False``: the head starts from its own initialisation, and a tied head's vectors are
             re-drawn as the model initialises its embedding (``normal(0, initializer_range)``), which is how a
             head whose vectors cannot hold the embedding's (``adaptive``: adaptive input) is tied.
+        data: batches of input ids (``[B, T]`` integer tensors, or dicts with ``input_ids`` and an optional
+            ``attention_mask``) or of hidden states (``[..., d]``) to fit a two-level head to the trained
+            ``lm_head`` on (its first 16,384 positions, a tenth of them held out for the report); ``None``: no fit.
+        fit_seconds: the fit's time budget.
+        progress: show the fit's progress bar.
         logits_with_loss: a forward with ``labels`` also returns the log-probabilities as ``logits``.
         options: the head's options (:func:`sohsm.heads.head_options`); JSON values, as they are saved in
             the config.
@@ -218,8 +235,17 @@ def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bo
         ValueError: a model without an output embedding, or given a sohsm head already; an unknown head
             name or option; counts not one per row; a head that cannot be tied while the config ties, or
             whose word vectors cannot keep the embedding's; an input embedding of another size than the
-            head.
+            head; an ``lm_head`` with a bias for a head without one (unless ``keep_weights=False``); ``data``
+            of another shape, or with ids the model does not score.
     """
+    return _install(model, name, counts, keep_weights, logits_with_loss, options, take_over=True, data=data,
+                    fit_seconds=fit_seconds, progress=progress)
+
+
+def _install(model: PreTrainedModel, name: str, counts, keep_weights: bool, logits_with_loss: bool,
+             options: dict, take_over: bool, data=None, fit_seconds: float = 30.0, progress: bool = True) -> Head:
+    """:func:`use_head`; ``take_over=False`` (:func:`sohsm.hf.load`, whose state dict follows) keeps nothing of the
+    ``lm_head`` a two-level head would otherwise read its vectors and clusters from."""
     output = _output_embedding(model)
     head_options(name)  # an unknown name: the registry's error, with its suggestion
     weight = getattr(output, "weight", None)
@@ -236,15 +262,22 @@ def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bo
     counts = _checked_counts(counts, n_classes, model)
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     embedding = _input_embedding(model, name, options, in_features, n_classes) if tied else None
+    fit_seconds = check_fit_options(fit_seconds, data)
     head = build_head(name, in_features, n_classes, counts=counts, **options)
     head.to(weight.device)
     if weight.is_floating_point():
         head.to(weight.dtype)
+    report, kept = None, False
+    if take_over and keep_weights and not head.logits_are_linear and (not tied or isinstance(head, TwoLevelSoftmax)):
+        check_bias(output, name, head, model)
+        report = keep_pretrained(model, output, head, name, counts, data, fit_seconds, progress, tied)
+        kept = isinstance(head, TwoLevelSoftmax)
     if tied:
-        _tie(model, head, name, embedding, keep_weights)
+        _tie(model, head, name, embedding, keep_weights, kept)
     elif keep_weights and head.logits_are_linear:  # the model computes what it computed before
         head.set_word_vectors(output.weight.detach(), getattr(output, "bias", None))
     lm_head = LMHead(head, _saved_counts(counts), logits_with_loss, _labels_position(model))
+    lm_head.fit_report = report
     model.set_output_embeddings(lm_head)
     _declare_tying(model, lm_head)
     model.register_forward_pre_hook(_before_forward, with_kwargs=True)
@@ -323,8 +356,10 @@ def _input_embedding(model: PreTrainedModel, name: str, options: Mapping[str, An
     return embedding
 
 
-def _tie(model: PreTrainedModel, head: Head, name: str, embedding: nn.Embedding, keep_weights: bool) -> None:
-    """Tie ``head`` to the model's input ``embedding``, which keeps its weights (``keep_weights``)."""
+def _tie(model: PreTrainedModel, head: Head, name: str, embedding: nn.Embedding, keep_weights: bool,
+         kept: bool = False) -> None:
+    """Tie ``head`` to the model's input ``embedding``, which keeps its weights (``keep_weights``; ``kept``: the head
+    holds them already)."""
     if not keep_weights:
         std = float(getattr(model.config, "initializer_range", 0.02))
         lent = tie_embedding(embedding, head, init=lambda vectors: nn.init.normal_(vectors, 0.0, std))
@@ -340,7 +375,8 @@ def _tie(model: PreTrainedModel, head: Head, name: str, embedding: nn.Embedding,
         _adopt(head, lent.weight, embedding)
         return
     try:
-        head.set_word_vectors(embedding.weight.detach())
+        if not kept:
+            head.set_word_vectors(embedding.weight.detach())
     except ValueError as error:
         raise ValueError(f"head {name!r} ties through {type(lent).__name__}, whose vectors cannot hold the model's "
                          f"embedding weights ({error}); pass keep_weights=False to tie it with new vectors, or build "

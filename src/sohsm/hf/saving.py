@@ -18,7 +18,7 @@ import transformers
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 
-from sohsm.hf.head import SPEC, SPEC_VERSION, use_head
+from sohsm.hf.head import SPEC, SPEC_VERSION, _install
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -56,8 +56,8 @@ def load(path: str | os.PathLike[str], model_class: type[PreTrainedModel] | None
     counts = state.get(f"{lm_head_name}.counts") if spec.get("counts") else None
     if spec.get("counts") and counts is None:
         raise ValueError(f"{path}: its head was built with counts, but the weights hold no {lm_head_name}.counts")
-    use_head(model, spec["name"], counts=counts, logits_with_loss=bool(spec.get("logits_with_loss", False)),
-             **spec.get("options", {}))
+    _install(model, spec["name"], counts, True, bool(spec.get("logits_with_loss", False)), spec.get("options", {}),
+             take_over=False)
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = set(missing) - set(model._tied_weights_keys)  # one parameter, saved once under the embedding's name
     if missing or unexpected:
