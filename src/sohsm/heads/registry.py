@@ -11,7 +11,7 @@ type, with a ValueError naming the head, before the head is built. The CLI's
 ``--head`` choices come from :func:`head_names`, so library and command line
 cannot drift apart.
 
-A head's name and options resolve once into a :class:`HeadSpec` (every option typed in the head's own
+A head's name and options resolve once into a :class:`~sohsm.heads.spec.HeadSpec` (every option typed in the head's own
 frozen dataclass), which :func:`build_head` takes and which answers, before the head exists, what callers
 outside ``heads/`` would otherwise decide by its name: whether it ties, what a step holds, the options a
 run's setting adds, an earlier release's options and checkpoints, presets (the hooks given at
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -313,111 +312,11 @@ def with_seed(name: str, options: Mapping[str, Any], seed: int) -> dict[str, Any
     return options
 
 
-@dataclass(frozen=True, eq=False)
-class HeadSpec:
-    """A head's name and options resolved once: what :func:`build_head` takes, and what is asked of a head before
-    it exists (tying, memory, a run's defaults, earlier releases, presets), so that no station re-reads its options.
-
-    Attributes:
-        name: the registered head.
-        given: the options as given (what a run's ``config.json`` keeps), read-only.
-        values: every option typed, given or defaulted: an instance of the head's own frozen dataclass
-            (``spec.values.div_value``); ``None`` for a factory whose options are not known.
-        checked: whether ``given`` was checked against the head's options (:func:`check_head_options`); a config
-            asks its questions before its options are checked, which building the head does.
-
-    Example::
-
-        >>> spec = HeadSpec.of("two_level_random", {"div_value": 4})
-        >>> spec.values.div_value, spec.values.n_clusters, type(spec.values).__name__
-        (4, None, 'TwoLevelRandomOptions')
-        >>> spec.tying_refusal(64) is None, spec.memory_estimate(64, 1000, rows=10).word_vectors
-        (True, 8884)
-    """
-
-    name: str
-    given: Mapping[str, Any]
-    values: Any
-    checked: bool = True
-
-    @classmethod
-    def of(cls, name: str, options: Mapping[str, Any] | None = None, *, check: bool = True) -> HeadSpec:
-        """Resolve head ``name``'s ``options``.
-
-        Raises:
-            ValueError: an unknown head; with ``check``, an option it does not take or a value of the wrong type.
-        """
-        entry, given = _entry(name), dict(options or {})
-        if check:
-            check_head_options(name, given)
-        values = None
-        if entry.values is not None:
-            try:
-                values = entry.values(**{k: v for k, v in given.items() if k in entry.options})
-            except (TypeError, ValueError):  # unchecked options: the values are unknown until they are
-                values = None
-        return cls(name, types.MappingProxyType(given), values, check)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, HeadSpec) and (self.name, dict(self.given)) == (other.name, dict(other.given))
-
-    def replace(self, **options: Any) -> HeadSpec:
-        """The spec with ``options`` given as well (resolved again, checked as this one was)."""
-        return HeadSpec.of(self.name, {**self.given, **options}, check=self.checked)
-
-    # -- what is asked of the head before it exists --------------------------------------------
-    def tying_refusal(self, in_features: int) -> str | None:
-        """Why it cannot lend its word vectors to an ``in_features``-wide embedding (:func:`tying_refusal`)."""
-        return tying_refusal(self.name, in_features, self.given)
-
-    def memory_estimate(self, in_features: int, n_classes: int, rows: int) -> HeadMemory:
-        """What it holds in a training step over ``rows`` hidden states (:func:`memory_estimate`)."""
-        return memory_estimate(self.name, in_features, n_classes, self.given, rows)
-
-    def settle(self, setting: HeadSetting) -> tuple[HeadSpec, HeadDefaults]:
-        """``(the spec with the options it takes in setting, those options and why)`` (:func:`setting_defaults`)."""
-        added = setting_defaults(self.name, self.given, setting)
-        return (self.replace(**added.options) if added.options else self), added
-
-    def resume_refusal(self, head_state: Mapping[str, Any]) -> str | None:
-        """Why it cannot train on from an earlier release's ``head_state`` (:func:`resume_refusal`)."""
-        return resume_refusal(self.name, self.given, head_state)
-
-    def with_preset(self, preset_name: str) -> HeadSpec:
-        """The spec with its preset ``preset_name`` under the options given (:func:`preset`)."""
-        return HeadSpec.of(self.name, {**preset(self.name, preset_name), **self.given}, check=self.checked)
-
-    def update_every_for(self, steps_per_epoch: int) -> int | None:
-        """K in an epoch of ``steps_per_epoch`` steps, or ``None`` (:func:`update_every_for`)."""
-        return update_every_for(self.name, self.given, steps_per_epoch)
-
-    def for_run(self, seed: int, *, tree: list | None = None, n_clusters: int | None = None) -> HeadSpec:
-        """The spec a run builds: its ``seed`` where the head takes one and none is given, a hierarchy's parts
-        (:func:`with_seed`, :func:`hierarchy_options`)."""
-        options = hierarchy_options(self.name, with_seed(self.name, self.given, seed), tree=tree,
-                                    n_clusters=n_clusters)
-        return HeadSpec.of(self.name, options, check=self.checked)
-
-    @property
-    def learns_clusters(self) -> bool:
-        """Whether the head re-learns its clusters (:func:`learns_clusters`)."""
-        return learns_clusters(self.name)
-
-    @property
-    def takes_tree(self) -> bool:
-        """Whether the head takes a whole hierarchy (:func:`takes_tree`)."""
-        return takes_tree(self.name)
-
-    def build(self, in_features: int, n_classes: int, counts=None) -> Head:
-        """The head (:func:`build_head`, which checks the options)."""
-        return build_head(self, in_features, n_classes, counts=counts)
-
-
-def build_head(name: str | HeadSpec, in_features: int, n_classes: int, counts=None, *, device=None, dtype=None,
+def build_head(name: Any, in_features: int, n_classes: int, counts=None, *, device=None, dtype=None,
                **options) -> Head:
     """Build the head registered as ``name`` with ``options`` (see :func:`head_options`), or the head of a
-    :class:`HeadSpec` (with ``options`` given as well), on ``device`` in ``dtype`` as torch's modules take them
-    (:func:`~sohsm.heads.factory.place`).
+    :class:`~sohsm.heads.spec.HeadSpec` given as ``name`` (with ``options`` given as well), on ``device`` in
+    ``dtype`` as torch's modules take them (:func:`~sohsm.heads.factory.place`).
 
     ``counts`` are checked for every head (:func:`~sohsm.heads.base.check_counts`), also for
     heads that do not use them, so bad counts are refused alike whichever head is chosen.
@@ -427,7 +326,7 @@ def build_head(name: str | HeadSpec, in_features: int, n_classes: int, counts=No
             head does not take (listing its options), a value of the wrong type, or a
             value the head refuses.
     """
-    if isinstance(name, HeadSpec):
+    if not isinstance(name, str):  # a HeadSpec (:mod:`sohsm.heads.spec`)
         name, options = name.name, {**name.given, **options}
     entry = _entry(name)
     in_features = check_size("in_features", in_features, 1)
