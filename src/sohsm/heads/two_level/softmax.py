@@ -3,9 +3,11 @@
     [h_c; h_w] = ReLU([W_c h; W_w h])                         (optional projection, paper Eq. 1)
     log P(w | h) = log softmax_c(h_c . U^C)[C(w)] + log softmax_{w' in C(w)}(h_w . U^V_w')[w]
 
-This file holds the module: its parameters, the layout of its word vectors, the choice of backend, tying,
-and :meth:`TwoLevelSoftmax.set_assignment`, which moves every word's row, its gradient and its optimizer
-state together when the clusters change. Its parts live beside it, one idea a file:
+This file holds the module: its parameters, the layout of its word vectors, the choice of backend and tying.
+Its parts live beside it, one idea a file:
+
+* :mod:`sohsm.heads.two_level.moves`: :meth:`~sohsm.heads.two_level.moves.ClusterMoves.set_assignment`, which moves
+  every word's row, its gradient and its optimizer state together when the clusters change (mixed in);
 
 * :mod:`sohsm.heads.two_level.scoring`: the forward pass, exact evaluation and top-k (mixed in, its reads of the
   head declared as a ``typing.Protocol``);
@@ -29,7 +31,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from sohsm.clustering import check_assignment, default_n_clusters, initial_assignment
+from sohsm.clustering import default_n_clusters, initial_assignment
 from sohsm.heads.adaptive import check_cutoffs
 from sohsm.heads.base import ClusteredHead, HeadMemory, check_counts
 from sohsm.heads.registry import register_head
@@ -37,13 +39,14 @@ from sohsm.heads.two_level import run_defaults
 from sohsm.heads.reused_gradient import WritesWeightGradient
 from sohsm.heads.two_level import word_bands
 from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, check_backend, select_backend
+from sohsm.heads.two_level.moves import ClusterMoves
 from sohsm.heads.two_level.scoring import TwoLevelScoring
 from sohsm.heads.two_level.word_vectors import WordVectors, split_widened_weight, word_width
 from sohsm.heads.two_level.word_vectors import word_bands as resolve_bands
 from sohsm.heads.tying import HeadEmbedding
 
 
-class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
+class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, WritesWeightGradient, ClusteredHead):
     """Two-level softmax over fixed word clusters (class-based softmax).
 
     ``P(w | h) = P(C(w) | h) * P(w | h, C(w))``: a softmax over the clusters and a
@@ -333,52 +336,6 @@ class TwoLevelSoftmax(TwoLevelScoring, WritesWeightGradient, ClusteredHead):
                              "vectors were given (word_dim, div_value and cutoffs change their width)")
         self._check_word_vectors(weight)
         self.words.set_in_word_order(weight, self._layout)
-
-    def set_assignment(self, assignment: Tensor, optimizer: torch.optim.Optimizer | None = None) -> Tensor:
-        """Move words to new clusters, keeping every word's vector, gradient and optimizer state.
-
-        The rows of :attr:`weight` are re-laid out for the new clusters; the same
-        permutation is applied to ``weight.grad`` and to every weight-shaped
-        tensor in the state of ``optimizer`` and of the optimizers given to
-        :meth:`attach` (Adagrad sums, Adam moments, momentum buffers, ...).
-        An unchanged assignment changes nothing at all.
-
-        Returns:
-            ``[N]`` bool tensor: which words changed cluster.
-        """
-        new = check_assignment(assignment, self.n_classes, self.n_clusters).to(self.assignment.device)
-        moved = new != self.assignment
-        if not bool(moved.any()):
-            return moved
-        return self._move_words(new, moved, optimizer)
-
-    def _move_words(self, new: Tensor, moved: Tensor, optimizer: torch.optim.Optimizer | None) -> Tensor:
-        """:meth:`set_assignment` of a checked ``new`` assignment on the head's device, reading nothing back but what
-        a new layout reads (its largest cluster; with bands, where each band's rows are): a re-clustering's own
-        assignment is valid by construction, and moving none is a plain copy."""
-        old_layout = self._layout
-        new_layout = ClusterLayout(new, self.n_clusters)
-        # new slot s holds word new.word_of_slot[s], which sat at old.slot_of_word[...]
-        permutation = old_layout.slot_of_word[new_layout.word_of_slot]
-        self.words.move(old_layout, new_layout, permutation,
-                        lambda weight: self._optimizer_state(weight, optimizer, rows=True))
-        self.assignment.copy_(new)
-        new_layout.version = self.assignment._version
-        if not self._static:
-            self._layout = new_layout
-        else:  # a captured step reads the layout's storage: the new clusters go there
-            old_layout.update_from(new_layout)
-        return moved
-
-    def _optimizer_state(self, param: Tensor, optimizer: torch.optim.Optimizer | None = None,
-                         rows: bool = False) -> list[Tensor]:
-        """The tensors in the state of ``param`` of every attached optimizer and of ``optimizer``: with
-        ``rows``, those shaped like ``param`` (one row per word: Adagrad sums, Adam moments, momentum)."""
-        optimizers = list(self._optimizers)
-        if optimizer is not None and all(optimizer is not o for o in optimizers):
-            optimizers.append(optimizer)
-        return [value for opt in optimizers for value in opt.state.get(param, {}).values()
-                if isinstance(value, Tensor) and (not rows or value.shape == param.shape)]
 
     # -- how the in-cluster softmax is computed (the backend) -------------------------------------
     @property
