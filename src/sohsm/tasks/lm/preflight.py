@@ -9,6 +9,7 @@ batch at the first evaluation, which then loses the step's checkpoint).
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -100,7 +101,20 @@ def peak_estimate(config: LMConfig, n_words: int, trained: int, graph: bool = Fa
         step += estimate_bytes(config, n_words, graph=True)[0] - estimate_bytes(config, n_words)[0]
     parts = f"{format_bytes(now)} held now, {format_bytes(later)} of gradients" + (
         " and optimizer state" if config.optim.optimizer != "adagrad" else "") + f", {format_bytes(step)} a step"
+    reached = peak_so_far()
+    if reached > now + later + step:  # loading the corpus or building the model took more than a step will
+        return reached, f"reached while loading and building; training: {parts}"
     return now + later + step, parts
+
+
+def peak_so_far() -> int:
+    """The most memory this process has held so far (its maximum resident set; 0 where the system gives none)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return 0
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, kilobytes on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def process_bytes() -> int:
