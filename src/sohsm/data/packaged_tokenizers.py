@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from sohsm.data.errors import DataError
 from sohsm.data.files import write_atomic_text
-from sohsm.data.vocab import EOS, UNK, Vocabulary
+from sohsm.data.vocab import EOS, UNK, Vocabulary, ordered_vocabulary
 
 if TYPE_CHECKING:
     import numpy as np
@@ -147,8 +147,6 @@ class PackagedSubwords:
     def vocabulary(self, train_ids: np.ndarray, lines: bool) -> tuple[Vocabulary, np.ndarray]:
         """Every id of the tokenizer ordered by its count in ``train_ids``, and the map of the tokenizer's ids to
         the vocabulary's (:meth:`sohsm.data.subwords.Subwords.vocabulary`)."""
-        from sohsm.data.subwords import ordered_vocabulary
-
         return ordered_vocabulary(self._ids, train_ids, lines)
 
     def tokens(self, text: str) -> list[str]:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sohsm.data.errors import DataError, DataFieldError
 from sohsm.data.files import write_atomic_text
-from sohsm.data.vocab import EOS, UNK, Vocabulary
+from sohsm.data.vocab import EOS, UNK, Vocabulary, ordered_vocabulary
 from sohsm.fields import has
 
 if TYPE_CHECKING:  # imported where arrays are made: a config that names a tokenizer is checked without it
@@ -92,21 +92,6 @@ def tokenizer_file(value: str) -> Path:
                              "o200k (a packaged tokenizer) nor an existing tokenizer file (a tokenizer.json)",
                              has("tokenizer", value))
     return path
-
-
-def ordered_vocabulary(ids: dict[str, int], train_ids: np.ndarray, lines: bool) -> tuple[Vocabulary, np.ndarray]:
-    """The vocabulary of a tokenizer's tokens (``ids``: token -> the tokenizer's id) by their count in
-    ``train_ids``, ties by the tokenizer's id, and the map of the tokenizer's ids to the vocabulary's."""
-    import numpy as np
-
-    span = max(ids.values()) + 1
-    counts = np.bincount(train_ids, minlength=span)[:span] if train_ids.size else np.zeros(span, np.int64)
-    order = sorted(ids.items(), key=lambda item: (-int(counts[item[1]]), item[1]))
-    vocab = Vocabulary([token for token, _ in order], [int(counts[i]) for _, i in order], unk=UNK,
-                       eos=EOS if lines else None)
-    to_vocab = np.full(span, vocab.unk_id, dtype=np.int64)
-    to_vocab[[i for _, i in order]] = np.arange(len(order))
-    return vocab, to_vocab
 
 
 def packaged_name(value: str) -> str | None:
