@@ -180,7 +180,7 @@ def _unused_mass(run: Path, tokens: int, label: str) -> dict | None:
 
 def speed(tokenizer: str, runs: list[str], seconds: float, runs_dir: Path, results: Path = RESULTS) -> dict:
     """Each run's training tokens/s over about ``seconds`` of steps (one train record a step), one after another."""
-    rates = {}
+    rates, commit = {}, _commit()
     for name in runs:
         run = runs_dir / tokenizer / "speed" / name
         if run.exists():
@@ -207,8 +207,9 @@ def speed(tokenizer: str, runs: list[str], seconds: float, runs_dir: Path, resul
         else:
             rates[name] = None
         print(f"{name}: {rates[name]}", flush=True)
-    record = {"commit": _commit(), "seconds": seconds, "runs": rates,
-              "command": f"python benchmarks/large_vocab.py speed --tokenizer {tokenizer} --seconds {seconds:g}"}
+    record = {"commit": commit, "seconds": seconds, "runs": rates,
+              "command": f"python benchmarks/large_vocab.py speed --tokenizer {tokenizer} --runs {','.join(runs)} "
+                         f"--seconds {seconds:g}"}
     (results / tokenizer).mkdir(parents=True, exist_ok=True)
     (results / tokenizer / "speed.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
