@@ -148,7 +148,8 @@ def train(tokenizer: str, tokens: int, seeds: list[int], runs: list[str], runs_d
             (kept / "valid.json").write_text(json.dumps({**evals[-1], "from": "metrics.jsonl"}, indent=1) + "\n")
             (kept / "unused.json").write_text(json.dumps(mass, indent=1) + "\n")
             (kept / "run.json").write_text(json.dumps(
-                {"commit": _commit(), "command": ["sohsm", "lm", "train", *flags], "train_peak_rss_mib": round(train_peak),
+                {"commit": _commit(), "command": ["sohsm", "lm", "train", *flags],
+                 "train_peak_rss_mib": round(train_peak),
                  "train_wall_s": round(train_wall), "eval_peak_rss_mib": round(eval_peak),
                  "eval_wall_s": round(eval_wall)}, indent=1) + "\n")
             print(f"  test {test['bits_per_byte']:.4f} bits per byte, unused mass {mass['unused_mass']:.4f}",
