@@ -45,8 +45,9 @@ def _verdict(figures: dict, speed: dict | None) -> list[str]:
     if so is None:
         return ["- every target: **unmeasured** (the self-organized run is not kept yet)."]
     if full is None:
-        speed_text = (f"its training tokens/s is {ratio:.1f}x the full softmax's (`speed`, side by side: "
-                      f"{'met' if ratio >= FASTER else 'missed'} for speed)" if ratio is not None else
+        verdict = "met" if ratio is not None and ratio >= FASTER else "missed"
+        speed_text = (f"its training tokens/s is {ratio:.1f}x the full softmax's (`speed`, one after the other on "
+                      f"the shared machine: {verdict} for speed)" if ratio is not None else
                       "the speed ratio is unmeasured too")
         lines.append(f"- within {100 * WITHIN:.0f}% of the tied full softmax's test bits per byte at >= {FASTER:.0f}x "
                      f"its tokens/s: **unmeasured** for quality (no full-softmax run at this budget); {speed_text}.")
@@ -124,7 +125,7 @@ def report(results: Path, output: Path, runs_order: list[str], protocol_title: s
                           "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
                 for name, row in rows.items():
                     if row is None:
-                        lines.append(f"| {name} | not run | | | | | | | |")
+                        lines.append(f"| {name} | not kept (yet) | | | | | | | |")
                         continue
                     lines.append(f"| {name} | {row['dev_bpb']:.4f} | {row['test_bpb']:.4f} | "
                                  f"{row['test_ppl_token']:,.2f} | {row['tokens_per_s']:,.1f} | "
@@ -135,16 +136,18 @@ def report(results: Path, output: Path, runs_order: list[str], protocol_title: s
                     u = any_row["unused"]
                     lines += ["", f"*Mass on unused rows*: the mean probability the model gives the "
                               f"{u['unused_rows']:,} of {u['rows']:,} rows that the training split never uses "
-                              f"({100 * u['uniform_share']:.2f}% of the rows), over the first {u['test_tokens']:,} "
-                              "test positions (`python benchmarks/unused_mass.py RUN --tokens 16384`); the test "
-                              "text itself uses a handful of them."]
+                              f"({100 * u['uniform_share']:.2f}% of the rows: what a uniform distribution would give "
+                              f"them), over the first {u['test_tokens']:,} test positions "
+                              "(`python benchmarks/unused_mass.py RUN --tokens 16384`)."]
                 so = kept.get(SELF_ORGANIZED)
                 if so and "clusters" in so["unused"]:
                     u = so["unused"]
+                    alone = (f"{u['clusters_of_unused_only']:,} hold nothing else ({u['unused_rows_in_those']:,} "
+                             f"unused rows) and get {100 * u['mass_on_clusters_of_unused_only']:.2f}% of the mass"
+                             if u["clusters_of_unused_only"] else
+                             "none holds unused rows alone: they sit among used ones, spread over the clusters")
                     lines += ["", f"Where the self-organized head keeps them: {u['clusters_holding_unused']:,} of its "
-                              f"{u['clusters']:,} clusters hold an unused row; {u['clusters_of_unused_only']:,} "
-                              f"hold nothing else ({u['unused_rows_in_those']:,} unused rows), and get "
-                              f"{100 * u['mass_on_clusters_of_unused_only']:.2f}% of the mass."]
+                              f"{u['clusters']:,} clusters hold an unused row; {alone}."]
                 lines += ["", "Targets (issue: the self-organized default against the others at equal tokens):", ""]
                 lines += _verdict(entry, speed)
                 lines.append("")
