@@ -63,8 +63,9 @@ def _verdict(figures: dict, speed: dict | None) -> list[str]:
             lines.append(f"- ahead of {other}: **unmeasured** (not kept at this budget).")
             continue
         gap = so["test_bpb"] / runs[other]["test_bpb"] - 1
-        lines.append(f"- ahead of {other}: **{'met' if gap < 0 else 'missed'}**: {so['test_bpb']:.4f} against "
-                     f"{runs[other]['test_bpb']:.4f} bits per byte ({100 * gap:+.2f}%), one seed: no spread yet.")
+        lines.append(f"- ahead of {other}: **{'ahead' if gap < 0 else 'behind'} on one seed**: {so['test_bpb']:.4f} "
+                     f"against {runs[other]['test_bpb']:.4f} bits per byte ({100 * gap:+.2f}%); with no seed spread "
+                     "beside it yet, neither met nor missed: a gap this size may be a tie.")
     return lines
 
 
