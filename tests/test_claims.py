@@ -483,8 +483,14 @@ def _tuning(output):
     return tuning.report(output=output, results=tuning.RESULTS), tuning.REPORT
 
 
-@pytest.mark.parametrize("write", [_fair, _subword, _subword_hf, _subword_hf_matched, _tuning],
-                         ids=["fair.md", "subword.md", "subword-hf.md", "subword-hf-matched.md", "tuning.md"])
+def _large_vocab(output):
+    large_vocab = _script("large_vocab")
+    return large_vocab.report(output=output, results=large_vocab.RESULTS), large_vocab.REPORT
+
+
+@pytest.mark.parametrize("write", [_fair, _subword, _subword_hf, _subword_hf_matched, _tuning, _large_vocab],
+                         ids=["fair.md", "subword.md", "subword-hf.md", "subword-hf-matched.md", "tuning.md",
+                              "large-vocab.md"])
 def test_a_generated_page_is_what_its_script_writes_from_the_committed_runs(write, tmp_path):
     """The page and its figures by name (``PAGE.json``, which README's checks read). scipy (the reports' paired
     t-tests) comes with the dev extra: without it this fails rather than skips."""

@@ -89,18 +89,19 @@ def test_every_head_flattens_its_output_as_the_table_says(name, training):
 
 
 def test_the_set_up_is_the_core_and_an_extra_per_need():
-    """`pip install -e .` is enough for the core; Triton, Numba, gensim, transformers and pytest come with the extra
-    that needs them, and README's first screen gives the two set-up commands, which work as pasted (no variable a
-    new shell leaves unset)."""
+    """`pip install -e .` is enough for the core; Triton, Numba, gensim, transformers, quicktok and pytest come with
+    the extra that needs them, and README's first screen gives the two set-up commands, which work as pasted (no
+    variable a new shell leaves unset)."""
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
     names = lambda requirements: {re.split(r"[<>=\[ ]", r)[0] for r in requirements}  # noqa: E731
     assert not names(project["dependencies"]) & {"triton", "numba", "gensim", "pytest", "scipy", "transformers",
-                                                 "tokenizers", "accelerate"}
+                                                 "tokenizers", "accelerate", "quicktok-v1"}
     extras = project["optional-dependencies"]
     assert names(extras["gpu"]) == {"triton"} and names(extras["w2v"]) == {"numba", "gensim"}
     assert names(extras["hf"]) == {"transformers", "tokenizers", "accelerate"}
-    assert "pytest>=7" in extras["dev"] and "sohsm[gpu,w2v,hf]" in extras["dev"]
+    assert names(extras["tokenizers"]) == {"quicktok-v1"}
+    assert "pytest>=7" in extras["dev"] and "sohsm[gpu,w2v,hf,tokenizers]" in extras["dev"]
     first_screen = README.read_text().split("## Which head to pick", 1)[0]
     set_up = first_screen.split("```bash\n", 1)[1].split("```", 1)[0]
     assert re.search(r"^pip install torch==2\.13\.0\s", set_up, flags=re.M), set_up

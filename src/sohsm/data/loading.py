@@ -65,7 +65,7 @@ from sohsm.data.split_text import (
     user_plan,
     word_tokens,
 )
-from sohsm.data.subwords import Subwords, bpe_size, tokenizer_file, tokenizers_version
+from sohsm.data.subwords import Subwords, bpe_size, packaged_name, tokenizer_file, tokenizers_version
 from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
 from sohsm.fields import FieldError
 
@@ -154,7 +154,8 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
             unless ``$SOHSM_OFFLINE`` is set to 1.
         tokenizer: ``None``: words. A subword vocabulary (:mod:`sohsm.data.subwords`): ``"bpe:SIZE"``
             (a byte-level BPE of SIZE tokens trained on the training split, or read from the cache
-            where one was trained before), the path of a ``tokenizer.json``, or a
+            where one was trained before), ``"llama3"`` or ``"o200k"`` (a packaged tokenizer, its whole
+            vocabulary: :mod:`sohsm.data.packaged_tokenizers`), the path of a ``tokenizer.json``, or a
             :class:`~sohsm.data.subwords.Subwords`. ``min_count`` and ``max_size`` must then be ``None``.
 
     Returns:
@@ -168,7 +169,11 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
     if tokenizer is not None and (min_count is not None or max_size is not None):
         raise FieldError("{} cuts rare words of a word vocabulary; a subword vocabulary ({}) keeps every token of "
                          "its tokenizer", "min_count" if min_count is not None else "max_size", "tokenizer")
-    if isinstance(tokenizer, str) and bpe_size(tokenizer) is None:
+    if isinstance(tokenizer, str) and packaged_name(tokenizer) is not None:
+        from sohsm.data.packaged_tokenizers import PackagedSubwords
+
+        tokenizer = PackagedSubwords(tokenizer)  # type: ignore[assignment]  # the face of Subwords
+    elif isinstance(tokenizer, str) and bpe_size(tokenizer) is None:
         tokenizer = Subwords.from_file(tokenizer_file(tokenizer))
     if min_count is None and max_size is None:
         config = None

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sohsm.data.errors import DataError, DataFieldError
 from sohsm.data.files import write_atomic_text
-from sohsm.data.vocab import EOS, UNK, Vocabulary
+from sohsm.data.vocab import EOS, UNK, Vocabulary, ordered_vocabulary
 from sohsm.fields import has
 
 if TYPE_CHECKING:  # imported where arrays are made: a config that names a tokenizer is checked without it
@@ -88,9 +88,29 @@ def tokenizer_file(value: str) -> Path:
     """
     path = Path(value).expanduser()
     if not path.is_file():
-        raise DataFieldError("{} is neither bpe:SIZE (a byte-level BPE trained on the training split) nor an "
-                             "existing tokenizer file (a tokenizer.json)", has("tokenizer", value))
+        raise DataFieldError("{} is neither bpe:SIZE (a byte-level BPE trained on the training split), llama3 or "
+                             "o200k (a packaged tokenizer) nor an existing tokenizer file (a tokenizer.json)",
+                             has("tokenizer", value))
     return path
+
+
+def packaged_name(value: str) -> str | None:
+    """``value`` when it names a packaged tokenizer (``llama3``, ``o200k``); ``None`` otherwise."""
+    from sohsm.data.packaged_tokenizers import PACKAGED
+
+    return value if value in PACKAGED else None
+
+
+def _packaged_record(path: str | os.PathLike[str]) -> str | None:
+    """The text of ``path`` when it is the ``tokenizer.json`` a packaged tokenizer's run keeps; else ``None``."""
+    from sohsm.data.packaged_tokenizers import FORMAT
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            head = file.read(4096)
+    except (OSError, UnicodeDecodeError):
+        return None
+    return head if f'"format": "{FORMAT}"' in head and len(head) < 4096 else None
 
 
 class Subwords:
@@ -144,11 +164,17 @@ class Subwords:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Subwords:
-        """Read a ``tokenizer.json`` (``<unk>`` or ``<eos>`` added where it lacks them).
+        """Read a ``tokenizer.json`` (``<unk>`` or ``<eos>`` added where it lacks them); the one a run of a
+        packaged tokenizer keeps gives that tokenizer (:mod:`sohsm.data.packaged_tokenizers`).
 
         Raises:
             DataError: the file is not a tokenizer ``tokenizers`` can read.
         """
+        packaged = _packaged_record(path)
+        if packaged is not None:
+            from sohsm.data.packaged_tokenizers import PackagedSubwords
+
+            return PackagedSubwords.from_json(packaged, path)  # type: ignore[return-value]  # the same face
         tk = _tokenizers()
         try:
             tokenizer = tk.Tokenizer.from_file(str(path))
@@ -172,16 +198,7 @@ class Subwords:
 
         ``lines``: the corpus has lines, so ``<eos>`` is the vocabulary's end-of-line token.
         """
-        import numpy as np
-
-        span = max(self._ids.values()) + 1
-        counts = np.bincount(train_ids, minlength=span)[:span] if train_ids.size else np.zeros(span, np.int64)
-        order = sorted(self._ids.items(), key=lambda item: (-int(counts[item[1]]), item[1]))
-        vocab = Vocabulary([token for token, _ in order], [int(counts[i]) for _, i in order], unk=UNK,
-                           eos=EOS if lines else None)
-        to_vocab = np.full(span, vocab.unk_id, dtype=np.int64)
-        to_vocab[[i for _, i in order]] = np.arange(len(order))
-        return vocab, to_vocab
+        return ordered_vocabulary(self._ids, train_ids, lines)
 
     def tokens(self, text: str) -> list[str]:
         """The tokens of one line of ``text`` (vocabulary entries)."""

@@ -243,3 +243,18 @@ def vocabulary_difference(saved: Vocabulary, now: Vocabulary) -> str:
         if a != b:
             return f"the same {len(saved):,} words, but {word!r} was seen {a:,} times then and {b:,} times now"
     return f"the same {len(saved):,} words and counts, but other special tokens"
+
+
+def ordered_vocabulary(ids: dict[str, int], train_ids: np.ndarray, lines: bool) -> tuple[Vocabulary, np.ndarray]:
+    """The vocabulary of a tokenizer's tokens (``ids``: token -> the tokenizer's id) by their count in
+    ``train_ids``, ties by the tokenizer's id, and the map of the tokenizer's ids to the vocabulary's."""
+    import numpy as np
+
+    span = max(ids.values()) + 1
+    counts = np.bincount(train_ids, minlength=span)[:span] if train_ids.size else np.zeros(span, np.int64)
+    order = sorted(ids.items(), key=lambda item: (-int(counts[item[1]]), item[1]))
+    vocab = Vocabulary([token for token, _ in order], [int(counts[i]) for _, i in order], unk=UNK,
+                       eos=EOS if lines else None)
+    to_vocab = np.full(span, vocab.unk_id, dtype=np.int64)
+    to_vocab[[i for _, i in order]] = np.arange(len(order))
+    return vocab, to_vocab

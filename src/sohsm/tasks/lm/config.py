@@ -53,9 +53,10 @@ class DataConfig:
     #: your own text only: ``"lines"`` (an ``<eos>`` after each line) or ``"running"``; ``None``: ``"lines"``
     text_mode: str | None = field(default=None, metadata={"choices": ("lines", "running")})
     #: subword tokens instead of words: bpe:SIZE (a byte-level BPE of SIZE tokens trained on the training split,
-    #: kept in the run directory as tokenizer.json) or a tokenizer.json file; ``None``: words. Needs
-    #: ``pip install 'sohsm[hf]'``
-    tokenizer: str | None = field(default=None, metadata={"metavar": "bpe:SIZE|FILE"})
+    #: kept in the run directory as tokenizer.json; needs ``pip install 'sohsm[hf]'``), llama3 or o200k (Llama 3's
+    #: 128,256 tokens or o200k's 200,019, every one a row of the head; needs ``pip install 'sohsm[tokenizers]'``)
+    #: or a tokenizer.json file; ``None``: words
+    tokenizer: str | None = field(default=None, metadata={"metavar": "bpe:SIZE|llama3|o200k|FILE"})
     #: the head's fixed clusters or tree: a hierarchy file (nested JSON lists of words, Brown paths
     #: 'bits<TAB>word<TAB>count', 'word<TAB>class') or a trained run; the 'tree' head takes the whole tree,
     #: two-level heads its clusters; vocabulary words it lacks go to a fallback node; ``None``: the head's own
@@ -261,7 +262,8 @@ class LMConfig(RunConfig):
         if d.tokenizer is None:
             return
         if not d.tokenizer.strip():
-            raise FieldError.on("data.tokenizer", "must be bpe:SIZE or a tokenizer.json file, got an empty value")
+            raise FieldError.on("data.tokenizer", "must be bpe:SIZE, llama3, o200k or a tokenizer.json file, got an "
+                                "empty value")
         try:
             bpe_size(d.tokenizer)
         except FieldError as error:

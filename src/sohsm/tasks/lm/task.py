@@ -28,7 +28,7 @@ from torch import Tensor
 
 from sohsm.data.batching import batchify, bptt_batches
 from sohsm.data.loading import Corpus, load_corpus
-from sohsm.data.subwords import TOKENIZER_FILE, Subwords
+from sohsm.data.subwords import TOKENIZER_FILE, Subwords, packaged_name
 from sohsm.data.vocab import Vocabulary
 from sohsm.fields import FieldError, escape, has
 from sohsm.heads import Head, HeadDefaults
@@ -246,8 +246,8 @@ def run_tokenizer(run_dir: str | os.PathLike[str]) -> Subwords:
 
 
 def normalise_tokenizer(tokenizer: str) -> str:
-    """``bpe:SIZE`` stays; a tokenizer file's path becomes absolute, so a resume from elsewhere finds it."""
-    if tokenizer.startswith("bpe:"):
+    """``bpe:SIZE`` and a packaged tokenizer's name stay; a tokenizer file's path becomes absolute, so a resume from elsewhere finds it."""
+    if tokenizer.startswith("bpe:") or packaged_name(tokenizer) is not None:
         return tokenizer
     path = Path(tokenizer).expanduser()
     return str(path.resolve()) if path.exists() else tokenizer

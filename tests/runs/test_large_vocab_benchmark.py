@@ -1,0 +1,64 @@
+"""benchmarks/large_vocab.py end to end on a small text with Llama 3's 128,256 rows: it trains, scores and keeps
+each run (peak memory, the unused rows' mass), skips kept ones, and its report's numbers are the kept files' own."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("quicktok")
+_BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+_spec = importlib.util.spec_from_file_location("large_vocab", _BENCHMARKS / "large_vocab.py")
+large_vocab = importlib.util.module_from_spec(_spec)
+sys.path.insert(0, str(_BENCHMARKS))  # the script imports fair_quality and kept_runs beside it
+try:
+    _spec.loader.exec_module(large_vocab)
+finally:
+    sys.path.remove(str(_BENCHMARKS))
+
+#: a tiny model in place of the protocol's
+TINY = ["--layers", "1", "--hidden-size", "16", "--attention-heads", "2", "--bptt", "8", "--batch-size", "4",
+        "--eval-batch-size", "4", "--warmup", "2", "--log-every", "5"]
+SENTENCES = ["the cat sat on the mat", "a dog ran after the cat", "the bird saw a dog on the mat"]
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOHSM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    folder = tmp_path / "text"
+    folder.mkdir()
+    for name, lines in (("train.txt", 200), ("valid.txt", 40), ("test.txt", 40)):
+        (folder / name).write_text("\n".join(SENTENCES[i % 3] for i in range(lines)) + "\n")
+    return folder
+
+
+def test_train_keeps_each_run_and_the_report_reads_them(corpus, tmp_path):
+    results, runs = tmp_path / "results", ["self_organized-tied", "adaptive_20k-tied"]
+    assert large_vocab.train("llama3", 320, [1], runs, tmp_path / "runs", results=results, mass_tokens=64,
+                             corpus=str(corpus), extra=TINY) == 0
+    kept = results / "llama3" / "tokens-320" / "seed-1" / "self_organized-tied"
+    assert sorted(p.name for p in kept.iterdir()) == ["config.json", "metrics.jsonl", "run.json", "test.json",
+                                                      "unused.json", "valid.json"]
+    config = json.loads((kept / "config.json").read_text())
+    assert config["data"]["tokenizer"] == "llama3" and config["max_tokens"] == 320
+    assert config["model"]["hidden_size"] == 16  # the tiny flags override the protocol's
+    unused = json.loads((kept / "unused.json").read_text())
+    assert unused["rows"] == 128_256 and 0 < unused["unused_mass"] < 1
+    assert 0 < unused["clusters_holding_unused"] <= unused["clusters"]
+    meta = json.loads((kept / "run.json").read_text())
+    assert meta["train_peak_rss_mib"] > 0 and "--tokenizer" in meta["command"]
+    # kept runs are skipped: nothing trains again
+    before = (kept / "test.json").read_text()
+    assert large_vocab.train("llama3", 320, [1], runs, tmp_path / "runs", results=results, corpus=str(corpus),
+                             extra=TINY) == 0
+    assert (kept / "test.json").read_text() == before
+    # the report's figures are the kept evaluations'
+    page = tmp_path / "page.md"
+    text = large_vocab.report(output=page, results=results)
+    figures = json.loads(page.with_suffix(".json").read_text())["llama3"]["tokens-320/seed-1"]["runs"]
+    test = json.loads(before)
+    assert figures["self_organized-tied"]["test_bpb"] == round(test["bits_per_byte"], 4)
+    assert f"{test['bits_per_byte']:.4f}" in text and "| full-tied | not kept (yet) |" in text
+    assert "ahead of adaptive_20k-tied: **" in text and "**unmeasured** for quality" in text
