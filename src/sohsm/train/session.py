@@ -382,8 +382,9 @@ class TrainingLoop:
         state, task = self.state, self.task
         lines = (task.startup_lines(self.model, self.head, self.device, self.planned_tokens, state.tokens)
                  if self.show_progress else [])
-        speed = [self.threads] if self.threads else []
-        speed += [f"{self.config.amp} autocast (--amp)"] if self.config.amp else []
+        if lines and self.threads:  # after the memory, which follows the device
+            lines[0] += " | " + self.threads
+        speed = [f"{self.config.amp} autocast (--amp)"] if self.config.amp else []
         speed += ["compiled (--compile; compiling is not counted as training time)"] if self.config.compile else []
         if lines and speed:  # after the device, which ends the first line
             lines[0] += " | " + ", ".join(speed)
