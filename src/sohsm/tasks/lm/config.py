@@ -52,10 +52,9 @@ class DataConfig:
     max_size: int | None = None
     #: your own text only: ``"lines"`` (an ``<eos>`` after each line) or ``"running"``; ``None``: ``"lines"``
     text_mode: str | None = field(default=None, metadata={"choices": ("lines", "running")})
-    #: subword tokens instead of words: bpe:SIZE (a byte-level BPE of SIZE tokens trained on the training split,
-    #: kept in the run directory as tokenizer.json; needs ``pip install 'sohsm[hf]'``), llama3 or o200k (Llama 3's
-    #: 128,256 tokens or o200k's 200,019, every one a row of the head; needs ``pip install 'sohsm[tokenizers]'``)
-    #: or a tokenizer.json file; ``None``: words
+    #: subwords: bpe:SIZE (a byte-level BPE trained on the training split; ``sohsm[hf]``), llama3 or o200k
+    #: (Llama 3's 128,256 or o200k's 200,019 tokens, each a row of the head; ``sohsm[tokenizers]``) or a
+    #: tokenizer.json file; ``None``: words
     tokenizer: str | None = field(default=None, metadata={"metavar": "bpe:SIZE|llama3|o200k|FILE"})
     #: the head's fixed clusters or tree: a hierarchy file (nested JSON lists of words, Brown paths
     #: 'bits<TAB>word<TAB>count', 'word<TAB>class') or a trained run; the 'tree' head takes the whole tree,
