@@ -267,13 +267,31 @@ def _check_binning(counts: torch.Tensor, n_clusters: int) -> torch.Tensor:
     a = frequency_binning(counts, n_clusters)
     n_words = counts.numel()
     assert a.shape == (n_words,) and a.dtype == torch.long
-    order = torch.sort(counts.double(), descending=True, stable=True).indices
-    along = a[order]
+    seen = counts > 0 if bool((counts > 0).any()) else torch.ones(n_words, dtype=torch.bool)
+    order = torch.sort(counts[seen].double(), descending=True, stable=True).indices
+    along = a[seen][order]
     steps = along[1:] - along[:-1]
-    assert along[0] == 0 and along[-1] == n_clusters - 1
-    assert ((steps == 0) | (steps == 1)).all()  # consecutive ranges of the frequency order
+    assert along[0] == 0 and along[-1] == min(n_clusters, int(seen.sum())) - 1
+    assert ((steps == 0) | (steps == 1)).all()  # the seen words: consecutive ranges of the frequency order
     assert torch.equal(torch.bincount(a, minlength=n_clusters) > 0, torch.ones(n_clusters, dtype=torch.bool))
     return a
+
+
+@pytest.mark.parametrize("n_seen, n_unseen, n_clusters", [(40, 1000, 8), (500, 2000, 23), (3, 10, 5), (100, 5, 10)])
+def test_frequency_binning_spreads_unseen_words_over_the_smallest_clusters(n_seen, n_unseen, n_clusters):
+    g = torch.Generator().manual_seed(n_seen + n_unseen)
+    counts = torch.cat([(1e4 / torch.arange(1, n_seen + 1, dtype=torch.float64)).round(), torch.zeros(n_unseen)])
+    counts = counts[torch.randperm(counts.numel(), generator=g)]
+    a = _check_binning(counts, n_clusters)
+    seen_sizes = torch.bincount(a[counts > 0], minlength=n_clusters)
+    sizes = torch.bincount(a, minlength=n_clusters)
+    # each unseen word went where the fewest words were: the largest cluster is a seen-only one, or no
+    # cluster exceeds the smallest by more than one word
+    assert int(sizes.max()) == max(int(seen_sizes.max()), int(sizes.min()) + (1 if sizes.max() > sizes.min() else 0))
+    assert int(sizes.max()) <= max(int(seen_sizes.max()), -(-counts.numel() // n_clusters))
+    # the binning of the seen words is the binning of their counts alone
+    seen_ids = (counts > 0).nonzero().squeeze(1)
+    assert torch.equal(a[seen_ids], frequency_binning(counts[seen_ids], min(n_clusters, n_seen)))
 
 
 @pytest.mark.parametrize("n_words, n_clusters", [(500, 23), (100, 10), (64, 8), (30, 30), (30, 1)])

@@ -5,6 +5,7 @@ An assignment is a ``[N]`` long tensor: ``assignment[w]`` is the cluster of word
 """
 from __future__ import annotations
 
+import heapq
 import math
 from typing import NamedTuple
 
@@ -67,6 +68,12 @@ def frequency_binning(counts: Tensor, n_clusters: int) -> Tensor:
     share gets a cluster of its own; the running cluster index advances at most
     one step per word, so no cluster is left empty while words remain.
 
+    Words never seen (count 0) carry no mass, so the binning says nothing of where
+    they go; consecutive ranges would put them all in the last cluster (100,816 of
+    Llama 3's 128,256 tokens on WikiText-2: one cluster as costly as the full
+    softmax). Each goes instead to the cluster with the fewest words so far
+    (:func:`_fill_smallest`), after the seen words are binned among themselves.
+
     Args:
         counts: ``[N]`` training counts of the words.
         n_clusters: number of clusters ``|C|``.
@@ -77,6 +84,15 @@ def frequency_binning(counts: Tensor, n_clusters: int) -> Tensor:
         raise ValueError(f"n_clusters must be in [1, {n_words}], got {n_clusters}")
     if bool((counts < 0).any()):
         raise ValueError("counts must be non-negative")
+    seen = counts > 0
+    n_seen = int(seen.sum())
+    if 0 < n_seen < n_words:
+        seen_ids, unseen_ids = seen.nonzero().squeeze(1), (~seen).nonzero().squeeze(1)
+        assignment = torch.empty(n_words, dtype=torch.long)
+        assignment[seen_ids] = frequency_binning(counts[seen_ids], min(n_clusters, n_seen))
+        sizes = torch.bincount(assignment[seen_ids], minlength=n_clusters)
+        assignment[unseen_ids] = _fill_smallest(sizes, unseen_ids.numel())
+        return assignment
     total = float(counts.sum())
     order = torch.sort(counts, descending=True, stable=True).indices
     mass = (counts[order] / total).tolist() if total > 0 else [1.0 / n_words] * n_words
@@ -92,6 +108,19 @@ def frequency_binning(counts: Tensor, n_clusters: int) -> Tensor:
             cluster += 1
     assignment[order] = torch.tensor(cluster_of_rank, dtype=torch.long)
     return assignment
+
+
+def _fill_smallest(sizes: Tensor, n_items: int) -> Tensor:
+    """``[n_items]`` cluster ids: each item in turn to the cluster with the fewest words (the lowest id of a tie),
+    starting from ``sizes``: the sizes end as even as the start allows."""
+    heap = [(int(size), cluster) for cluster, size in enumerate(sizes.tolist())]
+    heapq.heapify(heap)
+    out = []
+    for _ in range(n_items):
+        size, cluster = heap[0]
+        out.append(cluster)
+        heapq.heapreplace(heap, (size + 1, cluster))
+    return torch.tensor(out, dtype=torch.long)
 
 
 class GreedyResult(NamedTuple):
