@@ -24,15 +24,17 @@ HEADS: dict[str, tuple[str, ...] | None] = {
     "nce": ("seed", "n_samples", "noise_power", "sparse", "bias_init", "noise_per_row"),
     "pmi": ("seed", "n_samples", "noise_power", "sparse", "shift", "noise_per_row"),
     "self_organized": ("n_clusters", "init", "shortlist", "projection", "seed", "word_dim", "div_value", "cutoffs",
-                       "backend", "gamma", "freq_budget", "update_every", "reclusters_per_epoch", "first_update",
-                       "update_growth", "smoothing", "solver", "q_clusters", "freeze_after_tokens", "reset_on_freeze",
-                       "moved_vectors", "stay_margin"),
+                       "backend", "cluster_bias", "gamma", "freq_budget", "update_every", "reclusters_per_epoch",
+                       "first_update", "update_growth", "smoothing", "solver", "q_clusters", "freeze_after_tokens",
+                       "reset_on_freeze", "moved_vectors", "stay_margin"),
     "tree": ("tree", "depth", "branching", "bias", "seed", "sparse"),
     "tree_file": ("path", "sparse"),
     "tree_huffman": ("seed", "sparse"),
     "tree_random": ("seed", "sparse"),
-    "two_level_frequency": ("n_clusters", "projection", "seed", "word_dim", "div_value", "cutoffs", "backend"),
-    "two_level_random": ("n_clusters", "projection", "seed", "word_dim", "div_value", "cutoffs", "backend"),
+    "two_level_frequency": ("n_clusters", "projection", "seed", "word_dim", "div_value", "cutoffs", "backend",
+                            "cluster_bias"),
+    "two_level_random": ("n_clusters", "projection", "seed", "word_dim", "div_value", "cutoffs", "backend",
+                         "cluster_bias"),
     # -- end of the written table --
 }
 

@@ -41,6 +41,7 @@ class RefParams(NamedTuple):
     cluster_weight: Tensor  # [C, d]
     word_weight: Tensor  # [N, d], word-id order
     assignment: Tensor  # [N]
+    cluster_bias: Tensor | None = None  # [C]
 
 
 def ref_params(head) -> RefParams:
@@ -54,6 +55,7 @@ def ref_params(head) -> RefParams:
         leaf(head.cluster_weight),
         leaf(head.word_vectors()),
         head.assignment.detach().clone(),
+        leaf(head.cluster_bias) if getattr(head, "cluster_bias", None) is not None else None,
     )
 
 
@@ -65,10 +67,15 @@ def _split(params: RefParams, hidden: Tensor) -> tuple[Tensor, Tensor]:
     return projected[:, :d], projected[:, d:]
 
 
+def _cluster_log_probs(params: RefParams, hidden_c: Tensor) -> Tensor:
+    logits = hidden_c @ params.cluster_weight.t()
+    return torch.log_softmax(logits if params.cluster_bias is None else logits + params.cluster_bias, dim=1)
+
+
 def two_level_parts(params: RefParams, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
     """``(log P(C(t)|h), log P(t|h, C(t)))`` per row, dense and naive."""
     hidden_c, hidden_w = _split(params, hidden)
-    cluster_log_probs = torch.log_softmax(hidden_c @ params.cluster_weight.t(), dim=1)
+    cluster_log_probs = _cluster_log_probs(params, hidden_c)
     target_cluster = params.assignment[target]
     cluster_part = cluster_log_probs.gather(1, target_cluster[:, None]).squeeze(1)
     logits = hidden_w @ params.word_weight.t()  # [B, N]
@@ -81,7 +88,7 @@ def two_level_parts(params: RefParams, hidden: Tensor, target: Tensor) -> tuple[
 def two_level_log_prob(params: RefParams, hidden: Tensor) -> Tensor:
     """``[B, N]`` exact log-probabilities over the whole vocabulary, one cluster at a time."""
     hidden_c, hidden_w = _split(params, hidden)
-    cluster_log_probs = torch.log_softmax(hidden_c @ params.cluster_weight.t(), dim=1)
+    cluster_log_probs = _cluster_log_probs(params, hidden_c)
     logits = hidden_w @ params.word_weight.t()
     out = torch.empty_like(logits)
     for c in range(params.cluster_weight.size(0)):

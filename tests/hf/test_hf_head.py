@@ -327,8 +327,11 @@ def test_the_config_records_the_head():
     model = gpt2()
     sohsm.hf.use_head(model, "self_organized", counts=counts(), update_every=5, cutoffs=None)
     assert model.config.sohsm_head == {"version": 1, "name": "self_organized",
-                                       "options": {"update_every": 5, "cutoffs": None}, "counts": True,
-                                       "logits_with_loss": False}
+                                       "options": {"update_every": 5, "cutoffs": None, "cluster_bias": True},
+                                       "counts": True, "logits_with_loss": False}
+    model = gpt2()  # a head started afresh is the CLI's head: no cluster bias unless asked
+    sohsm.hf.use_head(model, "self_organized", counts=counts(), keep_weights=False)
+    assert model.config.sohsm_head["options"] == {} and sohsm.hf.head_of(model).cluster_bias is None
 
 
 def test_a_copy_of_the_model_computes_with_its_own_head():

@@ -211,12 +211,13 @@ def fit_to_layer(head, weight: Tensor, hidden: Tensor, targets: Tensor | None = 
         # stage 1: the cluster vectors, on the trained layer's cluster probabilities (convex), then Algorithm 1 on
         # what they predict of each word, and the vectors again, while the training KL falls
         frozen = {p: p.requires_grad for p in head.parameters()}
+        fitted = _cluster_parameters(head)
         for p in head.parameters():
-            p.requires_grad_(p is head.cluster_weight)
+            p.requires_grad_(any(p is q for q in fitted))
         stage_one = deadline if not joint else time.perf_counter() + seconds / 2
         kl_train, taken = _fit_clusters(head, weight, h_train, stage_one, bar)
         steps += taken
-        best = (kl_train, head.assignment.clone(), head.cluster_weight.detach().clone())
+        best = (kl_train, head.assignment.clone(), [p.detach().clone() for p in fitted])
         for _ in range(rounds):
             if time.perf_counter() >= stage_one:
                 break
@@ -228,10 +229,11 @@ def fit_to_layer(head, weight: Tensor, hidden: Tensor, targets: Tensor | None = 
             steps += taken
             if kl_train >= best[0]:
                 break
-            best = (kl_train, head.assignment.clone(), head.cluster_weight.detach().clone())
-        with torch.no_grad():  # the best clusters seen, with their vectors
+            best = (kl_train, head.assignment.clone(), [p.detach().clone() for p in fitted])
+        with torch.no_grad():  # the best clusters seen, with their vectors (and biases)
             head.set_assignment(best[1])
-            head.cluster_weight.copy_(best[2])
+            for p, value in zip(fitted, best[2]):
+                p.copy_(value)
         for p, flag in frozen.items():
             p.requires_grad_(flag)
         head.zero_grad(set_to_none=True)
@@ -258,7 +260,7 @@ def _fit_clusters(head, weight: Tensor, hidden: Tensor, until: float, bar) -> tu
     logistic regression: convex) until converged or ``until``; returns the training KL of the clusters and the steps."""
     target = _cluster_probs(head, weight, hidden)
     entropy = float((target * target.clamp_min(1e-30).log()).sum(1).mean())
-    optimizer = torch.optim.LBFGS([head.cluster_weight], lr=1.0, max_iter=20, history_size=20,
+    optimizer = torch.optim.LBFGS(_cluster_parameters(head), lr=1.0, max_iter=20, history_size=20,
                                   line_search_fn="strong_wolfe", tolerance_grad=1e-7, tolerance_change=1e-10)
 
     def closure():
@@ -276,8 +278,14 @@ def _fit_clusters(head, weight: Tensor, hidden: Tensor, until: float, bar) -> tu
         if previous - loss < 1e-6:
             break
         previous = loss
-    head.cluster_weight.grad = None
+    for p in _cluster_parameters(head):
+        p.grad = None
     return loss + entropy, steps
+
+
+def _cluster_parameters(head) -> list[nn.Parameter]:
+    """What scores the clusters: their vectors, and their biases where the head has them."""
+    return [head.cluster_weight] + ([head.cluster_bias] if head.cluster_bias is not None else [])
 
 
 @torch.no_grad()

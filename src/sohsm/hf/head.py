@@ -208,8 +208,9 @@ def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bo
     A two-level head (``self_organized``, ``two_level_frequency``, ``two_level_random``), tied or not, keeps what
     the ``lm_head`` learned (:mod:`sohsm.hf.pretrained`): its rows become the word vectors (a band's rows, with
     ``div_value``, the best low-rank fit of their scores), the words it scores alike start in one cluster (within
-    Algorithm 1's bounds), and with ``data`` the cluster vectors are fitted to the frozen ``lm_head``'s
-    distribution on it (``fit_seconds``, a ``tqdm`` bar; the gap reached, KL and perplexity against the
+    Algorithm 1's bounds), each cluster gets a bias (``cluster_bias=True`` unless the options say otherwise:
+    a cluster's trained probability is a log-sum-exp of its words' scores, a vector plus a constant), and with
+    ``data`` the cluster vectors and biases are fitted to the frozen ``lm_head``'s distribution on it (``fit_seconds``, a ``tqdm`` bar; the gap reached, KL and perplexity against the
     ``lm_head``, is :class:`~sohsm.hf.fitting.FitReport` ``model.get_output_embeddings().fit_report``). Every other
     head scores words its own way and starts from its own initialisation, with a warning.
 
@@ -263,6 +264,10 @@ def _install(model: PreTrainedModel, name: str, counts, keep_weights: bool, logi
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     embedding = _input_embedding(model, name, options, in_features, n_classes) if tied else None
     fit_seconds = check_fit_options(fit_seconds, data)
+    if take_over and keep_weights and "cluster_bias" in (head_options(name) or {}):
+        # a trained layer's cluster probability is a log-sum-exp of its words' scores, which a vector fits only
+        # up to a constant per cluster: a bias holds it (docs/results/pretrained.md); saved with the options
+        options.setdefault("cluster_bias", True)
     head = build_head(name, in_features, n_classes, counts=counts, **options)
     head.to(weight.device)
     if weight.is_floating_point():

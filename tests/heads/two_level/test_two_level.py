@@ -129,6 +129,42 @@ def test_log_prob_normalised_equals_reference_and_output(variant, projection):
     torch.testing.assert_close(output, log_prob.gather(1, target[:, None]).squeeze(1), rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("backend", ["per_cluster", "grouped_torch"])
+def test_a_cluster_bias_matches_the_dense_reference(backend):
+    """``cluster_bias=True``: ``P(c | h) = softmax(U^C h + b)`` in the loss, its gradients (the bias's too),
+    ``log_prob``, top-k and sampling, on both CPU backends."""
+    torch.manual_seed(11)
+    head = TwoLevelSoftmax(D, N, assignment=_explicit_assignment(), cluster_bias=True, backend=backend).double()
+    assert head.cluster_bias.shape == (6,) and torch.equal(head.cluster_bias, torch.zeros(6, dtype=torch.float64))
+    with torch.no_grad():
+        head.cluster_bias.copy_(torch.randn(6, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 2)
+    hidden, target = _batch(6)
+    hidden.requires_grad_(True)
+    out = head(hidden, target)
+    out.loss.backward()
+    params = ref_params(head)
+    h = hidden.detach().clone().requires_grad_(True)
+    expected = sum(two_level_parts(params, h, target))
+    (-expected.mean()).backward()
+    torch.testing.assert_close(out.output, expected.detach(), rtol=0, atol=1e-10)
+    torch.testing.assert_close(head.cluster_bias.grad, params.cluster_bias.grad, rtol=0, atol=1e-10)
+    torch.testing.assert_close(head.cluster_weight.grad, params.cluster_weight.grad, rtol=0, atol=1e-10)
+    torch.testing.assert_close(hidden.grad, h.grad, rtol=0, atol=1e-10)
+    with torch.no_grad():
+        log_prob = head.log_prob(hidden)
+        torch.testing.assert_close(log_prob, two_level_log_prob(params, hidden), rtol=0, atol=1e-10)
+        values, indices = head.topk(hidden, 5)
+        torch.testing.assert_close(values, log_prob.topk(5).values, rtol=0, atol=1e-10)
+        head.cluster_bias[2] = 1e4  # every draw from cluster 2, which the bias alone makes certain
+        drawn = head.sample(hidden.detach(), generator=torch.Generator().manual_seed(0))
+    assert bool((head.assignment[drawn] == 2).all())
+
+
+def test_a_cluster_bias_must_be_a_bool():
+    with pytest.raises(ValueError, match="cluster_bias must be True or False"):
+        TwoLevelSoftmax(D, N, cluster_bias=1)
+
+
 def test_log_prob_normalised_in_float32_with_large_logits():
     head = make_head("random", False)
     with torch.no_grad():

@@ -35,6 +35,7 @@ class ScoringHost(Protocol):
     training: bool
     assignment: Tensor
     cluster_weight: nn.Parameter
+    cluster_bias: nn.Parameter | None
     projection: nn.Linear | None
     word_projection: nn.Linear | None
     band_projections: nn.ModuleList | None
@@ -65,9 +66,10 @@ class TwoLevelScoring:
     dense_topk: bool = True
 
     # -- the forward pass ---------------------------------------------------------
-    def _cluster_log_probs(self, hidden_c: Tensor) -> Tensor:
+    def _cluster_log_probs(self, hidden_c: Tensor, layout: ClusterLayout | None = None) -> Tensor:
         """``[B, C]`` log P(c | h); a cluster without words gets probability 0."""
-        return cluster_log_softmax(F.linear(hidden_c, self.cluster_weight), self._layout.empty_clusters)
+        layout = self._layout if layout is None else layout
+        return cluster_log_softmax(F.linear(hidden_c, self.cluster_weight, self.cluster_bias), layout.empty_clusters)
 
     def _split_hidden(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
         """``(h_c, h_w)``: the inputs of the cluster softmax and of the word softmax."""
@@ -85,7 +87,9 @@ class TwoLevelScoring:
         hidden_c, hidden_w = self._split_hidden(hidden)
         backend = self.backend_for(hidden_w.device, compute_dtype(hidden_w, self.words.weights[0]))
         layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
-        cluster_logits = F.linear(hidden_c, self.cluster_weight, layout.empty_bias.to(self.cluster_weight.dtype))
+        bias = layout.empty_bias.to(self.cluster_weight.dtype)
+        cluster_logits = F.linear(hidden_c, self.cluster_weight, bias if self.cluster_bias is None else
+                                  bias + self.cluster_bias)
         score = self._score if backend.sync_free else self._score_eagerly
         return score(cluster_logits, hidden_w, target, backend)
 
@@ -237,7 +241,7 @@ class TwoLevelScoring:
         # compiled, the layout is taken as last derived (deriving it checks the assignment's version: a host read)
         layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
         hidden_c, hidden_w = self._split_hidden(hidden)
-        cluster_log_probs = cluster_log_softmax(F.linear(hidden_c, self.cluster_weight), layout.empty_clusters)
+        cluster_log_probs = self._cluster_log_probs(hidden_c, layout)
         weight = self.words.matrix(layout)  # with bands, widened to one matrix
         return topk_in_clusters(cluster_log_probs, hidden_w.to(weight.dtype), weight, layout, self._sync_free_width(),
                                 k, clusters, block_m)

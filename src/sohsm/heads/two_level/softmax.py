@@ -96,6 +96,11 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, WritesWeightGradient, Clust
             CUDA where its kernels run, else ``"per_cluster"``, the faster on the CPU (a warning says
             once why Triton did not run on CUDA: not installed, float64, a kernel that does not
             compile).
+        cluster_bias: give each cluster a bias beside its vector, ``P(c | h) = softmax_c(U^C h + b)``. Off by
+            default (the paper's Eq. 1 has none, and a trained model can put one in its hidden state); on where
+            the hidden states are a pretrained model's, fixed: a cluster's probability there is the log-sum-exp of
+            its words' trained scores, which a vector alone fits only up to a constant per cluster
+            (``sohsm.hf.use_head`` turns it on, docs/results/pretrained.md measures it).
 
     Shape:
         - hidden: ``[B, d]`` (``[*, d]`` is flattened)
@@ -137,6 +142,7 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, WritesWeightGradient, Clust
         div_value: float | None = None,
         cutoffs: Sequence[int] | None = None,
         backend: str = "auto",
+        cluster_bias: bool = False,
     ) -> None:
         super().__init__(in_features, n_classes)
         self.backend = backend
@@ -159,6 +165,10 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, WritesWeightGradient, Clust
             self.register_buffer("band_of_word", band_of_word)
             self.word_dim = sum(self.band_dims)
         self.cluster_weight = nn.Parameter(torch.empty(self.n_clusters, in_features))
+        if not isinstance(cluster_bias, bool):
+            raise ValueError(f"cluster_bias must be True or False, got {cluster_bias!r}")
+        #: ``[C]`` each cluster's bias in the cluster softmax (``None``: none, the default)
+        self.register_parameter("cluster_bias", nn.Parameter(torch.zeros(self.n_clusters)) if cluster_bias else None)
         if bands is None:
             #: word vectors U^V, rows grouped by cluster (see the module docstring)
             self.weight = nn.Parameter(torch.empty(n_classes, self.word_dim))
@@ -214,6 +224,8 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, WritesWeightGradient, Clust
         if self.word_projection is not None:
             self.word_projection.reset_parameters()
         nn.init.uniform_(self.cluster_weight, -bound, bound)
+        if self.cluster_bias is not None:
+            nn.init.zeros_(self.cluster_bias)
         self.words.reset()
 
     @property

@@ -147,4 +147,7 @@ def keep_output_layer(head, weight: Tensor, counts: Tensor | None = None, second
     totals = torch.zeros(head.n_clusters, dtype=torch.float64).index_add_(0, assignment, mass)
     means = sums / totals.clamp_min(1e-12)[:, None]
     head.cluster_weight.copy_(means.to(head.cluster_weight))
+    if head.cluster_bias is not None:  # log-sum-exp of n alike scores: their mean's score + log n
+        sizes = torch.bincount(assignment, minlength=head.n_clusters).clamp_min(1)
+        head.cluster_bias.copy_(sizes.double().log().to(head.cluster_bias))
     return lost

@@ -93,6 +93,7 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
             ``d // div_value**i`` dimensions (:mod:`sohsm.heads.two_level.word_bands`; :class:`TwoLevelSoftmax`).
         backend: how the in-cluster softmax is computed (:class:`TwoLevelSoftmax`): ``"auto"`` (default)
             the sync-free Triton kernels on CUDA, the per-cluster kernel on the CPU.
+        cluster_bias: a bias per cluster in the cluster softmax (:class:`TwoLevelSoftmax`; off by default).
         reclustering: when and how the words are re-assigned (Algorithm 1's limits ``gamma`` and ``freq_budget``,
             the schedule ``update_every``, ``reclusters_per_epoch``, ``first_update``, ``update_growth``, the
             statistics' ``smoothing`` and ``q_clusters``, the ``solver``, freezing and moved words' vectors): a
@@ -135,6 +136,7 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
         div_value: float | None = None,
         cutoffs: Sequence[int] | None = None,
         backend: str = "auto",
+        cluster_bias: bool = False,
         reclustering: Reclustering | None = None,
     ) -> None:
         if reclustering is None:
@@ -178,7 +180,7 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
         super().__init__(
             in_features, n_classes, assignment=assignment, n_clusters=shortlist + n_clusters, counts=counts,
             projection=projection, seed=seed, word_dim=word_dim, div_value=div_value, cutoffs=cutoffs,
-            backend=backend,
+            backend=backend, cluster_bias=cluster_bias,
         )
         self.shortlist = shortlist
         if shortlist:
