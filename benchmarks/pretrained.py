@@ -39,6 +39,14 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT_MD = ROOT / "docs" / "results" / "pretrained.md"
 OUT_JSON = ROOT / "docs" / "results" / "pretrained.json"
 HEADS = ("self_organized", "two_level_frequency", "two_level_random")
+#: the self-organized head converted in other forms, each against the default conversion: what its cluster bias
+#: does (without it, a cluster is scored by its vector alone), and what twice the clusters do (``C`` and the
+#: shortlist each ``2 ceil(sqrt(N))`` in place of ``ceil(sqrt(N))``: smaller clusters, each one's log-sum-exp
+#: nearer a linear function of ``h``)
+VARIANTS = {
+    "no cluster bias": {"cluster_bias": False},
+    "twice the clusters": {"n_clusters": "2sqrt", "shortlist": "2sqrt"},
+}
 
 
 def corpora(vocab: int):
@@ -103,14 +111,16 @@ def perplexity(model, rows: torch.Tensor, batch: int = 64) -> float:
     return math.exp(total / count)
 
 
-def convert(model, name: str, counts, data, fit_seconds: float, keep: bool):
+def convert(model, name: str, counts, data, fit_seconds: float, keep: bool, options: dict | None = None):
     import sohsm.hf
 
+    n = int(counts.numel())
+    options = {k: 2 * math.ceil(math.sqrt(n)) if v == "2sqrt" else v for k, v in (options or {}).items()}
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         head = sohsm.hf.use_head(model, name, counts=counts, data=data if keep else None, keep_weights=keep,
-                                 fit_seconds=fit_seconds, progress=False)
+                                 fit_seconds=fit_seconds, progress=False, **options)
     seconds = time.perf_counter() - started
     report = model.get_output_embeddings().fit_report
     return head, seconds, report
@@ -157,7 +167,19 @@ def run_seed(args, seed: int, ptb, wiki) -> dict:
                   f"({entry['ptb_test_ppl'] / result['full']['ptb_test_ppl']:.4f}x) in {seconds:.1f} s", flush=True)
             if keep and name == "self_organized":
                 converted = (copy_, head)
-    # fine-tuning on the domain shift, the same batches for both
+    for variant, options in VARIANTS.items():
+        copy_ = copy.deepcopy(model)
+        _, seconds, report = convert(copy_, "self_organized", counts, fit_data, args.fit_seconds, True, options)
+        entry = {"ptb_test_ppl": perplexity(copy_, ptb_test), "convert_seconds": seconds, "fit_kl": report.kl}
+        result[f"self_organized:{variant}"] = entry
+        print(f"  self_organized, {variant}: PTB test ppl {entry['ptb_test_ppl']:.2f} "
+              f"({entry['ptb_test_ppl'] / result['full']['ptb_test_ppl']:.4f}x)", flush=True)
+    # the converted head fine-tuned without re-clustering: what its re-clusterings cost or give in fine-tuning
+    still_model = copy.deepcopy(model)
+    still_head, _, _ = convert(still_model, "self_organized", counts, fit_data, args.fit_seconds, True,
+                               {"update_every": 0})
+    still = (still_model, still_head)
+    # fine-tuning on the domain shift, the same batches for every model
     result["full"]["wiki_test_ppl_before"] = perplexity(model, wiki_test)
     result["full"]["finetune_tokens_per_s"] = train(model, wiki_train, args.steps, args.batch, args.finetune_lr,
                                                     seed + 1)
@@ -169,6 +191,10 @@ def run_seed(args, seed: int, ptb, wiki) -> dict:
                                            head=so_head)
     entry["wiki_test_ppl"] = perplexity(so_model, wiki_test)
     entry["reclusterings"] = len(getattr(so_head, "history", []))
+    entry["moved_words"] = [round(r["change_rate"], 4) for r in getattr(so_head, "history", [])]
+    still_model, still_head = still
+    train(still_model, wiki_train, args.steps, args.batch, args.finetune_lr, seed + 1, head=still_head)
+    result["self_organized:no re-clustering"] = {"wiki_test_ppl": perplexity(still_model, wiki_test)}
     print(f"  fine-tuned {args.steps} steps on WikiText-2: full {result['full']['wiki_test_ppl']:.2f} "
           f"({result['full']['finetune_tokens_per_s']:.0f} tok/s), self_organized {entry['wiki_test_ppl']:.2f} "
           f"({entry['finetune_tokens_per_s']:.0f} tok/s)", flush=True)
@@ -216,15 +242,16 @@ def report(args, results: list[dict], commit: str) -> str:
             f"{_mean([r[name + '-naive']['ptb_test_ppl'] for r in results]):.2f} | "
             f"{ratio(name + '-naive', 'ptb_test_ppl', 'ptb_test_ppl'):.2f} | "
             f"{_mean([r[name]['convert_seconds'] for r in results]):.1f} |")
-    so = "self_organized"
+    so, still = "self_organized", "self_organized:no re-clustering"
     lines += [
         "",
         "Means over the seeds; the ratio is the mean of each seed's ratio. Converted, `two_level_frequency` and "
         "`two_level_random` are one head: both start from the clusters of the rows the model scores alike, not from "
         "their own, and the fit is deterministic. Inside a cluster each converted head is the original head's "
         "softmax exactly (its rows are the word vectors); the gap left is the clusters' probabilities, each scored "
-        "by one vector against the log-sum-exp of its words' scores.",
+        "by one vector and a bias against the log-sum-exp of its words' scores.",
         "",
+        *_variants(results),
         f"## Fine-tuned {args.steps} steps on WikiText-2",
         "",
         "| head | WikiText-2 test ppl before | after | x full | fine-tuning tokens/s |",
@@ -235,9 +262,34 @@ def report(args, results: list[dict], commit: str) -> str:
         f"| self_organized (converted) | {_mean([r[so]['wiki_test_ppl_before'] for r in results]):.2f} | "
         f"{_mean([r[so]['wiki_test_ppl'] for r in results]):.2f} | {ratio(so, 'wiki_test_ppl', 'wiki_test_ppl'):.4f} | "
         f"{_mean([r[so]['finetune_tokens_per_s'] for r in results]):.0f} |",
+        *([f"| self_organized (converted), no re-clustering (`update_every=0`) | | "
+           f"{_mean([r[still]['wiki_test_ppl'] for r in results]):.2f} | "
+           f"{ratio(still, 'wiki_test_ppl', 'wiki_test_ppl'):.4f} | |"]
+          if all(still in r for r in results) else []),
         "",
+        *([f"The converted head re-clustered {_mean([r[so]['reclusterings'] for r in results]):g} times on average; "
+           "the share of its words each re-clustering moved, seed by seed: "
+           + "; ".join(f"seed {r['seed']}: {', '.join(f'{m:.4f}' for m in r[so]['moved_words']) or 'none'}"
+                       for r in results) + ".", ""] if all("moved_words" in r[so] for r in results) else []),
     ]
     return "\n".join(lines + targets(args, results))
+
+
+def _variants(results: list[dict]) -> list[str]:
+    """The self-organized head converted in other forms (:data:`VARIANTS`), seed by seed, where the run measured them."""
+    measured = [v for v in VARIANTS if all(f"self_organized:{v}" in r for r in results)]
+    if not measured:
+        return []
+    ratio = lambda key, r: r[key]["ptb_test_ppl"] / r["full"]["ptb_test_ppl"]  # noqa: E731
+    lines = ["### The self-organized head converted in other forms", "",
+             "| conversion | x full, each seed | mean | held-out KL (nats/token), mean |", "|---|---|---|---|"]
+    for label, key in [("the default (`cluster_bias=True`, C and shortlist ceil(sqrt(N)))", "self_organized")] + [
+            (f"{v} ({', '.join(f'{k}={o}' for k, o in VARIANTS[v].items())})", f"self_organized:{v}") for v in measured]:
+        lines.append(f"| {label} | {', '.join(f'{ratio(key, r):.4f}' for r in results)} | "
+                     f"{_mean([ratio(key, r) for r in results]):.4f} | "
+                     f"{_mean([r[key]['fit_kl'] for r in results]):.4f} |")
+    return lines + ["", "`2sqrt`: 2 ceil(sqrt(N)). Held-out KL: the fit's report, on the tenth of the fitting "
+                    "positions it kept out.", ""]
 
 
 def targets(args, results: list[dict]) -> list[str]:

@@ -157,7 +157,8 @@ def test_a_mixture_of_experts_adds_its_router_loss_as_its_own_forward_does():
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_greedy_generate_is_greedy_decoding_over_the_heads_log_probabilities(kind):
     model = MODELS[kind]().double()
-    head = sohsm.hf.use_head(model, "self_organized", counts=counts(), update_every=2)
+    # stay_margin=0: every word free to move (a take-over's default margin keeps this untrained model's words put)
+    head = sohsm.hf.use_head(model, "self_organized", counts=counts(), update_every=2, stay_margin=0.0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
     head.attach(optimizer)
     ids = token_ids(4, 16, seed=2)
@@ -327,7 +328,8 @@ def test_the_config_records_the_head():
     model = gpt2()
     sohsm.hf.use_head(model, "self_organized", counts=counts(), update_every=5, cutoffs=None)
     assert model.config.sohsm_head == {"version": 1, "name": "self_organized",
-                                       "options": {"update_every": 5, "cutoffs": None, "cluster_bias": True},
+                                       "options": {"update_every": 5, "cutoffs": None, "cluster_bias": True,
+                                                   "stay_margin": 3.0},
                                        "counts": True, "logits_with_loss": False}
     model = gpt2()  # a head started afresh is the CLI's head: no cluster bias unless asked
     sohsm.hf.use_head(model, "self_organized", counts=counts(), keep_weights=False)

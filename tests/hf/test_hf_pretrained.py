@@ -213,3 +213,20 @@ def test_a_converted_head_trains_under_the_trainer_re_clusters_and_saves(tmp_pat
     model.eval()
     assert torch.equal(loaded(ids).logits, model(ids).logits)
     assert math.isfinite(float(loaded(ids, labels=ids).loss))
+
+
+def test_a_converted_head_starts_its_statistics_from_the_fit_and_moves_words_only_by_a_margin():
+    """The self-organized head's ``q`` starts from what the fitted head predicts of each word under the trained layer
+    (not the uniform "no information"), so a first re-clustering keeps the fitted clusters; its default margin
+    (``stay_margin``) is saved with the options."""
+    model = _pretrained()
+    head = sohsm.hf.use_head(model, "self_organized", counts=counts(), data=[token_ids(8, 32, seed=s) for s in range(4)],
+                             fit_seconds=3, progress=False)
+    uniform = -math.log2(head.n_clusters)
+    tail = head.tail_words
+    assert not torch.allclose(head.q[tail], torch.full_like(head.q[tail], uniform))
+    assert bool((head.q[tail] <= 0).all())  # log2 of probabilities
+    assert model.config.sohsm_head["options"]["stay_margin"] == sohsm.hf.pretrained.TAKEOVER_STAY_MARGIN
+    assert head.reassign()["change_rate"] == 0.0  # from the seeded statistics alone: the fitted clusters hold
+    fresh = sohsm.hf.use_head(_pretrained(), "self_organized", counts=counts())
+    assert torch.allclose(fresh.q, torch.full_like(fresh.q, uniform))  # without data nothing to start from

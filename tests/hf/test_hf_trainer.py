@@ -35,7 +35,8 @@ def _rows(n=40, length=16, seed=0):
 
 def _trainer(output_dir, **arguments):
     model = gpt2()
-    head = sohsm.hf.use_head(model, "self_organized", counts=counts(), update_every=K)
+    # stay_margin=0: words free to move in this untrained model (a take-over's default margin keeps them put)
+    head = sohsm.hf.use_head(model, "self_organized", counts=counts(), update_every=K, stay_margin=0.0)
     arguments = {"max_steps": STEPS, "save_strategy": "steps", "save_steps": SAVE_EVERY, **arguments}
     args = TrainingArguments(output_dir=str(output_dir), per_device_train_batch_size=4, learning_rate=3e-3,
                              logging_steps=4, report_to=[], use_cpu=True, seed=0, data_seed=0, disable_tqdm=True,

@@ -57,8 +57,28 @@ def test_train_keeps_each_run_and_the_report_reads_them(corpus, tmp_path):
     # the report's figures are the kept evaluations'
     page = tmp_path / "page.md"
     text = large_vocab.report(output=page, results=results)
-    figures = json.loads(page.with_suffix(".json").read_text())["llama3"]["tokens-320/seed-1"]["runs"]
+    figures = json.loads(page.with_suffix(".json").read_text())["llama3"]["tokens-320"]["runs"]
     test = json.loads(before)
-    assert figures["self_organized-tied"]["test_bpb"] == round(test["bits_per_byte"], 4)
+    assert figures["self_organized-tied"]["seeds"]["1"]["test_bpb"] == round(test["bits_per_byte"], 4)
     assert f"{test['bits_per_byte']:.4f}" in text and "| full-tied | not kept (yet) |" in text
     assert "ahead of adaptive_20k-tied: **" in text and "**unmeasured** for quality" in text
+
+
+def _run(*bpb: float) -> dict:
+    seeds = {str(i + 1): {"test_bpb": b, "dev_bpb": b, "tokens_per_s": 1.0, "unused": {"unused_mass": 0.1}}
+             for i, b in enumerate(bpb)}
+    return large_vocab.large_vocab_report.summarise(seeds)
+
+
+@pytest.mark.parametrize("mine, other, verdict", [
+    ((1.80, 1.81, 1.82), (1.90, 1.91, 1.92), "ahead"),     # every seed lower, by more than either spread
+    ((1.90, 1.91, 1.92), (1.80, 1.81, 1.82), "behind"),
+    ((1.80, 1.84, 1.82), (1.81, 1.83, 1.83), "level"),     # the seeds disagree
+    ((1.800, 1.830), (1.801, 1.831), "level"),             # every seed lower, by less than a spread
+    ((1.80,), (1.90,), "one seed"),
+])
+def test_a_comparison_follows_the_written_rule(mine, other, verdict):
+    result = large_vocab.large_vocab_report.compare(_run(*mine), _run(*other))
+    assert result["verdict"] == verdict and result["n"] == len(mine)
+    ratios = [a / b for a, b in zip(mine, other)]
+    assert result["k"] == sum(r < 1 for r in ratios)

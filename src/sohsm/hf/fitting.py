@@ -239,6 +239,7 @@ def fit_to_layer(head, weight: Tensor, hidden: Tensor, targets: Tensor | None = 
         head.zero_grad(set_to_none=True)
         if joint:
             steps += _joint(head, weight, h_train, deadline, bar, hidden[held], held_targets, generator)
+        _seed_statistics(head, weight, h_train)
     finally:
         bar.close()
     kl, ppl_t, ppl_h = _gap(head, weight, hidden[held], held_targets)
@@ -300,6 +301,22 @@ def _cluster_statistics(head, weight: Tensor, hidden: Tensor, chunk: int = 4096)
         q += (probs.T @ head._cluster_log_probs(h).double().clamp_min(-1e4)).cpu()
         mass += probs.sum(0).cpu()
     return q / mass.clamp_min(1e-30)[:, None] / math.log(2), mass / mass.sum()
+
+
+def _seed_statistics(head, weight: Tensor, hidden: Tensor) -> None:
+    """A self-organized head's statistics ``q`` started from what the fitted head and the trained layer say of each
+    word (:func:`_cluster_statistics`), not from "no information": else its first re-clustering in fine-tuning
+    moves every word the steps before it did not show away from the clusters fitted here (docs/results/pretrained.md
+    measures fine-tuning with and without re-clustering). A word the data never makes likely keeps the uniform
+    start."""
+    statistics = getattr(head, "statistics", None)
+    if statistics is None:
+        return
+    q, tf = _cluster_statistics(head, weight, hidden)
+    shortlist = int(getattr(head, "shortlist", 0) or 0)
+    q = q[:, shortlist:]
+    q[tf <= 0] = -math.log2(head.n_clusters - shortlist)
+    statistics.seed(q)
 
 
 def _joint(head, weight: Tensor, hidden: Tensor, deadline: float, bar, held: Tensor, held_targets,

@@ -38,7 +38,7 @@ from transformers.utils import ModelOutput
 from sohsm.heads import Head, TwoLevelSoftmax, build_head, head_options, tying_refusal
 from sohsm.heads.base import check_counts
 from sohsm.hf.extra_state import decode_extra_states, encode_extra_states
-from sohsm.hf.pretrained import check_bias, check_fit_options
+from sohsm.hf.pretrained import TAKEOVER_STAY_MARGIN, check_bias, check_fit_options
 from sohsm.hf.pretrained import take_over as keep_pretrained
 from sohsm.models.tying import tie_embedding
 
@@ -209,8 +209,10 @@ def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bo
     the ``lm_head`` learned (:mod:`sohsm.hf.pretrained`): its rows become the word vectors (a band's rows, with
     ``div_value``, the best low-rank fit of their scores), the words it scores alike start in one cluster (within
     Algorithm 1's bounds), each cluster gets a bias (``cluster_bias=True`` unless the options say otherwise:
-    a cluster's trained probability is a log-sum-exp of its words' scores, a vector plus a constant), and with
-    ``data`` the cluster vectors and biases are fitted to the frozen ``lm_head``'s distribution on it (``fit_seconds``, a ``tqdm`` bar; the gap reached, KL and perplexity against the
+    a cluster's trained probability is a log-sum-exp of its words' scores, a vector plus a constant), a
+    self-organized head moves a word at a re-clustering only by a margin (``stay_margin=3.0`` unless given: its
+    clusters start fitted), and with ``data`` the cluster vectors and biases are fitted to the frozen
+    ``lm_head``'s distribution on it (and a self-organized head's statistics start from it) (``fit_seconds``, a ``tqdm`` bar; the gap reached, KL and perplexity against the
     ``lm_head``, is :class:`~sohsm.hf.fitting.FitReport` ``model.get_output_embeddings().fit_report``). Every other
     head scores words its own way and starts from its own initialisation, with a warning.
 
@@ -268,6 +270,8 @@ def _install(model: PreTrainedModel, name: str, counts, keep_weights: bool, logi
         # a trained layer's cluster probability is a log-sum-exp of its words' scores, which a vector fits only
         # up to a constant per cluster: a bias holds it (docs/results/pretrained.md); saved with the options
         options.setdefault("cluster_bias", True)
+        if "stay_margin" in head_options(name) and options.get("q_clusters") is None:
+            options.setdefault("stay_margin", TAKEOVER_STAY_MARGIN)
     head = build_head(name, in_features, n_classes, counts=counts, **options)
     head.to(weight.device)
     if weight.is_floating_point():

@@ -23,6 +23,10 @@ logger = logging.getLogger("sohsm.hf")
 
 #: the most positions of ``data`` the fit reads (the first ones)
 MAX_TOKENS = 16384
+#: a self-organized head that takes over a trained layer moves a word at a re-clustering only where another cluster
+#: is better for it by this margin: its clusters start fitted, and free moves undo the fit in fine-tuning
+#: (docs/results/pretrained.md: fine-tuned with and without re-clustering; chosen on seed 1, seeds 2 and 3 check it)
+TAKEOVER_STAY_MARGIN = 3.0
 
 
 def check_bias(output: nn.Module, name: str, head: Head, model: PreTrainedModel) -> None:

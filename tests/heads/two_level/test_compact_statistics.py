@@ -259,3 +259,22 @@ def test_sync_free_path_refuses_compact_statistics():
     hidden, target = _batch(torch.Generator().manual_seed(1))
     with pytest.raises(ValueError, match="sync-free path keeps the dense statistics only.*q_clusters=2"):
         head(hidden, target)
+
+
+@pytest.mark.parametrize("q_clusters", [None, 3])
+def test_statistics_seeded_from_known_values_read_back_as_given(q_clusters):
+    """``ClusterStatistics.seed``: the dense ``q`` is the given one; the compact keeps each word's top ``M`` exactly
+    and the rest at their mean; a ``q`` of the wrong width is refused."""
+    from sohsm.heads.two_level.self_organizing.cluster_statistics import ClusterStatistics
+
+    stats = ClusterStatistics(5, 6, 0, -math.log2(6), "epoch", q_clusters, counts_given=True)
+    q = -torch.rand(5, 6, generator=torch.Generator().manual_seed(0)) * 4
+    stats.seed(q)
+    if q_clusters is None:
+        assert torch.equal(stats.dense, q)
+    else:
+        values, index = q.topk(3, dim=1)
+        assert torch.equal(stats.values, values) and torch.equal(stats.index.long(), index)
+        torch.testing.assert_close(stats.rest, (q.sum(1) - values.sum(1)) / 3)
+    with pytest.raises(ValueError, match=r"q must be \[N, 6\]"):
+        stats.seed(q[:, :4])

@@ -149,6 +149,23 @@ class ClusterStatistics:
             self.waiting.ring = None
         self.waiting.static = bool(static)
 
+    @torch.no_grad()
+    def seed(self, q: Tensor) -> None:
+        """Start from ``q`` (``[N, C_learned]``, log2), known before training, in place of "no information": a
+        head that takes over a trained layer knows each word's clusters from it, and a re-clustering from the
+        uniform start would move every word its first steps did not show (compact: each word's top
+        ``q_clusters`` kept, the rest at their mean)."""
+        q = q.to(self.device, (self.dense if self.q_clusters is None else self.values).dtype)
+        if tuple(q.shape) != (q.size(0), self.learned) or (self.dense is not None and q.shape != self.dense.shape):
+            raise ValueError(f"q must be [N, {self.learned}], got {tuple(q.shape)}")
+        if self.q_clusters is None:
+            self.dense.copy_(q)
+            return
+        values, index = q.topk(self.q_clusters, dim=1)
+        self.index.copy_(index.to(self.index.dtype))
+        self.values.copy_(values)
+        self.rest.copy_((q.sum(1) - values.sum(1)) / max(self.learned - self.q_clusters, 1))
+
     # -- reading q ----------------------------------------------------------------------------------------
     def tensors(self) -> dict[str, Tensor]:
         """The tensors of ``q`` by state-dict name: ``q`` (dense), or ``q_index``, ``q_values``, ``q_rest``; what
