@@ -1,8 +1,17 @@
 """The page of ``large_vocab.py``: ``docs/results/large-vocab.md`` and its figures by name (``large-vocab.json``),
-written from the kept runs and speed measurements alone (``python benchmarks/large_vocab.py report``)."""
+written from the kept runs and speed measurements alone (``python benchmarks/large_vocab.py report``).
+
+Each budget's runs are summarised over the seeds kept: every seed's test bits per byte, their mean and their spread
+(largest minus smallest, in % of the mean). A comparison of the self-organized head with another run takes the seeds
+both kept: the gap is the geometric mean of the seed-by-seed ratios of test bits per byte, minus one, and "k of n" the
+seeds where the self-organized head was lower. **The rule**, fixed before the runs: *ahead* (or *behind*) when every
+seed agrees and the gap is larger than either run's spread; *level* when the seeds disagree or the gap is within a
+spread; *one seed* where only one seed was kept by both (no spread to weigh the gap against).
+"""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 #: the issue's targets for the self-organized head: within this share of the tied full softmax's test bits per byte
@@ -31,59 +40,170 @@ def run_summary(folder: Path) -> dict | None:
             "commit": meta["commit"], "unused": unused}
 
 
-def _verdict(figures: dict, speed: dict | None) -> list[str]:
-    """The targets, each met / missed / unmeasured, with the numbers."""
-    runs = figures["runs"]
-    so = runs.get(SELF_ORGANIZED)
-    lines = []
-    full = runs.get(REFERENCE)
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def summarise(seeds: dict[str, dict]) -> dict:
+    """One run over its kept seeds: each seed's figures, the mean test bits per byte and its spread."""
+    bpb = [s["test_bpb"] for s in seeds.values()]
+    mean = _mean(bpb)
+    return {"seeds": seeds, "n": len(seeds), "test_bpb_mean": round(mean, 4),
+            "spread_pct": round(100 * (max(bpb) - min(bpb)) / mean, 2) if len(bpb) > 1 else None,
+            "dev_bpb_mean": round(_mean([s["dev_bpb"] for s in seeds.values()]), 4),
+            "tokens_per_s_mean": round(_mean([s["tokens_per_s"] for s in seeds.values() if s["tokens_per_s"]]
+                                             or [0.0]), 1),
+            "unused_mass_mean": round(_mean([s["unused"]["unused_mass"] for s in seeds.values()]), 4)}
+
+
+def compare(mine: dict, other: dict) -> dict:
+    """The self-organized run against ``other`` over the seeds both kept, by the rule of the module."""
+    common = sorted(set(mine["seeds"]) & set(other["seeds"]), key=int)
+    if not common:
+        return {"n": 0}
+    ratios = [mine["seeds"][s]["test_bpb"] / other["seeds"][s]["test_bpb"] for s in common]
+    gap = 100 * (math.exp(_mean([math.log(r) for r in ratios])) - 1)
+    k = sum(r < 1 for r in ratios)
+    spread = max((s for s in (mine["spread_pct"], other["spread_pct"]) if s is not None), default=None)
+    if len(common) == 1:
+        verdict = "one seed"
+    elif k in (0, len(common)) and (spread is None or abs(gap) > spread):
+        verdict = "ahead" if k else "behind"
+    else:
+        verdict = "level"
+    return {"n": len(common), "k": k, "gap_pct": round(gap, 2), "spread_pct": spread, "verdict": verdict}
+
+
+def _spread(run: dict) -> str:
+    return "one seed" if run["spread_pct"] is None else f"{run['spread_pct']:.2f}% over {run['n']} seeds"
+
+
+def _gap_text(c: dict, mine: dict, other: dict) -> str:
+    return (f"{c['gap_pct']:+.2f}% in test bits per byte, lower on {c['k']} of {c['n']} seed{'s' * (c['n'] > 1)} "
+            f"(spread: its {_spread(mine)}, the other's {_spread(other)})")
+
+
+def _verdict(entry: dict, speed: dict | None) -> list[str]:
+    """The targets, each met / missed / level / unmeasured, with the numbers."""
+    runs = entry["runs"]
+    so, full = runs.get(SELF_ORGANIZED), runs.get(REFERENCE)
     rates = (speed or {}).get("runs", {})
     ratio = None
     if rates.get(SELF_ORGANIZED) and rates.get(REFERENCE):
         ratio = rates[SELF_ORGANIZED]["tokens_per_s"] / rates[REFERENCE]["tokens_per_s"]
-        figures["speed_ratio"] = round(ratio, 1)
+        entry["speed_ratio"] = round(ratio, 1)
     if so is None:
         return ["- every target: **unmeasured** (the self-organized run is not kept yet)."]
+    lines = []
+    speed_text = (f"{ratio:.1f}x its training tokens/s (`speed`, one run after the other)" if ratio is not None else
+                  "the speed ratio unmeasured")
     if full is None:
-        verdict = "met" if ratio is not None and ratio >= FASTER else "missed"
-        speed_text = (f"its training tokens/s is {ratio:.1f}x the full softmax's (`speed`, one after the other on "
-                      f"the shared machine: {verdict} for speed)" if ratio is not None else
-                      "the speed ratio is unmeasured too")
         lines.append(f"- within {100 * WITHIN:.0f}% of the tied full softmax's test bits per byte at >= {FASTER:.0f}x "
                      f"its tokens/s: **unmeasured** for quality (no full-softmax run at this budget); {speed_text}.")
     else:
-        gap = so["test_bpb"] / full["test_bpb"] - 1
-        figures["gap_to_full"] = round(100 * gap, 2)
-        met = gap <= WITHIN and ratio is not None and ratio >= FASTER
+        c = entry["comparisons"][REFERENCE]
+        within = c["gap_pct"] <= 100 * WITHIN
+        met = within and ratio is not None and ratio >= FASTER
         lines.append(f"- within {100 * WITHIN:.0f}% of the tied full softmax at >= {FASTER:.0f}x its tokens/s: "
-                     f"**{'met' if met else 'missed'}**: {so['test_bpb']:.4f} against {full['test_bpb']:.4f} bits per "
-                     f"byte ({100 * gap:+.2f}%), " + (f"{ratio:.1f}x the tokens/s." if ratio else "speed unmeasured."))
+                     f"**{'met' if met else 'missed'}**{' on one seed' if c['n'] == 1 else ''}: "
+                     f"{_gap_text(c, so, full)}; {speed_text}.")
     for other in AHEAD_OF:
         if runs.get(other) is None:
             lines.append(f"- ahead of {other}: **unmeasured** (not kept at this budget).")
             continue
-        gap = so["test_bpb"] / runs[other]["test_bpb"] - 1
-        lines.append(f"- ahead of {other}: **{'ahead' if gap < 0 else 'behind'} on one seed**: {so['test_bpb']:.4f} "
-                     f"against {runs[other]['test_bpb']:.4f} bits per byte ({100 * gap:+.2f}%); with no seed spread "
-                     "beside it yet, neither met nor missed: a gap this size may be a tie.")
+        c = entry["comparisons"][other]
+        word = {"ahead": "met: ahead", "behind": "missed: behind", "level": "level (neither met nor missed)",
+                "one seed": ("ahead" if c["k"] else "behind") + " on one seed (no spread yet: neither met nor missed)"}
+        lines.append(f"- ahead of {other}: **{word[c['verdict']]}**: {_gap_text(c, so, runs[other])}.")
     return lines
+
+
+def _speed_section(tokenizer: str, speed: dict, named: dict) -> list[str]:
+    lines = [f"## {tokenizer}: training speed", "",
+             f"`{speed['command']}` (commit {speed['commit']}): each run trained for about {speed['seconds']:g} s of "
+             "steps after its first, one after another.", "",
+             "| run | tokens/s | steps timed | peak memory (MiB) |", "|---|---:|---:|---:|"]
+    for name, rate in speed["runs"].items():
+        lines.append(f"| {name} | {rate['tokens_per_s']:,.1f} | {rate['steps']} | {rate['peak_rss_mib']:,} |"
+                     if rate else f"| {name} | (no step timed) | | |")
+    named["speed"] = speed["runs"]
+    return lines + [""]
+
+
+def _budget_section(tokenizer: str, budget: int, budget_dir: Path, runs_order: list[str], settings: list[str],
+                    named: dict, speed: dict | None) -> list[str]:
+    per_run: dict[str, dict] = {}
+    for seed_dir in sorted(budget_dir.glob("seed-*"), key=lambda p: int(p.name.split("-")[1])):
+        for name in runs_order:
+            row = run_summary(seed_dir / name)
+            if row:
+                per_run.setdefault(name, {})[seed_dir.name.split("-")[1]] = row
+    runs = {name: summarise(per_run[name]) for name in runs_order if name in per_run}
+    entry = named[f"tokens-{budget}"] = {"runs": runs, "comparisons": {}}
+    so = runs.get(SELF_ORGANIZED)
+    for name, run in runs.items():
+        if so is not None and name != SELF_ORGANIZED:
+            entry["comparisons"][name] = compare(so, run)
+    lines = [f"## {tokenizer}, {budget:,} training tokens", "",
+             f"`sohsm lm train --corpus wikitext-2 {' '.join(settings)} --max-tokens {budget} --tokenizer {tokenizer} "
+             "--head HEAD [--head-option ...] --tie-weights|--no-tie-weights --seed SEED` (each run's exact command: "
+             "its `run.json`)", "",
+             "| run | test bits/byte, seed by seed | mean | spread | dev bits/byte | tokens/s | train peak MiB "
+             "| eval peak MiB | mass on unused rows | commits |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for name in runs_order:
+        run = runs.get(name)
+        if run is None:
+            lines.append(f"| {name} | not kept (yet) | | | | | | | | |")
+            continue
+        seeds = run["seeds"]
+        by_seed = ", ".join(f"s{seed} {row['test_bpb']:.4f}" for seed, row in seeds.items())
+        spread = "–" if run["spread_pct"] is None else f"{run['spread_pct']:.2f}%"
+        lines.append(
+            f"| {name} | {by_seed} | "
+            f"{run['test_bpb_mean']:.4f} | {spread} | "
+            f"{run['dev_bpb_mean']:.4f} | "
+            f"{run['tokens_per_s_mean']:,.1f} | {max(r['train_peak_mib'] for r in seeds.values()):,} | "
+            f"{max(r['eval_peak_mib'] for r in seeds.values()):,} | {100 * run['unused_mass_mean']:.2f}% | "
+            f"{', '.join(sorted({r['commit'] for r in seeds.values()}))} |")
+    any_run = next(iter(runs.values()), None)
+    if any_run:
+        u = next(iter(any_run["seeds"].values()))["unused"]
+        lines += ["", f"Means over the seeds; *spread*: largest minus smallest test bits per byte, in % of the mean. "
+                  f"*Mass on unused rows*: the mean probability the model gives the {u['unused_rows']:,} of "
+                  f"{u['rows']:,} rows that the training split never uses ({100 * u['uniform_share']:.2f}% of the rows: "
+                  f"what a uniform distribution would give them), over the first {u['test_tokens']:,} test positions "
+                  "(`python benchmarks/unused_mass.py RUN --tokens 16384`), the mean over the seeds."]
+    if so:
+        u = next(iter(so["seeds"].values()))["unused"]
+        if "clusters" in u:
+            alone = (f"{u['clusters_of_unused_only']:,} hold nothing else ({u['unused_rows_in_those']:,} unused rows) "
+                     f"and get {100 * u['mass_on_clusters_of_unused_only']:.2f}% of the mass"
+                     if u["clusters_of_unused_only"] else
+                     "none holds unused rows alone: they sit among used ones, spread over the clusters")
+            lines += ["", f"Where the self-organized head keeps them (its first seed): "
+                      f"{u['clusters_holding_unused']:,} of its {u['clusters']:,} clusters hold an unused row; {alone}."]
+    lines += ["", "Targets (issue: the self-organized default against the others at equal tokens; the rule: the "
+              "script's docstring, ahead or behind only where every seed agrees by more than a spread):", ""]
+    return lines + _verdict(entry, speed) + [""]
 
 
 def report(results: Path, output: Path, runs_order: list[str], protocol_title: str, settings: list[str]) -> str:
     """Write the page and ``output.with_suffix('.json')``; return the page."""
-    lines = ["# Large vocabularies on real text: the heads over Llama 3's 128,256 tokens",
+    lines = ["# Large vocabularies on real text: the heads over Llama 3's 128,256 tokens and o200k's 200,019",
              "",
              "Generated by `python benchmarks/large_vocab.py report` from the raw runs committed in",
              "[large-vocab/](large-vocab/) (each run's `config.json`, `metrics.jsonl`, `valid.json`, `test.json`,",
              "`unused.json`, `run.json`). Protocol: " + protocol_title + " (`subword.md`'s transformer), with",
-             "`--tokenizer llama3`: Llama 3's own tokenizer, read offline from the `quicktok-v1` wheel",
-             "(`pip install 'sohsm[tokenizers]'`). **The head has all 128,256 rows** though WikiText-2's training",
-             "split uses about 27,000 of them: the case of a model trained with that tokenizer. Bits per byte (loss in",
-             "bits / UTF-8 bytes of the split's text) take every row's probability mass: a head that gives unused rows",
-             "mass pays for it. Every run of a table reads the same number of training tokens.",
+             "`--tokenizer llama3` or `--tokenizer o200k`: the tokenizers' own files, read offline from the",
+             "`quicktok-v1` wheel (`pip install 'sohsm[tokenizers]'`). **The head has every row of the tokenizer**",
+             "though WikiText-2's training split uses about 27,000 of them: the case of a model trained with that",
+             "tokenizer. Bits per byte (loss in bits / UTF-8 bytes of the split's text) take every row's probability",
+             "mass: a head that gives unused rows mass pays for it. Every run of a table reads the same number of",
+             "training tokens.",
              "",
-             "**The machine was a shared 2-core CPU** (one thread per run, several other jobs beside it): tokens/s are",
-             "a guide. The speed table's runs were measured one after another by the same command, minutes apart.",
+             "One thread per run on a 2-core CPU, two runs side by side (and at times a third job): tokens/s are a",
+             "guide. The speed tables' runs were measured one after another by the same command.",
              ""]
     figures: dict = {}
     for tokenizer_dir in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
@@ -92,66 +212,10 @@ def report(results: Path, output: Path, runs_order: list[str], protocol_title: s
         speed_file = tokenizer_dir / "speed.json"
         speed = json.loads(speed_file.read_text()) if speed_file.exists() else None
         if speed:
-            lines += [f"## {tokenizer}: training speed", "",
-                      f"`{speed['command']}` (commit {speed['commit']}): each run trained for about "
-                      f"{speed['seconds']:g} s of steps after its first, one after another.", "",
-                      "| run | tokens/s | steps timed | peak memory (MiB) |", "|---|---:|---:|---:|"]
-            for name, rate in speed["runs"].items():
-                lines.append(f"| {name} | {rate['tokens_per_s']:,.1f} | {rate['steps']} | {rate['peak_rss_mib']:,} |"
-                             if rate else f"| {name} | (no step timed) | | |")
-            named["speed"] = speed["runs"]
-            full = speed["runs"].get(REFERENCE)
-            if full:
-                hours = {t: round(t / full["tokens_per_s"] / 3600, 1) for t in (1_000_000, 500_000)}
-                named["full_hours"] = {str(t): h for t, h in hours.items()}
-                lines += ["", f"At the full softmax's {full['tokens_per_s']:,.1f} tokens/s, the protocol's 1,000,000 "
-                          f"training tokens take {hours[1_000_000]:.1f} hours here, and 500,000 take "
-                          f"{hours[500_000]:.1f}, before its exact evaluation: the runs below read fewer tokens than "
-                          "the protocol's, the same for every head, and the full softmax's quality is left to a "
-                          "longer session (below)."]
-            lines.append("")
+            lines += _speed_section(tokenizer, speed, named)
         for budget_dir in sorted(tokenizer_dir.glob("tokens-*"), key=lambda p: int(p.name.split("-")[1])):
-            budget = int(budget_dir.name.split("-")[1])
-            for seed_dir in sorted(budget_dir.glob("seed-*")):
-                rows = {name: run_summary(seed_dir / name) for name in runs_order}
-                kept = {name: row for name, row in rows.items() if row}
-                key = f"{budget_dir.name}/{seed_dir.name}"
-                entry = named[key] = {"runs": kept}
-                lines += [f"## {tokenizer}, {budget:,} training tokens, {seed_dir.name.replace('-', ' ')}", "",
-                          f"`sohsm lm train --corpus wikitext-2 {' '.join(settings)} --max-tokens {budget} "
-                          f"--tokenizer {tokenizer} --head HEAD [--head-option ...] --tie-weights|--no-tie-weights "
-                          f"--seed {seed_dir.name.split('-')[1]}` (each run's exact command: its `run.json`)", "",
-                          "| run | dev bits/byte | test bits/byte | test ppl/token | tokens/s | train peak MiB "
-                          "| eval peak MiB | mass on unused rows | commit |",
-                          "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-                for name, row in rows.items():
-                    if row is None:
-                        lines.append(f"| {name} | not kept (yet) | | | | | | | |")
-                        continue
-                    lines.append(f"| {name} | {row['dev_bpb']:.4f} | {row['test_bpb']:.4f} | "
-                                 f"{row['test_ppl_token']:,.2f} | {row['tokens_per_s']:,.1f} | "
-                                 f"{row['train_peak_mib']:,} | {row['eval_peak_mib']:,} | "
-                                 f"{100 * row['unused']['unused_mass']:.2f}% | {row['commit']} |")
-                any_row = next(iter(kept.values()), None)
-                if any_row:
-                    u = any_row["unused"]
-                    lines += ["", f"*Mass on unused rows*: the mean probability the model gives the "
-                              f"{u['unused_rows']:,} of {u['rows']:,} rows that the training split never uses "
-                              f"({100 * u['uniform_share']:.2f}% of the rows: what a uniform distribution would give "
-                              f"them), over the first {u['test_tokens']:,} test positions "
-                              "(`python benchmarks/unused_mass.py RUN --tokens 16384`)."]
-                so = kept.get(SELF_ORGANIZED)
-                if so and "clusters" in so["unused"]:
-                    u = so["unused"]
-                    alone = (f"{u['clusters_of_unused_only']:,} hold nothing else ({u['unused_rows_in_those']:,} "
-                             f"unused rows) and get {100 * u['mass_on_clusters_of_unused_only']:.2f}% of the mass"
-                             if u["clusters_of_unused_only"] else
-                             "none holds unused rows alone: they sit among used ones, spread over the clusters")
-                    lines += ["", f"Where the self-organized head keeps them: {u['clusters_holding_unused']:,} of its "
-                              f"{u['clusters']:,} clusters hold an unused row; {alone}."]
-                lines += ["", "Targets (issue: the self-organized default against the others at equal tokens):", ""]
-                lines += _verdict(entry, speed)
-                lines.append("")
+            lines += _budget_section(tokenizer, int(budget_dir.name.split("-")[1]), budget_dir, runs_order,
+                                     settings, named, speed)
     text = "\n".join(lines).rstrip() + "\n"
     output.write_text(text)
     output.with_suffix(".json").write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
