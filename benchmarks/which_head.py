@@ -1,5 +1,6 @@
-"""Which head to pick, computed from the committed runs: README's section "Which head to pick" and the generated part
-of docs/results/which-head.md, both written by this script and by no hand.
+"""Which head to pick, computed from the committed runs: README's section "Which head to pick" and its long form,
+docs/results/which-head-table.md, both written by this script and by no hand (docs/results/which-head.md, written by
+hand, gives the evidence in words and links the table).
 
 Usage::
 
@@ -50,12 +51,10 @@ from which_head_runs import Form, Speed, Table
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-WHICH_HEAD = ROOT / "docs" / "results" / "which-head.md"
+TABLE = ROOT / "docs" / "results" / "which-head-table.md"
 SECTION = "## Which head to pick"
 GPU = "On a GPU: what is measured"
 COMMAND = "python benchmarks/which_head.py"
-BEGIN = f"<!-- written by `{COMMAND}` from the committed runs: edit the script, not this part -->"
-END = "<!-- end of the part written by the script -->"
 
 #: every head's base class and its tied embedding, which every head below runs
 COMMON = ("src/sohsm/heads/base.py", "src/sohsm/heads/tying.py")
@@ -234,7 +233,7 @@ def _gap(p: Pair) -> str:
 def readme_row(table: Table, verdict: Verdict) -> str:
     """A row of README's table: the situation (a link to its detail), the pick's command or the forms level with the
     top, the top against the runner-up, and how and when it was measured."""
-    link = f"[{title(table)}](docs/results/which-head.md#{slug(title(table))})"
+    link = f"[{title(table)}](docs/results/which-head-table.md#{slug(title(table))})"
     if verdict.status == "unmeasured":
         stale = state(speed_staleness(table.speed, table.loop))
         return (f"| {link} | quality unmeasured | speed: {speed_words(table.speed)} | one run each, "
@@ -265,15 +264,15 @@ def gpu_row(tables: list[Table]) -> str:
     last = _oldest(c for s, _ in speeds for c in s.commits.values()) if speeds else "none"
     quality = [t for t in tables if t.device == "GPU"]
     quality_state = state(set().union(*(form_staleness(f, t.loop) for t in quality for f in t.forms)))
-    link = f"[on a GPU](docs/results/which-head.md#{slug(GPU)})"
+    link = f"[on a GPU](docs/results/which-head-table.md#{slug(GPU)})"
     speed = f"speed: {len(current)} current" if current else f"speed: stale ({last})"
     return f"| {link} | unmeasured | {speed} | quality: {len(quality)} rows, {quality_state} |"
 
 
 def readme_section(tables: list[Table]) -> str:
     rows = [readme_row(t, decide(t.forms)) for t in tables if t.readme]
-    intro = (f"Computed by `{COMMAND}` from the committed runs, each row in full in [which-head.md]"
-             "(docs/results/which-head.md#the-rules) with its rules: *gap*, the top's perplexity (bits/byte for "
+    intro = (f"Computed by `{COMMAND}` from the committed runs, each row in full in [which-head-table.md]"
+             "(docs/results/which-head-table.md#the-rules) with its rules: *gap*, the top's perplexity (bits/byte for "
              "subword tokens) over the runner-up's, lower on k of n seeds; *level*, the seeds disagree or the gap is "
              "within its seed spread: no pick; *stale*, measured before its head's or the loop's code changed.")
     return "\n".join([
@@ -343,7 +342,7 @@ def situation(table: Table) -> list[str]:
                           *([table.metric] if table.metric else []),
                           f"the runs: [{table.page.split('/')[-1]}]({table.page})"])
     not_run = f" Not run: {', '.join(f'`{h}`' for h in missing)}." if table.forms and missing else ""
-    lines = [f"### {title(table)}", "", f"{verdict_words(verdict)} {measured}.{not_run}"]
+    lines = [f"## {title(table)}", "", f"{verdict_words(verdict)} {measured}.{not_run}"]
     if table.forms:
         lines += ["", "| form | command | seeds | mean | the top over it | lower on | seed spread: the top is "
                   "| commits | changed since |", "|---|---|---|---:|---:|---|---|---|---|"]
@@ -352,19 +351,20 @@ def situation(table: Table) -> list[str]:
 
 
 def _wrapped(line: str) -> list[str]:
-    """A paragraph or list item in lines of 120 characters at most; a table row, heading or comment as it is."""
-    if line.startswith(("|", "#", "<!--")) or len(line) <= 120:
+    """A paragraph or list item in lines of 120 characters at most; a table row or heading as it is."""
+    if line.startswith(("|", "#")) or len(line) <= 120:
         return [line]
     return textwrap.wrap(line, 120, subsequent_indent="  " if line.startswith("- ") else "",
                          break_long_words=False, break_on_hyphens=False)
 
 
-def which_head_part(tables: list[Table]) -> str:
-    """which-head.md's computed part: the rules, the code each run is checked against, every situation, a GPU."""
-    lines = [BEGIN, "", "## The table, computed", "",
-             f"Written by `{COMMAND}` from the committed runs (`benchmarks/which_head_runs.py` says what each "
-             "situation reads); README's section \"Which head to pick\" is its summary, a row a situation.", "",
-             "### The rules", "", *_rules().split("\n"), "",
+def table_page(tables: list[Table]) -> str:
+    """which-head-table.md: the rules, the code each run is checked against, every situation in full, a GPU."""
+    lines = ["# Which head to pick: the table, computed", "",
+             f"Written by `{COMMAND}` from the committed runs, and by no hand (`benchmarks/which_head_runs.py` says "
+             "what each situation reads). README's section \"Which head to pick\" is its summary, a row a situation; "
+             "[which-head.md](which-head.md) gives the evidence in words.", "",
+             "## The rules", "", *_rules().split("\n"), "",
              "The code each run is checked against (a folder: every file in it):", "",
              *(f"- {name}: {', '.join(f'`{p}`' for p in paths)}" for name, paths in code_paths().items()), ""]
     for table in tables:
@@ -372,12 +372,11 @@ def which_head_part(tables: list[Table]) -> str:
     speeds = "; ".join(f"{s.device}, commit {', '.join(sorted(set(s.commits.values())))}: {now}"
                        for s, now in gpu_speeds(tables))
     quality = "; ".join(f"[{title(t)}](#{slug(title(t))})" for t in tables if t.device == "GPU")
-    lines += [f"### {GPU}", "",
+    lines += [f"## {GPU}", "",
               f"Speed: {speeds or 'none'} (the GPU speeds of `docs/benchmarks/measured.json`; "
               "[gpu.md](../benchmarks/gpu.md) keeps others, written by hand, which this script does not read). "
-              f"Quality: {quality or 'none'}. A speed of this code on a GPU is unmeasured unless one here is current.",
-              "", END]
-    return "\n".join(wrapped for line in lines for wrapped in _wrapped(line))
+              f"Quality: {quality or 'none'}. A speed of this code on a GPU is unmeasured unless one here is current."]
+    return "\n".join(wrapped for line in lines for wrapped in _wrapped(line)) + "\n"
 
 
 def readme_text(text: str, section: str) -> str:
@@ -388,18 +387,12 @@ def readme_text(text: str, section: str) -> str:
     return text[:match.start(1)] + section + text[match.end(1):]
 
 
-def which_head_text(text: str, part: str) -> str:
-    """``text`` (which-head.md) with its generated part replaced by ``part``."""
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"docs/results/which-head.md has no generated part ({BEGIN!r} ... {END!r})")
-    return text[:text.index(BEGIN)] + part + text[text.index(END) + len(END):]
-
-
 def written(texts: dict[Path, str]) -> dict[Path, str]:
-    """README.md and which-head.md (``texts``: as they are) as this script writes them from the committed runs."""
+    """README.md (``texts[README]``: as it is) and which-head-table.md as this script writes them from the committed
+    runs."""
     tables = runs.tables()
     return {README: readme_text(texts[README], readme_section(tables)),
-            WHICH_HEAD: which_head_text(texts[WHICH_HEAD], which_head_part(tables))}
+            TABLE: table_page(tables)}
 
 
 def differences(texts: dict[Path, str]) -> list[str]:
@@ -412,7 +405,7 @@ def differences(texts: dict[Path, str]) -> list[str]:
                                 if a != b)
             problems.append(f"{path.relative_to(ROOT)} is not what `{COMMAND}` writes from the committed runs (a run "
                             f"added, or code changed since a run: a row turned stale): «{have}» should read "
-                            f"«{should}». Run `{COMMAND}` and commit README.md and docs/results/which-head.md.")
+                            f"«{should}». Run `{COMMAND}` and commit README.md and {TABLE.relative_to(ROOT)}.")
     return problems
 
 
@@ -420,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 where a page differs")
     args = parser.parse_args(argv)
-    texts = {path: path.read_text() for path in (README, WHICH_HEAD)}
+    texts = {path: path.read_text() if path.exists() else "" for path in (README, TABLE)}
     if args.check:
         problems = differences(texts)
         for problem in problems:

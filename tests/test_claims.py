@@ -1,7 +1,8 @@
 """The figures README's "Which head to pick" and docs/results/which-head.md quote are those of the pages they link,
 and the generated result pages are what their scripts write from the committed runs: a page and its quotes cannot
-drift apart. (which-head.md's computed part, written by benchmarks/which_head.py, is checked by tests/test_which_head.py
-against what the script writes; here only its hand-written sections are read as quotes.)
+drift apart. (README's section and its long form, docs/results/which-head-table.md, are written by
+benchmarks/which_head.py: tests/test_which_head.py compares them with what the script writes. README's rows are still
+read here as quotes of the table page they link.)
 
 A quoting text is split into units: a paragraph, a list item (a nested one is a unit of its own), a table row, a
 heading; fenced code (commands) is left out. A figure is a number with one decimal point as printed (104.07, 2.28 of
@@ -122,16 +123,8 @@ def readme_section(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def hand_written(text: str) -> str:
-    """which-head.md without the part benchmarks/which_head.py writes (computed, not quoted: its test compares it with
-    what the script writes from the runs)."""
-    script = _script("which_head")
-    assert script.BEGIN in text and script.END in text, "which-head.md lost the markers of its computed part"
-    return text[:text.index(script.BEGIN)] + text[text.index(script.END) + len(script.END):]
-
-
 def test_which_head_md_quotes_only_what_its_linked_pages_say():
-    problems = unquoted(hand_written(WHICH_HEAD.read_text()), WHICH_HEAD.parent, "docs/results/which-head.md")
+    problems = unquoted(WHICH_HEAD.read_text(), WHICH_HEAD.parent, "docs/results/which-head.md")
     assert not problems, "\n".join(problems)
 
 
@@ -175,7 +168,7 @@ def test_readme_section_runs_to_the_next_second_level_heading():
     assert readme_section("**Which head to pick.** 1.5x\n\n## Set up\n") is None
 
 
-# ---- README's section and which-head.md's computed part: written by benchmarks/which_head.py ---------------------
+# ---- README's section and its long form, which-head-table.md: written by benchmarks/which_head.py ---------------
 #
 # The section is the script's output from the committed runs (tests/test_which_head.py compares them and changes each
 # figure, sign, k of n and name). What this file keeps of it: the words, the spans a mutation changes, and the speeds
@@ -228,9 +221,9 @@ def test_readme_section_is_under_450_words():
 
 def test_hand_measured_figures_are_their_pages():
     """docs/benchmarks/measured.json keeps the speeds of pages written by hand: each tokens/s as the page prints it,
-    the ratio which_head.py renders from them (the fastest over the next) printed there too, and which-head.md names
-    the commit that measured them."""
-    which_head = WHICH_HEAD.read_text()
+    the ratio which_head.py renders from them (the fastest over the next) printed there too, and which-head-table.md
+    names the commit that measured them."""
+    table = (DOCS / "results" / "which-head-table.md").read_text()
     for name, measured in json.loads((ROOT / MEASURED).read_text()).items():
         page = (ROOT / measured["page"]).read_text()
         for head, rate in measured["tokens_per_s"].items():
@@ -238,7 +231,7 @@ def test_hand_measured_figures_are_their_pages():
         assert measured["commit"] and measured["device"] and measured["command"], name
         fast, slow = sorted(measured["tokens_per_s"].values(), reverse=True)[:2]
         assert f"{fast / slow:.2f}x" in page, f"{MEASURED} {name}: {fast / slow:.2f}x is not on {measured['page']}"
-        assert f"commit {measured['commit']}" in which_head, f"which-head.md: no commit {measured['commit']} ({name})"
+        assert f"commit {measured['commit']}" in table, f"which-head-table.md: no commit {measured['commit']} ({name})"
 
 
 # ---- which-head.md's tables, row by row from the same named figures (its prose keeps the check above) ------------
