@@ -127,7 +127,11 @@ def decide(forms: list[Form]) -> Verdict:
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    """``git ARGS`` in the repository; a failed command (no git at all included) returns non-zero, never raises."""
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    except OSError as error:
+        return subprocess.CompletedProcess(["git", *args], 128, "", str(error))
 
 
 @functools.cache

@@ -78,8 +78,11 @@ HF = ("src/sohsm/hf/",)
 
 def kept_at(folders: list[str]) -> dict[str, str]:
     """File -> the commit that first added it (7 characters), for every file under ``folders`` (one ``git log``)."""
-    done = subprocess.run(["git", "log", "--no-renames", "--diff-filter=A", "--format=%x00%H", "--name-only", "--",
-                           *folders], cwd=ROOT, capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(["git", "log", "--no-renames", "--diff-filter=A", "--format=%x00%H", "--name-only",
+                               "--", *folders], cwd=ROOT, capture_output=True, text=True, check=False)
+    except OSError:  # no git here: every such commit unknown
+        return {}
     found, commit = {}, None
     for line in done.stdout.splitlines() if done.returncode == 0 else []:
         if line.startswith("\0"):
