@@ -3,10 +3,11 @@ written from the kept runs and speed measurements alone (``python benchmarks/lar
 
 Each budget's runs are summarised over the seeds kept: every seed's test bits per byte, their mean and their spread
 (largest minus smallest, in % of the mean). A comparison of the self-organized head with another run takes the seeds
-both kept: the gap is the geometric mean of the seed-by-seed ratios of test bits per byte, minus one, and "k of n" the
-seeds where the self-organized head was lower. **The rule**, fixed before the runs: *ahead* (or *behind*) when every
-seed agrees and the gap is larger than either run's spread; *level* when the seeds disagree or the gap is within a
-spread; *one seed* where only one seed was kept by both (no spread to weigh the gap against).
+both kept: the gap is the geometric mean of the seed-by-seed ratios of test bits per byte, minus one, "k of n" the
+seeds where the self-organized head was lower, and the comparison's spread the range of those ratios (the seeds are
+paired: the same data order for both runs). **The rule**, the decision table's (``which_head.py``): *ahead* (or
+*behind*) when every seed agrees and the gap is larger than that spread; *level* when the seeds disagree or the gap is
+within it; *one seed* where only one seed was kept by both (no spread to weigh the gap against).
 """
 from __future__ import annotations
 
@@ -64,10 +65,10 @@ def compare(mine: dict, other: dict) -> dict:
     ratios = [mine["seeds"][s]["test_bpb"] / other["seeds"][s]["test_bpb"] for s in common]
     gap = 100 * (math.exp(_mean([math.log(r) for r in ratios])) - 1)
     k = sum(r < 1 for r in ratios)
-    spread = max((s for s in (mine["spread_pct"], other["spread_pct"]) if s is not None), default=None)
-    if len(common) == 1:
+    spread = round(100 * (max(ratios) - min(ratios)), 2) if len(common) > 1 else None
+    if spread is None:
         verdict = "one seed"
-    elif k in (0, len(common)) and (spread is None or abs(gap) > spread):
+    elif k in (0, len(common)) and abs(gap) > spread:
         verdict = "ahead" if k else "behind"
     else:
         verdict = "level"
@@ -79,8 +80,10 @@ def _spread(run: dict) -> str:
 
 
 def _gap_text(c: dict, mine: dict, other: dict) -> str:
-    return (f"{c['gap_pct']:+.2f}% in test bits per byte, lower on {c['k']} of {c['n']} seed{'s' * (c['n'] > 1)} "
-            f"(spread: its {_spread(mine)}, the other's {_spread(other)})")
+    paired = "no spread (one seed)" if c["spread_pct"] is None else f"the seed-by-seed ratios' spread {c['spread_pct']:.2f}%"
+    return (f"{c['gap_pct']:+.2f}% in test bits per byte, lower on {c['k']} of {c['n']} seed{'s' * (c['n'] > 1)}, "
+            f"{paired} (each run's own spread: the self-organized head's {_spread(mine)}, the other's "
+            f"{_spread(other)})")
 
 
 def _verdict(entry: dict, speed: dict | None) -> list[str]:
@@ -183,8 +186,9 @@ def _budget_section(tokenizer: str, budget: int, budget_dir: Path, runs_order: l
                      "none holds unused rows alone: they sit among used ones, spread over the clusters")
             lines += ["", f"Where the self-organized head keeps them (its first seed): "
                       f"{u['clusters_holding_unused']:,} of its {u['clusters']:,} clusters hold an unused row; {alone}."]
-    lines += ["", "Targets (issue: the self-organized default against the others at equal tokens; the rule: the "
-              "script's docstring, ahead or behind only where every seed agrees by more than a spread):", ""]
+    lines += ["", "Targets (issue: the self-organized default against the others at equal tokens; the rule, the "
+              "decision table's: ahead or behind only where every seed agrees by more than the seed-by-seed ratios' "
+              "spread):", ""]
     return lines + _verdict(entry, speed) + [""]
 
 

@@ -62,7 +62,14 @@ HEADS = (
                          "as fairseq's large-vocabulary language models"),
     ("two_level_frequency", "frequency binning (two-level, sqrt(N) clusters by frequency, fixed)"),
     ("self_organized", "self-organized (the default)"),
+    ("importance_sampling", "sampled softmax (importance sampling, 1,024 unigram samples shared by the batch; untied: "
+                            "a sampled head cannot be tied; exact evaluation)"),
+    ("nce", "noise-contrastive estimation (1,024 unigram noise samples shared by the batch; untied; exact "
+            "evaluation)"),
 )
+#: the sampled heads' flags: their samples, as large-vocabulary runs use them, and untied (they cannot be tied)
+SAMPLED = {"importance_sampling": ["--head-option", "n_samples=1024", "--no-tie-weights"],
+           "nce": ["--head-option", "n_samples=1024", "--no-tie-weights"]}
 TOKENS_PER_STEP = 128 * 20
 #: a full softmax's batch of logits beyond this many bytes is not run (it and its gradient would not fit beside
 #: the other runs of a shared machine): 2.6 GB at 256k words
@@ -78,7 +85,7 @@ def head_args(key: str, n: int) -> list[str]:
         cutoffs = [c for c in (4000, 40_000, 200_000) if c < n]
         return ["--head", "adaptive", "--head-option", f"cutoffs={json.dumps(cutoffs).replace(' ', '')}",
                 "--head-option", "div_value=4"]
-    return ["--head", key]
+    return ["--head", key, *SAMPLED.get(key, [])]
 
 
 def not_run(key: str, n: int) -> str | None:
@@ -330,6 +337,55 @@ def words_label(n: int) -> str:
     return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k"
 
 
+def at_the_largest(results: dict, n: int) -> list[str]:
+    """Which head to train at ``n`` words and why, from the table: training speed first, then exact evaluation and
+    top-10, and what the stream cannot say (quality: the sampled heads' on real text is large-vocab.md's)."""
+    cells = {key: results.get(f"{key}@{n}") for key, _ in HEADS}
+    cells = {key: c for key, c in cells.items() if c and "tokens_per_s" in c}
+    if len(cells) < 2:
+        return []
+    order = sorted(cells, key=lambda k: -cells[k]["tokens_per_s"])
+    fastest, so = order[0], cells.get("self_organized")
+    lines = ["", f"At {words_label(n)} words, by this table: training tokens/s, fastest first: "
+             + ", ".join(f"`{k}` {cells[k]['tokens_per_s']:,.0f}" for k in order)
+             + "; exact evaluation tokens/s: "
+             + ", ".join(f"`{k}` {cells[k]['eval_tokens_per_s']:,.0f}"
+                         for k in sorted(cells, key=lambda k: -cells[k]["eval_tokens_per_s"]))
+             + "; top-10 ms: "
+             + ", ".join(f"`{k}` {cells[k]['top10_ms']:.1f}" for k in sorted(cells, key=lambda k: cells[k]["top10_ms"]))
+             + "."]
+    if so is None:
+        return lines
+    sampled = [k for k in ("importance_sampling", "nce") if k in cells]
+    if fastest == "self_organized":
+        why = (f"Train the self-organized head: it trains fastest here ({so['tokens_per_s'] / cells[order[1]]['tokens_per_s']:.2f}x "
+               f"`{order[1]}`, the next)")
+    else:
+        why = (f"`{fastest}` trains {cells[fastest]['tokens_per_s'] / so['tokens_per_s']:.2f}x the self-organized "
+               "head's tokens/s here")
+    quality = _sampled_quality()
+    lines += ["", why + ". A Zipf stream says nothing of quality"
+              + (f": on real text with Llama 3's 128,256 tokens ([large-vocab.md](../results/large-vocab.md), "
+                 f"{quality['budget']} training tokens) the self-organized head's test bits per byte were "
+                 f"{quality['gap_pct']:+.2f}% the sampled softmax's (lower on {quality['k']} of {quality['n']} "
+                 "seeds): the quality a sampled head's speed is bought with." if sampled and quality else
+                 ": see [large-vocab.md](../results/large-vocab.md) for quality at 128k tokens.")]
+    return lines
+
+
+def _sampled_quality() -> dict | None:
+    """The self-organized head against the sampled softmax on large-vocab.md's largest budget, from its JSON."""
+    path = HERE.parent / "docs" / "results" / "large-vocab.json"
+    if not path.exists():
+        return None
+    budgets = {k: v for k, v in json.loads(path.read_text()).get("llama3", {}).items() if k.startswith("tokens-")}
+    for key in sorted(budgets, key=lambda k: -int(k.split("-")[1])):
+        c = budgets[key].get("comparisons", {}).get("importance_sampling-untied")
+        if c and c.get("n"):
+            return {**c, "budget": f"{int(key.split('-')[1]):,}"}
+    return None
+
+
 def report(results: dict, output: Path, command: str) -> None:
     """The page (table, command, plot) from ``results`` alone."""
     from _machine import machine, write_page
@@ -383,6 +439,7 @@ def report(results: dict, output: Path, command: str) -> None:
         own = f"{s['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base and "tokens_per_s" in base else "-"
         lines.append(f"| {words_label(n)} | {s['tokens_per_s']:,.0f} | {best['tokens_per_s']:,.0f} "
                      f"(`{best['head']}`) | {s['tokens_per_s'] / best['tokens_per_s']:.1f}x | {own} |")
+    lines += at_the_largest(results, SIZES[-1])
     lines += targets(results)
     lines += why_adaptive_is_slow(SIZES[-1])
     parts = [results.get(f"parts@{n}") for n in (SIZES[0], SIZES[-1])]

@@ -74,7 +74,7 @@ def _run(*bpb: float) -> dict:
     ((1.80, 1.81, 1.82), (1.90, 1.91, 1.92), "ahead"),     # every seed lower, by more than either spread
     ((1.90, 1.91, 1.92), (1.80, 1.81, 1.82), "behind"),
     ((1.80, 1.84, 1.82), (1.81, 1.83, 1.83), "level"),     # the seeds disagree
-    ((1.800, 1.830), (1.801, 1.831), "level"),             # every seed lower, by less than a spread
+    ((1.800, 1.830), (1.801, 1.850), "level"),             # every seed lower, by less than the ratios' spread
     ((1.80,), (1.90,), "one seed"),
 ])
 def test_a_comparison_follows_the_written_rule(mine, other, verdict):
