@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -46,6 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "large-vocab"
 REPORT = ROOT / "docs" / "results" / "large-vocab.md"
 TOKENIZERS = ("llama3", "o200k")
+#: the rows of each tokenizer's output layer (N), for the options given in % of N
+ROWS = {"llama3": 128_256, "o200k": 200_019}
 #: the protocol's flags (its corpus and model) but for the budget, which ``--tokens`` sets for every run alike
 PROTOCOL = "transformer-wikitext-2"
 #: run name -> (head, tied, head options), in the order ``train`` takes them: the cheap heads first, the full
@@ -54,6 +57,9 @@ RUNS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     "self_organized-tied": ("self_organized", True, ()),
     # fairseq's large-vocabulary configurations: a head of 20,000 tokens, tails to 60,000 and the rest, factor 4
     "adaptive_20k-tied": ("adaptive", True, ("cutoffs=[20000,60000]",)),
+    # the tuning protocol's adaptive softmax (fair_quality.py's adaptive_tuned-tied): cutoffs at 10% and 40% of N,
+    # div_value 2, as tuning chose it on Penn Treebank, scaled to N
+    "adaptive_tuned-tied": ("adaptive", True, ("cutoffs=[10%N,40%N]", "div_value=2")),
     # sampled softmax as it is used at this size: 1,024 unigram samples shared by the batch; exact evaluation
     "importance_sampling-untied": ("importance_sampling", False, ("n_samples=1024",)),
     "two_level_frequency-tied": ("two_level_frequency", True, ()),
@@ -75,6 +81,7 @@ def new_run(name: str, tokenizer: str, seed: int, tokens: int | None, extra: lis
     """The ``sohsm lm train`` flags of a new run (without ``--run-dir``)."""
     head, tied, options = RUNS[name]
     corpus, _, _ = PROTOCOLS[PROTOCOL]
+    options = [re.sub(r"(\d+)%N", lambda m: str(round(int(m.group(1)) / 100 * ROWS[tokenizer])), o) for o in options]
     return ["--corpus", corpus, *_settings(tokens), "--tokenizer", tokenizer, "--head", head,
             *(arg for option in options for arg in ("--head-option", option)),
             "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed), *(extra or [])]
