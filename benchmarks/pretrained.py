@@ -362,6 +362,18 @@ def _scale_target(args, speed: float, at_scale: dict | None) -> str:
             f"{'**met**' if ratio >= 1.5 else '**not met**'} (conversion {at_scale['convert_seconds']:.1f} s); {here}.")
 
 
+def _recorded(argv: list[str]) -> list[str]:
+    """The arguments a page's command line shows: without ``--no-write``, ``--models`` and its folder (a place on
+    the machine that ran it, not a setting of the measurement)."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip or arg == "--no-write" or arg.startswith("--models"):
+            skip = arg == "--models"
+            continue
+        shown.append(arg)
+    return shown
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="1")
@@ -397,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             OUT_JSON.write_text(json.dumps(data, indent=1) + "\n")
         OUT_MD.write_text(report(kept, data["results"], data["commit"], data.get("speed")))
         return 0
-    args.argv = [a for a in argv if a != "--no-write" and not a.startswith("--models")]
+    args.argv = _recorded(argv)
     args.heads = args.heads.split(",")
     torch.set_num_threads(1)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
