@@ -80,7 +80,8 @@ def _spread(run: dict) -> str:
 
 
 def _gap_text(c: dict, mine: dict, other: dict) -> str:
-    paired = "no spread (one seed)" if c["spread_pct"] is None else f"the seed-by-seed ratios' spread {c['spread_pct']:.2f}%"
+    paired = ("no spread (one seed)" if c["spread_pct"] is None else
+              f"the seed-by-seed ratios' spread {c['spread_pct']:.2f}%")
     return (f"{c['gap_pct']:+.2f}% in test bits per byte, lower on {c['k']} of {c['n']} seed{'s' * (c['n'] > 1)}, "
             f"{paired} (each run's own spread: the self-organized head's {_spread(mine)}, the other's "
             f"{_spread(other)})")
@@ -174,7 +175,8 @@ def _budget_section(tokenizer: str, budget: int, budget_dir: Path, runs_order: l
         u = next(iter(any_run["seeds"].values()))["unused"]
         lines += ["", f"Means over the seeds; *spread*: largest minus smallest test bits per byte, in % of the mean. "
                   f"*Mass on unused rows*: the mean probability the model gives the {u['unused_rows']:,} of "
-                  f"{u['rows']:,} rows that the training split never uses ({100 * u['uniform_share']:.2f}% of the rows: "
+                  f"{u['rows']:,} rows that the training split never uses "
+                  f"({100 * u['uniform_share']:.2f}% of the rows: "
                   f"what a uniform distribution would give them), over the first {u['test_tokens']:,} test positions "
                   "(`python benchmarks/unused_mass.py RUN --tokens 16384`), the mean over the seeds."]
     if so:
@@ -185,7 +187,8 @@ def _budget_section(tokenizer: str, budget: int, budget_dir: Path, runs_order: l
                      if u["clusters_of_unused_only"] else
                      "none holds unused rows alone: they sit among used ones, spread over the clusters")
             lines += ["", f"Where the self-organized head keeps them (its first seed): "
-                      f"{u['clusters_holding_unused']:,} of its {u['clusters']:,} clusters hold an unused row; {alone}."]
+                      f"{u['clusters_holding_unused']:,} of its {u['clusters']:,} clusters hold an unused row; "
+                      f"{alone}."]
     lines += ["", "Targets (issue: the self-organized default against the others at equal tokens; the rule, the "
               "decision table's: ahead or behind only where every seed agrees by more than the seed-by-seed ratios' "
               "spread):", ""]

@@ -299,7 +299,8 @@ def report(args, results: list[dict], commit: str, speed: dict | None = None) ->
            f"{ratio(still, 'wiki_test_ppl', 'wiki_test_ppl'):.4f} | |"]
           if all(still in r for r in results) else []),
         "",
-        *([f"Re-clusterings of the converted head, a seed: {_mean([r[so]['reclusterings'] for r in results]):g} on average; "
+        *([f"Re-clusterings of the converted head, a seed: "
+           f"{_mean([r[so]['reclusterings'] for r in results]):g} on average; "
            "the share of its words each re-clustering moved, seed by seed: "
            + "; ".join(f"seed {r['seed']}: {', '.join(f'{m:.4f}' for m in r[so]['moved_words']) or 'none'}"
                        for r in results) + ".", ""] if all("moved_words" in r[so] for r in results) else []),
@@ -308,7 +309,7 @@ def report(args, results: list[dict], commit: str, speed: dict | None = None) ->
 
 
 def _variants(results: list[dict]) -> list[str]:
-    """The self-organized head converted in other forms (:data:`VARIANTS`), seed by seed, where the run measured them."""
+    """The self-organized head converted in other forms (:data:`VARIANTS`), seed by seed, where measured."""
     measured = [v for v in VARIANTS if all(f"self_organized:{v}" in r for r in results)]
     if not measured:
         return []
@@ -316,7 +317,8 @@ def _variants(results: list[dict]) -> list[str]:
     lines = ["### The self-organized head converted in other forms", "",
              "| conversion | x full, each seed | mean | held-out KL (nats/token), mean |", "|---|---|---|---|"]
     for label, key in [("the default (`cluster_bias=True`, C and shortlist ceil(sqrt(N)))", "self_organized")] + [
-            (f"{v} ({', '.join(f'{k}={o}' for k, o in VARIANTS[v].items())})", f"self_organized:{v}") for v in measured]:
+            (f"{v} ({', '.join(f'{k}={o}' for k, o in VARIANTS[v].items())})", f"self_organized:{v}")
+            for v in measured]:
         lines.append(f"| {label} | {', '.join(f'{ratio(key, r):.4f}' for r in results)} | "
                      f"{_mean([ratio(key, r) for r in results]):.4f} | "
                      f"{_mean([r[key]['fit_kl'] for r in results]):.4f} |")

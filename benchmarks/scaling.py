@@ -354,12 +354,17 @@ def at_the_largest(results: dict, n: int) -> list[str]:
              + "; top-10 ms: "
              + ", ".join(f"`{k}` {cells[k]['top10_ms']:.1f}" for k in sorted(cells, key=lambda k: cells[k]["top10_ms"]))
              + "."]
+    commits = sorted({c.get("commit", "-") for c in cells.values()})
+    if len(commits) > 1:
+        lines[-1] += (f" The cells were measured at {len(commits)} commits ({', '.join(commits)}), on different days: "
+                      "CPU time, but on a machine shared with other work: a ratio between cells of different commits "
+                      "carries the machine's noise as well as the heads'.")
     if so is None:
         return lines
     sampled = [k for k in ("importance_sampling", "nce") if k in cells]
     if fastest == "self_organized":
-        why = (f"Train the self-organized head: it trains fastest here ({so['tokens_per_s'] / cells[order[1]]['tokens_per_s']:.2f}x "
-               f"`{order[1]}`, the next)")
+        lead = so["tokens_per_s"] / cells[order[1]]["tokens_per_s"]
+        why = f"Train the self-organized head: it trains fastest here ({lead:.2f}x `{order[1]}`, the next)"
     else:
         why = (f"`{fastest}` trains {cells[fastest]['tokens_per_s'] / so['tokens_per_s']:.2f}x the self-organized "
                "head's tokens/s here")
