@@ -1,4 +1,5 @@
-"""Every Python example in README.md runs, and the interface table says what the heads return."""
+"""Every Python example of README.md and of the library's pages (docs/library.md, docs/hugging-face.md) runs, and the
+interface table says what the heads return."""
 import os
 import re
 import subprocess
@@ -11,22 +12,29 @@ import torch
 from needs import HF_HOW, need_packages
 from sohsm import build_head, head_names
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-ALL_EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+LIBRARY, HUGGING_FACE = ROOT / "docs" / "library.md", ROOT / "docs" / "hugging-face.md"
+#: (page, source) of every Python example of README and the library's pages
+ALL_EXAMPLES = [(page, source) for page in (README, LIBRARY, HUGGING_FACE)
+                for source in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)]
 #: the examples of a head in a Hugging Face model (the hf extra), each checked by what it shows
-HF_EXAMPLES = [source for source in ALL_EXAMPLES if "import sohsm.hf" in source]
-EXAMPLES = [source for source in ALL_EXAMPLES if source not in HF_EXAMPLES]
+HF_EXAMPLES = [source for _, source in ALL_EXAMPLES if "import sohsm.hf" in source]
+EXAMPLES = [(page, source) for page, source in ALL_EXAMPLES if "import sohsm.hf" not in source]
 
 
 def test_readme_has_examples():
-    assert EXAMPLES, "README.md lost its Python examples"
-    assert len(HF_EXAMPLES) == 2, "README.md lost its Hugging Face examples (a plain loop, the Trainer)"
+    assert [s for page, s in EXAMPLES if page == README], "README.md lost its Python example"
+    assert [s for page, s in EXAMPLES if page == LIBRARY and "TransformerLM" in s], \
+        "docs/library.md lost its transformer example"
+    assert len([s for page, s in ALL_EXAMPLES if page == HUGGING_FACE and "import sohsm.hf" in s]) == 2, \
+        "docs/hugging-face.md lost its Hugging Face examples (a plain loop, the Trainer)"
 
 
-@pytest.mark.parametrize("source", EXAMPLES)
-def test_readme_example_runs(source):
+@pytest.mark.parametrize("page, source", EXAMPLES, ids=[f"{page.name}-{i}" for i, (page, _) in enumerate(EXAMPLES)])
+def test_readme_example_runs(page, source):
     namespace: dict = {}
-    exec(compile(source, str(README), "exec"), namespace)
+    exec(compile(source, str(page), "exec"), namespace)
     assert namespace["log_probs"].logsumexp(1).abs().max() < 1e-4
     assert (namespace["next_words"] == namespace["log_probs"].argmax(1)).all()
     output, target = namespace["output"], namespace["target"]
@@ -42,7 +50,7 @@ def test_readme_hugging_face_example_runs(source, tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(source, str(README), "exec"), namespace)
+    exec(compile(source, str(HUGGING_FACE), "exec"), namespace)
     loaded = sohsm.hf.head_of(namespace["model"])
     # on a GPU machine the Trainer moved the head it trained to CUDA, and the head read back from disk is on the CPU
     assert type(loaded) is type(namespace["head"])
@@ -71,7 +79,7 @@ def test_readme_hugging_face_example_runs_without_a_warning(source, tmp_path):
 
 
 def test_the_table_says_output_comes_back_flattened():
-    row = next(line for line in README.read_text().splitlines() if line.startswith("| `head(hidden, target)`"))
+    row = next(line for line in LIBRARY.read_text().splitlines() if line.startswith("| `head(hidden, target)`"))
     assert "`[*, d]`" in row and "flattened, `[prod(*)]`" in row
 
 
@@ -110,8 +118,8 @@ def test_the_set_up_is_the_core_and_an_extra_per_need():
 
 
 def test_the_op_counts_readme_and_gpu_md_quote_are_those_of_step_ops_md():
-    """which-head.md's, gpu.md's and (where it quotes them) README's op counts of a step are step-ops.md's (written by
-    benchmarks/step_ops.py): the page and its quotes cannot drift apart."""
+    """which-head.md's, gpu.md's and (where they quote them) README's and the guides' (docs/*.md: scale.md) op counts
+    of a step are step-ops.md's (written by benchmarks/step_ops.py): the page and its quotes cannot drift apart."""
     docs = README.parent / "docs" / "benchmarks"
     rows = {}
     for line in (docs / "step-ops.md").read_text().splitlines():
@@ -124,9 +132,11 @@ def test_the_op_counts_readme_and_gpu_md_quote_are_those_of_step_ops_md():
     quote = f"the default {default[1]} ops against adaptive softmax's {adaptive[1]} and the full softmax's {full[1]}"
     which_head = README.parent / "docs" / "results" / "which-head.md"
     assert quote in " ".join(which_head.read_text().split())
-    readme = " ".join(README.read_text().split())
-    if "ops against adaptive softmax's" in readme:
-        assert quote in readme
+    quoting = [page for page in (README, *sorted((ROOT / "docs").glob("*.md")))
+               if "ops against adaptive softmax's" in " ".join(page.read_text().split())]
+    assert ROOT / "docs" / "scale.md" in quoting, "docs/scale.md no longer quotes the op counts of a step"
+    for page in quoting:
+        assert quote in " ".join(page.read_text().split()), page.relative_to(ROOT)
     gpu = " ".join((docs / "gpu.md").read_text().split())
     assert (f"the default {default[1]} ops a step, every word at d {every[1]}, adaptive softmax {adaptive[1]}, "
             f"the full softmax {full[1]}") in gpu
