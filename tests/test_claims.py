@@ -136,6 +136,13 @@ def test_readme_which_head_section_quotes_only_what_its_linked_pages_say():
     assert not problems, "\n".join(problems)
 
 
+def test_every_figure_of_readme_is_quoted_from_a_page_it_links():
+    """Not only its generated section: README keeps its provenance on the docs pages it links, so a figure anywhere
+    in it (its fenced commands and output left out) is a figure of a page its paragraph, item or row links."""
+    problems = unquoted(README.read_text(), README.parent, "README.md")
+    assert not problems, "\n".join(problems)
+
+
 def test_the_check_finds_a_figure_its_page_lacks_and_a_figure_with_no_link(tmp_path, monkeypatch):
     docs = tmp_path / "docs"
     (docs / "results").mkdir(parents=True)

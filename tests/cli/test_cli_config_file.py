@@ -12,7 +12,8 @@ from sohsm.cli.config_file import read_config_file
 from sohsm.tasks.lm import LMConfig
 from sohsm.tasks.w2v import W2VConfig
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+#: the guide whose settings file ptb-256.yaml is checked here
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 
 
 def _read(tmp_path, text: str, config_class: type = LMConfig, name: str = "s.yaml") -> dict:
@@ -78,8 +79,8 @@ def test_values_are_checked_as_the_flags_values_are(tmp_path):
         _read(tmp_path, "emb_size: 0\n")
 
 
-def test_the_readme_example_is_a_valid_settings_file(tmp_path):
-    (example,) = re.findall(r"```yaml\n(# ptb-256.yaml.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+def test_the_guides_example_is_a_valid_settings_file(tmp_path):
+    (example,) = re.findall(r"```yaml\n(# ptb-256.yaml.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
     settings = _read(tmp_path, example)
     assert settings["data.corpus"] == "ptb" and settings["head.name"] == "self_organized"
     assert settings["head.options"] == {"gamma": 2, "init": "frequency"} and settings["model.emb_size"] == 256

@@ -187,15 +187,15 @@ def test_two_processes_train_a_transformer_as_one(tmp_path, ptb_slice, small, cl
         torch.testing.assert_close(second["model"][key], value, rtol=1e-4, atol=1e-5, msg=key)
 
 
-def test_the_readme_settings_file_is_a_transformer_config(tmp_path):
-    """The README's transformer.yaml is read as it is and makes the model its comments say."""
+def test_the_guides_settings_file_is_a_transformer_config(tmp_path):
+    """The transformer.yaml of docs/training.md is read as it is and makes the model its comments say."""
     import re
 
     from sohsm.cli.config_file import read_config_file
     from sohsm.tasks.lm import LMConfig
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    (block,) = re.findall(r"```yaml\n(# transformer.yaml.*?)```", readme, flags=re.S)
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
+    (block,) = re.findall(r"```yaml\n(# transformer.yaml.*?)```", guide, flags=re.S)
     (tmp_path / "transformer.yaml").write_text(block)
     config = LMConfig.from_overrides({**read_config_file(str(tmp_path / "transformer.yaml"), LMConfig),
                                       "data.corpus": "ptb"})
