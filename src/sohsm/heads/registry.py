@@ -20,7 +20,7 @@ registration: :func:`register_head`).
 Example::
 
     >>> sorted(head_options("two_level_random"))
-    ['backend', 'cutoffs', 'div_value', 'n_clusters', 'projection', 'seed', 'word_dim']
+    ['backend', 'cluster_bias', 'cutoffs', 'div_value', 'n_clusters', 'projection', 'seed', 'word_dim']
     >>> build_head("full", 8, 100, gamma=2.0)
     Traceback (most recent call last):
     ...
