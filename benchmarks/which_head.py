@@ -241,7 +241,8 @@ def readme_row(table: Table, verdict: Verdict) -> str:
     if verdict.status == "unmeasured":
         stale = state(speed_staleness(table.speed, table.loop))
         return (f"| {link} | quality unmeasured | speed: {speed_words(table.speed)} | one run each, "
-                f"{table.device}, {_oldest(table.speed.commits.values())}, {stale} |")
+                f"{'' if table.device == 'CPU' else table.device + ', '}{_oldest(table.speed.commits.values())}, "
+                f"{stale} |")
     top, runner_up = verdict.named[0], verdict.runner_up
     pick = {"pick": code(top.command), "level": "level: " + ", ".join(f"`{f.label}`" for f in verdict.named),
             "one seed": f"none, one seed; lowest {code(top.command)}",
@@ -252,7 +253,8 @@ def readme_row(table: Table, verdict: Verdict) -> str:
     stale = state(set().union(*(form_staleness(f, table.loop) for f in named)))
     commits = _oldest(c for f in named for c in f.commits.values())
     seeds = len(top.seeds)
-    return f"| {link} | {pick} | {gap} | {seeds} seed{'s' * (seeds != 1)}, {table.device}, {commits}, {stale} |"
+    device = "" if table.device == "CPU" else f"{table.device}, "  # the intro says: on the CPU unless a row says
+    return f"| {link} | {pick} | {gap} | {seeds} seed{'s' * (seeds != 1)}, {device}{commits}, {stale} |"
 
 
 def gpu_speeds(tables: list[Table]) -> list[tuple[Speed, str]]:
@@ -275,10 +277,11 @@ def gpu_row(tables: list[Table]) -> str:
 
 def readme_section(tables: list[Table]) -> str:
     rows = [readme_row(t, decide(t.forms)) for t in tables if t.readme]
-    intro = (f"Computed by `{COMMAND}` from the committed runs, each row in full in [which-head-table.md]"
-             "(docs/results/which-head-table.md#the-rules) with its rules: *gap*, the top's perplexity (bits/byte for "
-             "subword tokens) over the runner-up's, lower on k of n seeds; *level*, the seeds disagree or the gap is "
-             "within its seed spread: no pick; *stale*, measured before its head's or the loop's code changed.")
+    intro = (f"Computed by `{COMMAND}` from the committed runs (rows in full, rules: "
+             "[which-head-table.md](docs/results/which-head-table.md#the-rules)). *Gap*: the top's perplexity "
+             "(bits/byte for subwords) over the runner-up's, lower on k of n seeds; *level*: seeds disagree or the gap "
+             "is within their spread, no pick; *stale*: its head's or the loop's code changed since. On the CPU unless "
+             "a row says.")
     return "\n".join([
         "",
         *textwrap.wrap(intro, 120, break_long_words=False, break_on_hyphens=False),
