@@ -223,24 +223,35 @@ def speed(tokenizer: str, runs: list[str], seconds: float, runs_dir: Path, resul
     return record
 
 
-#: what the page says was not run, with the command that would run it
-NOT_RUN = [
-    "## Not run yet",
-    "",
-    "- **The tied full softmax's quality at this budget**, and every head at the protocol's 1M tokens: at the full "
-    "softmax's speed above a run of 1M tokens takes hours on this machine, and its exact evaluation (every row for "
-    "every position) tens of minutes a split. "
-    "`python benchmarks/large_vocab.py train --tokens 500000 --runs full-tied` (and `--tokens 1000000`, every run).",
-    "- **o200k's 200,019 rows**: `python benchmarks/large_vocab.py speed --tokenizer o200k` and "
-    "`python benchmarks/large_vocab.py train --tokenizer o200k --tokens 500000`.",
-    "- **Seeds 2 and 3** (so that each gap has its seed spread beside it): `... train --tokens 500000 --seeds 2,3`.",
-    "- **The tied LSTM 256** of the issue: not yet a run of this script (its protocol, `fair_quality.py`'s "
-    "`lstm256-wikitext-2`, with `--tokenizer llama3`).",
-    "- **The three-times-longer budget** for the two leading heads: `... train --tokens 3000000 --runs RUN,RUN`.",
-    "- **Adaptive softmax with the tuning protocol's scaled cutoffs** (10% and 40% of N, `adaptive_tuned-tied` of "
-    "`fair_quality.py`), beside fairseq's 20k head.",
-    "- **Part 2** (docs/benchmarks/scaling.md with importance sampling and NCE at 250k-1M words): not started.",
-]
+#: the budget every run of a tokenizer reads, the seeds each should have, and the longer budget of the leading heads
+BUDGET, SEEDS, LONGER = 500_000, (1, 2, 3), 1_500_000
+
+
+def not_run(results: Path = RESULTS) -> list[str]:
+    """What the page says was not run, from the kept runs, each with the command that would run it."""
+    lines = ["## Not run yet", ""]
+    full = large_vocab_report.run_summary(results / "llama3" / f"tokens-{BUDGET}" / "seed-1" / REFERENCE)
+    pace = (f" (the full softmax's run read {full['tokens_per_s']:,.0f} tokens/s here: "
+            f"{BUDGET / full['tokens_per_s'] / 60:.0f} minutes for {BUDGET:,} tokens)" if full else "")
+    for tokenizer in TOKENIZERS:
+        folder = results / tokenizer / f"tokens-{BUDGET}"
+        missing = {name: [s for s in SEEDS if not (folder / f"seed-{s}" / name / "test.json").exists()]
+                   for name in RUNS}
+        missing = {name: seeds for name, seeds in missing.items() if seeds}
+        if missing:
+            lines.append(f"- **{tokenizer}, {BUDGET:,} tokens**: " + "; ".join(
+                f"`{name}` seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" for name, seeds in
+                missing.items()) + f" (`python benchmarks/large_vocab.py train --tokenizer {tokenizer} --tokens "
+                f"{BUDGET} --seeds 1,2,3 --runs RUN`){pace}.")
+    longer = results / "llama3" / f"tokens-{LONGER}"
+    kept = sorted(p.parent.name + "/" + p.name for p in longer.glob("seed-*/*") if (p / "test.json").exists())
+    lines += [f"- **Three times the budget** ({LONGER:,} tokens) kept for: {', '.join(kept) or 'none'}; the other "
+              "seeds and heads not run (`... train --tokens 1500000 --seeds 2,3 --runs RUN`).",
+              f"- **The protocol's 1M tokens and more for every head**: the runs above read {BUDGET:,} tokens, the "
+              "same for every head.",
+              "- **The tied LSTM 256** of the issue: not yet a run of this script (its protocol, `fair_quality.py`'s "
+              "`lstm256-wikitext-2`, with `--tokenizer llama3`)."]
+    return lines
 
 
 def report(output: Path = REPORT, results: Path = RESULTS) -> str:
@@ -248,7 +259,7 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
     _, _, title = PROTOCOLS[PROTOCOL]
     text = large_vocab_report.report(results, output, list(RUNS), title.replace(", 1M tokens", ""),
                                      _settings(None))
-    text += "\n" + "\n".join(NOT_RUN) + "\n"
+    text += "\n" + "\n".join(not_run(results)) + "\n"
     output.write_text(text)
     return text
 
