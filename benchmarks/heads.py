@@ -48,12 +48,11 @@ import time
 from pathlib import Path
 
 import torch
-
-from _machine import machine, write_page
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 import sohsm
+from _machine import machine, write_page
 from sohsm import BinaryTreeSoftmax, FullSoftmax, Reclustering, SelfOrganizedSoftmax, build_head
 from sohsm.heads import SelfOrganizingHead
 from sohsm.heads.two_level.ops.topk import DEFAULT_CLUSTERS

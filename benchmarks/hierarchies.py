@@ -34,9 +34,8 @@ from pathlib import Path
 
 import torch
 
-from _machine import machine
-
 import sohsm
+from _machine import machine
 from sohsm import build_head
 from sohsm.data.reverse import reverse_data
 from sohsm.tasks.s2s import S2SConfig, held_out_pairs, sequence_accuracy

@@ -37,8 +37,8 @@ import torch
 
 from _machine import machine, write_page
 from sohsm.clustering import default_max_cluster_size, default_n_clusters, greedy_assignment
-from sohsm.heads import Reclustering, SelfOrganizedSoftmax
 from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax
 
 
 def statistics_of(n: int, n_clusters: int, generator: torch.Generator, device: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -104,8 +104,7 @@ def sohsm_args(vocabulary: str, head: str, seed: int, corpus: str | None = None,
 
 def sohsm_config(args: list[str]):
     """The run config ``sohsm lm train ARGS`` would train (its own parser and defaults; nothing trained)."""
-    from sohsm.cli.train_options import (add_training_options, head_overrides, requested_head_options,
-                                         training_overrides)
+    from sohsm.cli.train_options import add_training_options, head_overrides, requested_head_options, training_overrides
     from sohsm.tasks.lm import LMConfig
 
     parser = argparse.ArgumentParser(prog="sohsm lm train")

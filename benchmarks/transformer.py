@@ -74,9 +74,8 @@ from pathlib import Path
 
 import torch
 
-from _machine import command_line, machine, write_page
-
 import sohsm
+from _machine import command_line, machine, write_page
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADS = ("full", "adaptive", "two_level_frequency", "self_organized")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import sohsm.train.step as train_step
 import sohsm.train.loop as loop
+import sohsm.train.step as train_step
 from sohsm.cli.main import main
 from sohsm.models.lstm_lm import LSTMLanguageModel
 from sohsm.train import read_metrics

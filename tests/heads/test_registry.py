@@ -13,8 +13,8 @@ from sohsm.heads import (
     head_names,
     head_options,
     register_head,
+    registry,
 )
-from sohsm.heads import registry
 
 D, N = 4, 25
 

@@ -11,7 +11,7 @@ import torch
 from sohsm.heads import ImportanceSamplingSoftmax, NCESoftmax, PMISoftmax, build_head
 from sohsm.heads.sampled import noise_distribution
 
-from .reference import importance_sampling_output, negative_sampling_output, nce_output
+from .reference import importance_sampling_output, nce_output, negative_sampling_output
 
 D, N, B, K = 6, 40, 12, 7
 NAMES = ["importance_sampling", "nce", "pmi"]

@@ -8,7 +8,11 @@ import torch.nn.functional as F
 from sohsm import TreeSoftmax, build_head
 from sohsm.clustering import huffman_tree
 from sohsm.clustering.hierarchy import (
-    assignment_to_hierarchy, balanced_hierarchy, check_hierarchy, children_to_hierarchy, depth,
+    assignment_to_hierarchy,
+    balanced_hierarchy,
+    check_hierarchy,
+    children_to_hierarchy,
+    depth,
 )
 from sohsm.heads import BinaryTreeSoftmax, TwoLevelSoftmax
 

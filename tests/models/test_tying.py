@@ -6,12 +6,18 @@ import copy
 
 import pytest
 import torch
+from tests.heads.reference import (
+    adaptive_input_matrix,
+    adaptive_log_prob,
+    in_word_order,
+    ref_params,
+    shuffled_zipf_counts,
+    two_level_parts,
+)
 
 import sohsm
 from sohsm.clustering import random_assignment
 from sohsm.models import LSTMLanguageModel, TransformerLM
-from tests.heads.reference import (adaptive_input_matrix, adaptive_log_prob, in_word_order, ref_params,
-                                   shuffled_zipf_counts, two_level_parts)
 
 N, D = 40, 8
 

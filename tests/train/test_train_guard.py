@@ -8,10 +8,10 @@ import signal
 import pytest
 import torch
 
-from sohsm.train.checkpoint import remove_orphans, save_checkpoint, write_atomic
-from sohsm.train import guard
-from sohsm.train.guard import DivergenceError, StopSignals, check_finite_parameters, check_step, gradient_norm
 import sohsm.train.lock as lock_module
+from sohsm.train import guard
+from sohsm.train.checkpoint import remove_orphans, save_checkpoint, write_atomic
+from sohsm.train.guard import DivergenceError, StopSignals, check_finite_parameters, check_step, gradient_norm
 from sohsm.train.lock import RunLock
 
 

@@ -6,9 +6,9 @@ import json
 import shlex
 import sys
 
+from sohsm.cli.lm_compare import register_compare
 from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as _wrap
 from sohsm.cli.train_options import add_train_command, dev_line, stop_reason, training_time
-from sohsm.cli.lm_compare import register_compare
 from sohsm.data.errors import DataError
 
 _TRAIN_EPILOG = """\

@@ -38,8 +38,7 @@ from transformers.utils import ModelOutput
 from sohsm.heads import Head, TwoLevelSoftmax, build_head, head_options, tying_refusal
 from sohsm.heads.base import check_counts
 from sohsm.hf.extra_state import decode_extra_states, encode_extra_states
-from sohsm.hf.pretrained import TAKEOVER_STAY_MARGIN, check_bias, check_fit_options
-from sohsm.hf.pretrained import take_over as keep_pretrained
+from sohsm.hf.pretrained import TAKEOVER_STAY_MARGIN, check_bias, check_fit_options, take_over as keep_pretrained
 from sohsm.models.tying import tie_embedding
 
 #: the label HF's losses ignore

@@ -25,8 +25,9 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any, Union
 
 from sohsm.fields import FieldError, FieldText, escape
 from sohsm.head_catalogue import DEFAULT_HEAD, head_names

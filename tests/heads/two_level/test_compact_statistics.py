@@ -6,12 +6,11 @@ import math
 
 import pytest
 import torch
+from tests.heads.reference import shuffled_zipf_counts
 
 from sohsm.clustering import greedy_assignment
 from sohsm.heads import Reclustering, SelfOrganizedSoftmax
 from sohsm.heads.two_level.self_organizing.compact_statistics import CompactRows
-
-from tests.heads.reference import shuffled_zipf_counts
 
 D, N = 6, 64
 C = 8  # ceil(sqrt(64))

@@ -14,13 +14,12 @@ import pytest
 import torch
 import torch._dynamo
 import torch._dynamo.testing
+from tests.heads.reference import sequential_q_update
 
 from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax
-from sohsm.heads.two_level.self_organizing import device_statistics
 from sohsm.heads.two_level.ops import backends, grouped
 from sohsm.heads.two_level.ops.layout import ClusterLayout
-
-from tests.heads.reference import sequential_q_update
+from sohsm.heads.two_level.self_organizing import device_statistics
 
 
 def _layout(n_words: int, n_clusters: int, seed: int, empty: int = 0) -> ClusterLayout:

@@ -12,18 +12,17 @@ import warnings
 
 import pytest
 import torch
-
-from sohsm.clustering import default_max_cluster_size, greedy_assignment
-from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax, build_head
-
 from tests.heads.reference import (
-    shuffled_zipf_counts,
     in_word_order,
     ref_params,
     sequential_q_update,
+    shuffled_zipf_counts,
     two_level_log_prob,
     two_level_parts,
 )
+
+from sohsm.clustering import default_max_cluster_size, greedy_assignment
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax, build_head
 
 D, N = 6, 64
 C = 8  # ceil(sqrt(64))

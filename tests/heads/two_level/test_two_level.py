@@ -5,12 +5,11 @@ import copy
 
 import pytest
 import torch
+from tests.heads.reference import in_word_order, ref_params, slot_of_word, two_level_log_prob, two_level_parts
 from torch import nn
 
 from sohsm.clustering import frequency_binning
 from sohsm.heads import FullSoftmax, TwoLevelSoftmax
-
-from tests.heads.reference import in_word_order, ref_params, slot_of_word, two_level_log_prob, two_level_parts
 
 D, N = 6, 60
 C = 8  # ceil(sqrt(60))

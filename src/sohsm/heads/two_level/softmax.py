@@ -35,14 +35,17 @@ from sohsm.clustering import default_n_clusters, initial_assignment
 from sohsm.heads.adaptive import check_cutoffs
 from sohsm.heads.base import ClusteredHead, HeadMemory, check_counts
 from sohsm.heads.registry import register_head
-from sohsm.heads.two_level import run_defaults
 from sohsm.heads.reused_gradient import WritesWeightGradient
-from sohsm.heads.two_level import word_bands
-from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, check_backend, select_backend
+from sohsm.heads.two_level import run_defaults, word_bands
 from sohsm.heads.two_level.moves import ClusterMoves
+from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, check_backend, select_backend
 from sohsm.heads.two_level.scoring import TwoLevelScoring
-from sohsm.heads.two_level.word_vectors import WordVectors, split_widened_weight, word_width
-from sohsm.heads.two_level.word_vectors import word_bands as resolve_bands
+from sohsm.heads.two_level.word_vectors import (
+    WordVectors,
+    split_widened_weight,
+    word_bands as resolve_bands,
+    word_width,
+)
 from sohsm.heads.tying import HeadEmbedding
 
 

@@ -51,7 +51,7 @@ class CompactRows:
         words = words.to(self.index.device)
         return dense_rows(self.index[words], self.values[words], self.rest[words], self.shape[1])
 
-    def take(self, words: Tensor) -> "CompactRows":
+    def take(self, words: Tensor) -> CompactRows:
         """The same view restricted to the given words (compact copies of their rows)."""
         words = words.to(self.index.device)
         return CompactRows(self.index[words], self.values[words], self.rest[words], self.shape[1])
