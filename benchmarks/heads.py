@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         hidden = torch.randn(tokens, d, generator=generator).to(device).requires_grad_()
         target = torch.multinomial(probs, tokens, replacement=True, generator=generator).to(device)
         times = {name: [] for name in heads}
-        for name, head in heads.items():  # warm-up: first-touch of buffers and kernels
+        for head in heads.values():  # warm-up: first-touch of buffers and kernels
             train_step_time(head, hidden, target, device)
         for _ in range(args.repeats):
             for name, head in heads.items():

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import math
 import statistics
 import time
@@ -120,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         n_clusters = default_n_clusters(n)
         max_size = default_max_cluster_size(n, 1.5)
         q, tf = statistics_of(n, n_clusters, generator, args.device)
-        sequential, first = timed(lambda: greedy_assignment(q, tf, max_size, 0.1), args.device, args.repeats)
-        deferred, second = timed(lambda: greedy_assignment_deferred(q, tf, max_size, 0.1), args.device, args.repeats)
+        sequential, first = timed(functools.partial(greedy_assignment, q, tf, max_size, 0.1), args.device,
+                                  args.repeats)
+        deferred, second = timed(functools.partial(greedy_assignment_deferred, q, tf, max_size, 0.1), args.device,
+                                 args.repeats)
         same = torch.equal(first.assignment.cpu(), second.assignment.cpu())
         q_mib = q.numel() * q.element_size() / 2**20
         whole = in_head(q, tf, args.dim, args.device, args.repeats)
@@ -137,11 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         for kind in ("random", "run"):
             q, tf = (statistics_of(n, n_clusters, generator, args.device) if kind == "random" else
                      run_statistics(n, n_clusters, args.seen, generator, args.device))
-            deferred, result = timed(lambda: greedy_assignment_deferred(q, tf, max_size, 0.1), args.device,
+            deferred, result = timed(functools.partial(greedy_assignment_deferred, q, tf, max_size, 0.1), args.device,
                                      args.run_repeats)
             sequential = None
             if n <= args.sequential_up_to:
-                sequential, first = timed(lambda: greedy_assignment(q, tf, max_size, 0.1), args.device,
+                sequential, first = timed(functools.partial(greedy_assignment, q, tf, max_size, 0.1), args.device,
                                           args.run_repeats)
                 assert torch.equal(first.assignment.cpu(), result.assignment.cpu()), "the solvers disagree"
             cells[kind] = (sequential, deferred, result.rounds)

@@ -188,7 +188,7 @@ def reading_checkpoint(path: str | os.PathLike[str], values: bool = False) -> It
     errors: tuple[type[Exception], ...] = (KeyError, TypeError, AttributeError, IndexError, RuntimeError)
     try:
         yield
-    except errors + ((ValueError,) if values else ()) as error:
+    except errors + ((ValueError,) if values else ()) as error:  # noqa: B030 (a tuple of exception classes)
         detail = " ".join(str(error).split())
         if len(detail) > 200:
             detail = detail[:200] + " ..."
