@@ -318,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-train-steps", type=int, default=100)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--heads", nargs="+", default=[row for row, _, _ in HEADS], choices=[row for row, _, _ in HEADS],
+    parser.add_argument("--heads", nargs="+", default=[row for row, _, _ in HEADS],
+                        choices=[row for row, _, _ in HEADS],
                         help="rows to time (default: all; 'full' is always timed, the ratios need it)")
     parser.add_argument("--large-size", type=int, default=1_000_000,
                         help="one more vocabulary size, for --large-heads only (0: none)")
