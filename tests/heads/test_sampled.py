@@ -50,7 +50,8 @@ def _reference(head, hidden, target, noise):
     return output, weight, bias
 
 
-@pytest.mark.parametrize("options", [{}, {"bias": True}, {"remove_accidental_hits": False}], ids=["plain", "bias", "hits"])
+@pytest.mark.parametrize("options", [{}, {"bias": True}, {"remove_accidental_hits": False}],
+                         ids=["plain", "bias", "hits"])
 def test_importance_sampling_variants_match_formula(options):
     _check_objective_and_gradients("importance_sampling", options)
 

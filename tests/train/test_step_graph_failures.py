@@ -45,8 +45,8 @@ def test_a_wrong_replay_is_caught_by_its_check_and_the_run_trains_eagerly(tmp_pa
                         lambda device: graph_emulator.EmulatedGraphs(device, skip=lambda func: skipped in str(func)))
     extra = ["--max-tokens", str(20 * 24)]
     with pytest.warns(RuntimeWarning, match=r"the captured training step's replay differs from the eager step by "
-                                            r"([0-9.e+-]+|inf) \(relative; at most 0.0001 expected\); the run goes on with "
-                                            r"eager steps") as warned:
+                                            r"([0-9.e+-]+|inf) \(relative; at most 0.0001 expected\); the run goes on "
+                                            r"with eager steps") as warned:
         losses, _ = _train(tmp_path / "graph", corpus, "full", *extra)
     assert len([w for w in warned if "CUDA graph" in str(w.message) or "replay" in str(w.message)]) == 1
     (graph,) = emulated

@@ -180,7 +180,9 @@ def _register_generate(sub: argparse._SubParsersAction) -> None:
     )
     _add_run_options(p)
     p.add_argument("--prompt", required=True, help="the words to continue (empty: start a new line)")
-    p.add_argument("--length", type=int, default=30, metavar="N", help="words (subword run: tokens) to add (default 30, at most 100000; a bar on stderr past 1000, or after 2 s)")
+    p.add_argument("--length", type=int, default=30, metavar="N", help="words (subword run: tokens) to add (default "
+                                                                       "30, at most 100000; a bar on stderr past 1000, "
+                                                                       "or after 2 s)")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--greedy", action="store_true", help="always take the most probable word")
     how.add_argument("--temperature", type=float, default=1.0, metavar="T",

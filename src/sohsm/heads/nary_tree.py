@@ -223,7 +223,8 @@ class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
         offsets, child = state_dict.get(prefix + "offsets"), state_dict.get(prefix + "child")
         if isinstance(offsets, Tensor) and isinstance(child, Tensor) and (
                 offsets.shape != self.offsets.shape or child.shape != self.child.shape
-                or not torch.equal(offsets.cpu(), self.offsets.cpu()) or not torch.equal(child.cpu(), self.child.cpu())):
+                or not torch.equal(offsets.cpu(), self.offsets.cpu())
+                or not torch.equal(child.cpu(), self.child.cpu())):
             device = self.weight.device
             tree = tables_to_hierarchy(HierarchyTables(offsets.cpu().long(), child.cpu().long()))
             tables = hierarchy_tables(check_hierarchy(tree, self.n_classes), self.n_classes)

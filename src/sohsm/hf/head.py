@@ -211,7 +211,8 @@ def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bo
     a cluster's trained probability is a log-sum-exp of its words' scores, a vector plus a constant), a
     self-organized head moves a word at a re-clustering only by a margin (``stay_margin=3.0`` unless given: its
     clusters start fitted), and with ``data`` the cluster vectors and biases are fitted to the frozen
-    ``lm_head``'s distribution on it (and a self-organized head's statistics start from it) (``fit_seconds``, a ``tqdm`` bar; the gap reached, KL and perplexity against the
+    ``lm_head``'s distribution on it (and a self-organized head's statistics start from it) (``fit_seconds``, a
+    ``tqdm`` bar; the gap reached, KL and perplexity against the
     ``lm_head``, is :class:`~sohsm.hf.fitting.FitReport` ``model.get_output_embeddings().fit_report``). Every other
     head scores words its own way and starts from its own initialisation, with a warning.
 

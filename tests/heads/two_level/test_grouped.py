@@ -154,7 +154,8 @@ def test_head_on_sync_free_path_equals_the_per_cluster_kernel_over_training(kind
 def test_backend_option_selects_the_path(monkeypatch):
     head = _head("two_level", False)
     hidden, target = torch.randn(4, D, dtype=torch.float64), torch.arange(4)
-    assert head.backend == "auto" and head.backend_for(hidden.device).name == "per_cluster"  # CPU: the per-cluster kernel
+    # CPU: the per-cluster kernel
+    assert head.backend == "auto" and head.backend_for(hidden.device).name == "per_cluster"
     head.backend = "grouped_torch"
     assert head.backend_for(hidden.device).name == "grouped_torch"
     head.backend = "per_cluster"

@@ -116,7 +116,8 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, WritesWeightGradient, Clust
         registered on ``weight`` (``register_hook``) is called with ``None``; a post-accumulate-grad hook
         (``register_post_accumulate_grad_hook``) runs once ``weight.grad`` holds the
         batch's gradient. ``torch.autograd.grad`` returns it (dense) when asked for it and writes no ``.grad``;
-        under ``torch.func.functional_call`` the tensors given are used and their gradient returned by autograd. Optimizers, ``zero_grad`` (both modes), gradient clipping,
+        under ``torch.func.functional_call`` the tensors given are used and their gradient returned by
+        autograd. Optimizers, ``zero_grad`` (both modes), gradient clipping,
         gradient accumulation, activation checkpointing and DistributedDataParallel
         (any bucket settings) work as usual; ``nn.DataParallel`` on several devices
         and sharded or flattened weights (FSDP, ZeRO-3) are refused.

@@ -240,7 +240,8 @@ class LMConfig(RunConfig):
         if self.amp is not None and self.amp not in AMP_CHOICES:
             raise FieldError.on("amp", f"must be one of {', '.join(AMP_CHOICES)} (or none: float32), got {self.amp!r}")
         if self.step_graph not in STEP_GRAPH_CHOICES:
-            raise FieldError.on("step_graph", f"must be one of {', '.join(STEP_GRAPH_CHOICES)}, got {self.step_graph!r}")
+            raise FieldError.on("step_graph",
+                                f"must be one of {', '.join(STEP_GRAPH_CHOICES)}, got {self.step_graph!r}")
         if self.step_graph == "on" and not str(self.device).startswith("cuda"):
             raise FieldError.on("step_graph", f"'on' captures a CUDA graph, and the run's device is {self.device}; "
                                               "use auto or off")

@@ -246,7 +246,8 @@ def run_tokenizer(run_dir: str | os.PathLike[str]) -> Subwords:
 
 
 def normalise_tokenizer(tokenizer: str) -> str:
-    """``bpe:SIZE`` and a packaged tokenizer's name stay; a tokenizer file's path becomes absolute, so a resume from elsewhere finds it."""
+    """``bpe:SIZE`` and a packaged tokenizer's name stay; a tokenizer file's path becomes absolute, so a resume from
+    elsewhere finds it."""
     if tokenizer.startswith("bpe:") or packaged_name(tokenizer) is not None:
         return tokenizer
     path = Path(tokenizer).expanduser()
