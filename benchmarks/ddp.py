@@ -30,12 +30,11 @@ import time
 from pathlib import Path
 
 import torch
-
-from _machine import machine
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 import sohsm
+from _machine import machine
 from sohsm.tasks.lm import LMConfig, LMTask
 from sohsm.train import apply_overrides, build_optimizer
 from sohsm.train.builders import unique_parameters

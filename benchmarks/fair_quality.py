@@ -71,10 +71,10 @@ NOTES: dict[str, str] = {
                    "full softmax of seed 1 at 67bee0d (the same training code for this head; 56 minutes on one "
                    "thread beside another run); the tied full softmax and tied adaptive softmax of seed 2 at 0e3a607 "
                    "(the same code for them); seed 3 and the untied runs of seed 2 at 74ebcba (the training code of "
-                   "0e3a607); seed 3 of the untied heads at 4a2cbe9 (the same training code); the `div_value=4` variant at "
-                   "78dd720, where it can first be tied; the untied full softmax of seed 1 at 01c3157 (the training "
-                   "code of 0e3a607 for this head; about an hour on one thread beside another run), seeds 2 and 3 at 750bd75 "
-                   "(the same; 27-29 minutes each beside another run). "
+                   "0e3a607); seed 3 of the untied heads at 4a2cbe9 (the same training code); the `div_value=4` "
+                   "variant at 78dd720, where it can first be tied; the untied full softmax of seed 1 at 01c3157 (the "
+                   "training code of 0e3a607 for this head; about an hour on one thread beside another run), seeds 2 "
+                   "and 3 at 750bd75 (the same; 27-29 minutes each beside another run). "
                    "The earlier six-epoch tables (docs/results/lm.md) compared the "
                    "tied self-organized head with untied heads only. `adaptive_tuned-tied` (adaptive softmax in the "
                    "form the tuning protocol chose at one epoch, docs/results/tuning.md; the other heads' choices were "
@@ -89,10 +89,11 @@ NOTES: dict[str, str] = {
                           "and seed 2 of untied adaptive softmax (begun earlier, resumed), at d8dd7ab (the training "
                           "code of 0e3a607 for them). Seed 3 of untied adaptive softmax at 750bd75 (the same "
                           "training code), and seeds 1 and 2 of untied frequency binning on the CPU there too (its GPU "
-                          "run, seed 1, is in the next table); seed 3 of it at 884e4ae (the same training code). Seeds 1-3 of the untied self-organized head on the CPU "
-                          "at 60448b7 (the same training code; its GPU run, seed 1, is in the next table). "
-                          "`adaptive_tuned-tied` (adaptive softmax as tuning chose it on Penn Treebank, scaled to 33k "
-                          "words) seed 1 with v0.3.1's code (e4a3319), paused 16 minutes while the tuning's stage A2 "
+                          "run, seed 1, is in the next table); seed 3 of it at 884e4ae (the same training code). Seeds "
+                          "1-3 of the untied self-organized head on the CPU at 60448b7 (the same training code; its "
+                          "GPU run, seed 1, is in the next table). `adaptive_tuned-tied` (adaptive softmax as tuning "
+                          "chose it on Penn Treebank, scaled to 33k words) seed 1 with v0.3.1's code (e4a3319), paused "
+                          "16 minutes while the tuning's stage A2 "
                           "ran (its tokens/s counts the pause); seeds 2 and 3 not run (the session's CPU time).",
     "lstm256-wikitext-2-cuda": "Trained on one NVIDIA H200 (torch 2.11, CUDA 13.0; float32, no `--amp`; the two-level "
                                "heads on their Triton path) at commit 4a2cbe9 (the training code of 0e3a607), seed 1, "
@@ -117,7 +118,8 @@ NOTES: dict[str, str] = {
                      "seed 2 of the untied self-organized head at 884e4ae and seed 3 at 60448b7 (the same "
                      "training code). "
                      "Seeds 1 and 2 of untied frequency binning at 60448b7 (the same training code; its GPU run, "
-                     "seed 1, is in the next table), seed 3 at 283908c (the same training code). The full softmax (hours a run on one thread here) was trained on "
+                     "seed 1, is in the next table), seed 3 at 283908c (the same training code). The full softmax "
+                     "(hours a run on one thread here) was trained on "
                      "a GPU: the next table.",
     "lstm256-text8-cuda": "Trained on one NVIDIA H200 as the WikiText-2 GPU table (commit 4a2cbe9, seed 1, float32). "
                           "Untied adaptive softmax did not finish in the device time lent; its CPU run is in the table "
@@ -126,14 +128,17 @@ NOTES: dict[str, str] = {
                           "the other runs. The same head and seed on the CPU: self-organized, tied "
                           "253.67 dev (253.84 here); frequency binning, tied 270.70 (266.11 here); the variant's three "
                           "seeds 245.13 on the CPU, 243.32 here.",
-    "transformer-ptb-3-epochs": "Trained at commit 74ebcba (the training code of 0e3a607), the two two-level heads tied, "
-                                "seeds 1 and 2; seed 3 at 4a2cbe9 (the same training code): does frequency binning's lead at one epoch hold as training goes on? The "
+    "transformer-ptb-3-epochs": "Trained at commit 74ebcba (the training code of 0e3a607), the two two-level heads "
+                                "tied, "
+                                "seeds 1 and 2; seed 3 at 4a2cbe9 (the same training code): does frequency binning's "
+                                "lead at one epoch hold as training goes on? The "
                                 "schedule (100 warm-up steps, cosine to a tenth) spans the three epochs.",
     "transformer-ptb-6-epochs": "Trained at commit 3c2db7b (the training code of 0e3a607), the two two-level heads "
                                 "tied, seeds 1 and 2: does the self-organized head pass "
                                 "frequency binning trained as long as the LSTM tables are? The schedule (100 warm-up "
-                                "steps, cosine to a tenth) spans the six epochs. The `self_organized_late-tied` variant "
-                                "(from frequency bins, re-clustered once an epoch) at b5f9e93, the same training code "
+                                "steps, cosine to a tenth) spans the six epochs. The `self_organized_late-tied` "
+                                "variant (from frequency bins, re-clustered once an epoch) at b5f9e93, the same "
+                                "training code "
                                 "for the transformer (docs/results/transformer.md, \"A late first "
                                 "re-clustering\"). The `self_organized_bins_first-tied` "
                                 "variant (frequency binning's own clusters, no "
@@ -184,8 +189,8 @@ VARIANTS = ("self_organized_div4-tied", "self_organized_late-tied", "self_organi
 MAIN_RUNS = tuple(name for name in RUNS if name not in VARIANTS)
 
 #: the runs every other is compared with, seed by seed
-REFERENCES = ("full-tied", "full-untied", "adaptive-untied", "adaptive-tied", "adaptive_tuned-tied", "two_level_frequency-tied",
-              "two_level_frequency-untied", "self_organized-tied")
+REFERENCES = ("full-tied", "full-untied", "adaptive-untied", "adaptive-tied", "adaptive_tuned-tied",
+              "two_level_frequency-tied", "two_level_frequency-untied", "self_organized-tied")
 KEPT = (*kept_runs.KEPT, "test.json")
 #: corpora with a training and a dev split only: their runs are compared on dev
 NO_TEST_SPLIT = ("text8-small",)
@@ -313,9 +318,11 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
                   "dimensions, from commit 61719df; `sohsm.tasks.lm.config.vocabulary_head_options`): the "
                   "`self_organized_div4-tied` row is then the default. The runs kept from earlier releases were "
                   "trained without the option, when no option meant every word at d.", ""]
-    tables = [table for protocol, (corpus, settings, title) in PROTOCOLS.items()  # each protocol's GPU table after its own
+    # each protocol's GPU table after its own
+    tables = [table for protocol, (corpus, settings, title) in PROTOCOLS.items()
               for table in ((protocol, corpus, settings, title),
-                            (_folder(protocol, "cuda"), corpus, settings + ["--device", "cuda"], title + ", trained on a GPU"))]
+                            (_folder(protocol, "cuda"), corpus, settings + ["--device", "cuda"], title + ", trained on "
+                                                                                                         "a GPU"))]
     figures: dict = {}
     for protocol, corpus, settings, title in tables:
         folder = results / protocol
@@ -329,7 +336,8 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
             done = {s: r for s, r in row.items() if r}
             named["runs"][name] = {
                 "seeds": {str(s): {"dev": round(r["dev"], 2),
-                                   "test": None if r["test"] is None else round(r["test"], 2)} for s, r in done.items()},
+                                   "test": None if r["test"] is None else round(r["test"], 2)}
+                          for s, r in done.items()},
                 "mean_dev": round(sum(r["dev"] for r in done.values()) / len(done), 2),
                 "mean_test": (round(sum(r["test"] for r in done.values()) / len(done), 2)
                               if all(r["test"] is not None for r in done.values()) else None)}
@@ -337,7 +345,8 @@ def report(output: Path = REPORT, results: Path = RESULTS) -> str:
                   f"`sohsm lm train --corpus {corpus} {' '.join(settings)} --head HEAD --tie-weights|--no-tie-weights "
                   f"--seed S` (every other setting the default)", "",
                   *([NOTES[protocol], ""] if protocol in NOTES else []),
-                  "| run | " + " | ".join(f"seed {s} dev / test" for s in seeds) + " | mean dev | mean test | tokens/s |",
+                  "| run | " + " | ".join(f"seed {s} dev / test" for s in seeds) + " | mean dev | mean test | tokens/s "
+                                                                                   "|",
                   "|---|" + "---:|" * (len(seeds) + 3)]
         for name, row in table.items():
             cells = [f"{r['dev']:.2f} / {_number(r['test'])}" if r else "–" for r in row.values()]
@@ -387,7 +396,8 @@ def command_line(doc: str, train_help: str, report_help: str, report_output: Pat
     r = sub.add_parser("report", help=report_help)
     r.add_argument("--output", type=Path, default=report_output)
     r.add_argument("--results", type=Path, default=results,
-                   help=f"the kept runs (default: {results.relative_to(ROOT) if results.is_relative_to(ROOT) else results})")
+                   help="the kept runs (default: "
+                        f"{results.relative_to(ROOT) if results.is_relative_to(ROOT) else results})")
     return parser, t, r
 
 

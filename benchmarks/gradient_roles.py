@@ -25,7 +25,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warmup", type=int, default=30, help="steps of the linear warm-up (0: none)")
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("SOHSM_DATA", "~/.cache/sohsm")).expanduser())
+    parser.add_argument("--data-dir", type=Path,
+                        default=Path(os.environ.get("SOHSM_DATA", "~/.cache/sohsm")).expanduser())
     args = parser.parse_args()
     torch.manual_seed(1)
     words = (args.data_dir / "ptb" / "ptb.train.txt").read_text().replace("\n", " <eos> ").split()

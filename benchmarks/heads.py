@@ -48,12 +48,11 @@ import time
 from pathlib import Path
 
 import torch
-
-from _machine import machine, write_page
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 import sohsm
+from _machine import machine, write_page
 from sohsm import BinaryTreeSoftmax, FullSoftmax, Reclustering, SelfOrganizedSoftmax, build_head
 from sohsm.heads import SelfOrganizingHead
 from sohsm.heads.two_level.ops.topk import DEFAULT_CLUSTERS
@@ -319,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-train-steps", type=int, default=100)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--heads", nargs="+", default=[row for row, _, _ in HEADS], choices=[row for row, _, _ in HEADS],
+    parser.add_argument("--heads", nargs="+", default=[row for row, _, _ in HEADS],
+                        choices=[row for row, _, _ in HEADS],
                         help="rows to time (default: all; 'full' is always timed, the ratios need it)")
     parser.add_argument("--large-size", type=int, default=1_000_000,
                         help="one more vocabulary size, for --large-heads only (0: none)")
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         hidden = torch.randn(tokens, d, generator=generator).to(device).requires_grad_()
         target = torch.multinomial(probs, tokens, replacement=True, generator=generator).to(device)
         times = {name: [] for name in heads}
-        for name, head in heads.items():  # warm-up: first-touch of buffers and kernels
+        for head in heads.values():  # warm-up: first-touch of buffers and kernels
             train_step_time(head, hidden, target, device)
         for _ in range(args.repeats):
             for name, head in heads.items():

@@ -73,7 +73,8 @@ def main(argv=None) -> int:
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], cwd=ROOT)
     keys = sorted(set(results["old"][0]) & set(results["new"][0]), key=lambda k: (k[0], args.heads.index(k[1])))
-    header = "| N | head | " + " | ".join(f"{name} {old_rev} | {name} {new_rev} | new / old" for _, name in COLUMNS) + " |"
+    header = ("| N | head | " + " | ".join(f"{name} {old_rev} | {name} {new_rev} | new / old" for _, name in COLUMNS)
+              + " |")
     rows = [header, "|---:|---|" + "---:|---:|---:|" * len(COLUMNS)]
     for key in keys:
         cells = []

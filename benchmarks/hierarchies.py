@@ -34,9 +34,8 @@ from pathlib import Path
 
 import torch
 
-from _machine import machine
-
 import sohsm
+from _machine import machine
 from sohsm import build_head
 from sohsm.data.reverse import reverse_data
 from sohsm.tasks.s2s import S2SConfig, held_out_pairs, sequence_accuracy
@@ -115,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--speed-size", type=int, default=300000, help="N of the speed table (0: skip it)")
     parser.add_argument("--speed-repeats", type=int, default=3)
-    parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parents[1] / "docs/results/hierarchies.md")
+    parser.add_argument("--output", type=Path,
+                        default=Path(__file__).resolve().parents[1] / "docs/results/hierarchies.md")
     args = parser.parse_args(argv)
     epochs = args.epochs * len(args.sizes) if len(args.epochs) == 1 else args.epochs
     pairs = args.pairs * len(args.sizes) if len(args.pairs) == 1 else args.pairs

@@ -39,7 +39,6 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _machine import command_line, machine, write_page  # noqa: E402
-
 from sohsm.clustering import default_n_clusters  # noqa: E402
 from sohsm.heads import build_head  # noqa: E402
 from sohsm.models.generate import generate  # noqa: E402
@@ -172,7 +171,8 @@ def targets(results: list[dict]) -> list[str]:
     def ratio(r, key):
         return r["self_organized"][key] / r["full"][key]
 
-    for n, key, bound, what in ((33_000, "log_prob_32_ms", 1.0, "log_prob"), (256_000, "log_prob_32_ms", 1.0, "log_prob"),
+    for n, key, bound, what in ((33_000, "log_prob_32_ms", 1.0, "log_prob"),
+                                (256_000, "log_prob_32_ms", 1.0, "log_prob"),
                                 (33_000, "top10_ms", 1.0, "top-10"), (256_000, "top10_ms", 0.5, "top-10")):
         if n in by_n:
             value = ratio(by_n[n], key)
@@ -180,12 +180,13 @@ def targets(results: list[dict]) -> list[str]:
                          f"{'met' if value <= bound else 'missed'}")
     if 1_000_000 in by_n:
         so = by_n[1_000_000]["self_organized"]
-        lines.append(f"- top-10 at 1M under 50 ms: {so['top10_ms']:.1f} ms, {'met' if so['top10_ms'] < 50 else 'missed'}")
+        lines.append(f"- top-10 at 1M under 50 ms: {so['top10_ms']:.1f} ms, "
+                     f"{'met' if so['top10_ms'] < 50 else 'missed'}")
         lines.append(f"- exact evaluation at 1M >= 100 tokens/s: {so['eval_tok_s']:,.0f}, "
                      f"{'met' if so['eval_tok_s'] >= 100 else 'missed'}")
     for r in results:
-        for key, what in (("generate_greedy_tok_s", "greedy generation"), ("generate_sampled_tok_s", "sampled generation"),
-                          ("beam5_ms", "beam step")):
+        for key, what in (("generate_greedy_tok_s", "greedy generation"),
+                          ("generate_sampled_tok_s", "sampled generation"), ("beam5_ms", "beam step")):
             value = ratio(r, key)
             met = value <= 1.0 if key == "beam5_ms" else value >= 1.0
             lines.append(f"- {what} at {words_label(r['n'])} at least the full softmax's speed: {value:.2f}x "

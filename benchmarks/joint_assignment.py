@@ -210,11 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         key, value = item.split("=", 1)
         options[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") else value
     if (args.run_dir / "last.pt").exists():
-        result = resume_training(args.run_dir, progress=False)
+        resume_training(args.run_dir, progress=False)
     else:
         config = LMConfig.from_overrides({**PROTOCOL, "seed": args.seed, "head.name": "self_organized_joint",
                                           "head.options": options})
-        result = train(config, args.run_dir, progress=False)
+        train(config, args.run_dir, progress=False)
     records = [json.loads(line) for line in (args.run_dir / "metrics.jsonl").read_text().splitlines() if line]
     best = min((r for r in records if r["kind"] == "eval"), key=lambda r: r["ppl"])
     print(f"{args.run_dir.name}: best dev ppl {best['ppl']:.2f} (cluster {best['ppl_cluster']:.2f}, in-cluster "

@@ -359,8 +359,9 @@ def _scale_target(args, speed: float, at_scale: dict | None) -> str:
     ratio = at_scale["self_organized_tokens_per_s"] / at_scale["full_tokens_per_s"]
     return (f"- Tokens/s >= 1.5x the original head's at 128k tokens: at {at_scale['vocab']:,} rows "
             f"(`python benchmarks/pretrained.py --speed-only` at commit {at_scale['commit']}: the same Llama, random "
-            f"weights, {at_scale['steps']} steps of Zipf-drawn ids after a first, one thread) {at_scale['self_organized_tokens_per_s']:,.0f} against "
-            f"{at_scale['full_tokens_per_s']:,.0f} tokens/s, {ratio:.2f}x, "
+            f"weights, {at_scale['steps']} steps of Zipf-drawn ids after a first, one thread) "
+            f"{at_scale['self_organized_tokens_per_s']:,.0f} against {at_scale['full_tokens_per_s']:,.0f} tokens/s, "
+            f"{ratio:.2f}x, "
             f"{'**met**' if ratio >= 1.5 else '**not met**'} (conversion {at_scale['convert_seconds']:.1f} s); {here}.")
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from sohsm.data import load_corpus
-from sohsm.train import load_run
 from sohsm.tasks.lm import stream_hidden_states
+from sohsm.train import load_run
 
 
 def band_edges(n: int, cuts: list[int]) -> list[tuple[int, int]]:

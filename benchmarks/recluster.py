@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import math
 import statistics
 import time
@@ -37,11 +38,12 @@ import torch
 
 from _machine import machine, write_page
 from sohsm.clustering import default_max_cluster_size, default_n_clusters, greedy_assignment
-from sohsm.heads import Reclustering, SelfOrganizedSoftmax
 from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax
 
 
-def statistics_of(n: int, n_clusters: int, generator: torch.Generator, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+def statistics_of(n: int, n_clusters: int, generator: torch.Generator,
+                  device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """A ``q`` in log2 units where each word prefers a few clusters, and Zipf term frequencies."""
     q = torch.randn(n, n_clusters, generator=generator) - math.log2(n_clusters)
     favourite = torch.randint(0, n_clusters, (n, 3), generator=generator)
@@ -120,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         n_clusters = default_n_clusters(n)
         max_size = default_max_cluster_size(n, 1.5)
         q, tf = statistics_of(n, n_clusters, generator, args.device)
-        sequential, first = timed(lambda: greedy_assignment(q, tf, max_size, 0.1), args.device, args.repeats)
-        deferred, second = timed(lambda: greedy_assignment_deferred(q, tf, max_size, 0.1), args.device, args.repeats)
+        sequential, first = timed(functools.partial(greedy_assignment, q, tf, max_size, 0.1), args.device,
+                                  args.repeats)
+        deferred, second = timed(functools.partial(greedy_assignment_deferred, q, tf, max_size, 0.1), args.device,
+                                 args.repeats)
         same = torch.equal(first.assignment.cpu(), second.assignment.cpu())
         q_mib = q.numel() * q.element_size() / 2**20
         whole = in_head(q, tf, args.dim, args.device, args.repeats)
@@ -137,11 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         for kind in ("random", "run"):
             q, tf = (statistics_of(n, n_clusters, generator, args.device) if kind == "random" else
                      run_statistics(n, n_clusters, args.seen, generator, args.device))
-            deferred, result = timed(lambda: greedy_assignment_deferred(q, tf, max_size, 0.1), args.device,
+            deferred, result = timed(functools.partial(greedy_assignment_deferred, q, tf, max_size, 0.1), args.device,
                                      args.run_repeats)
             sequential = None
             if n <= args.sequential_up_to:
-                sequential, first = timed(lambda: greedy_assignment(q, tf, max_size, 0.1), args.device,
+                sequential, first = timed(functools.partial(greedy_assignment, q, tf, max_size, 0.1), args.device,
                                           args.run_repeats)
                 assert torch.equal(first.assignment.cpu(), result.assignment.cpu()), "the solvers disagree"
             cells[kind] = (sequential, deferred, result.rounds)
@@ -164,13 +168,15 @@ def main(argv: list[str] | None = None) -> int:
         "the token mass each) from statistics q shaped like a trained head's (each word prefers a few "
         "clusters; Zipf term frequencies); median of "
         f"{args.repeats} after a warm-up. *sequential*: the words one by one on the host (`solver=\"sequential\"`, "
-        "what `solver=\"auto\"`, the default, picks on the CPU); *deferred acceptance*: rounds of tensor operations on q's device "
+        "what `solver=\"auto\"`, the default, picks on the CPU); *deferred acceptance*: rounds of tensor operations on "
+        "q's device "
         "(`solver=\"deferred_acceptance\"`). q: the statistics' memory (float32), which the head keeps "
         "beside its weights. *in the head*: one whole `head.reassign` of a self-organized head of "
         f"d = {args.dim} with the same q (its default solver for the device, moving the words' vectors, gradients "
         "and Adagrad state), from fresh random clusters; *in head / solver*: that over its solver's time alone.",
         "",
-        "| N | C | sequential ms | deferred acceptance ms | same assignment | q MiB | in the head ms | in head / solver |",
+        "| N | C | sequential ms | deferred acceptance ms | same assignment | q MiB | in the head ms | in head / "
+        "solver |",
         "|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for n, c, seq, dfr, same, q_mib, whole in rows:
@@ -203,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"{sd / rd:.2f}x |")
         if any(n > args.sequential_up_to for n in args.run_sizes):
             lines += ["", f"*skipped*: the sequential solver is not timed above {args.sequential_up_to:,} words "
-                      "(`--sequential-up-to`), to keep the page's run short on one CPU thread (it reads q on the host a block "
+                      "(`--sequential-up-to`), to keep the page's run short on one CPU thread (it reads q on the host "
+                      "a block "
                       "of rows at a time); a run on a GPU takes deferred acceptance."]
     write_page(args.output, lines)
     return 0

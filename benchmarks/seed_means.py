@@ -4,8 +4,9 @@
 tabulates folders made by separate `lm compare --seed S` commands.)
 
 Each folder is the ``--out`` of one ``sohsm lm compare`` (same settings, another ``--seed``); a run
-missing from a folder, or one that has not yet trained as many epochs as the others, shows as "–" and leaves that seed out of the mean of its row, which then says
-over how many seeds it was taken. Every number is read from the run directories. Usage::
+missing from a folder, or one that has not yet trained as many epochs as the others, shows as "–" and
+leaves that seed out of the mean of its row, which then says over how many seeds it was taken. Every
+number is read from the run directories. Usage::
 
     python benchmarks/seed_means.py runs/wt2 runs/wt2-s2 runs/wt2-s3 \
         --runs self_organized,two_level_frequency --reference two_level_frequency

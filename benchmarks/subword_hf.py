@@ -104,8 +104,7 @@ def sohsm_args(vocabulary: str, head: str, seed: int, corpus: str | None = None,
 
 def sohsm_config(args: list[str]):
     """The run config ``sohsm lm train ARGS`` would train (its own parser and defaults; nothing trained)."""
-    from sohsm.cli.train_options import (add_training_options, head_overrides, requested_head_options,
-                                         training_overrides)
+    from sohsm.cli.train_options import add_training_options, head_overrides, requested_head_options, training_overrides
     from sohsm.tasks.lm import LMConfig
 
     parser = argparse.ArgumentParser(prog="sohsm lm train")
@@ -403,7 +402,8 @@ def report(output: Path = REPORT, results: Path = RESULTS, sohsm_results: Path =
              f"[{results.name}/]({results.name}/)",
              "(each run's `result.json`) and, beside them, `benchmarks/subword.py`'s runs of sohsm's own transformer",
              f"in [{sohsm_results.name}/]({sohsm_results.name}/)"
-             + ("" if matched else " ([subword.md](subword.md))") + ". Issue 42: the same model built as a `transformers`",
+             + ("" if matched else " ([subword.md](subword.md))") + ". Issue 42: the same model built as a "
+                                                                    "`transformers`",
              "`LlamaForCausalLM`, with the full and the self-organized head (`sohsm.hf.use_head`), trained by the",
              "`Trainer` (`sohsm.hf.HeadCallback()`) for the same tokens, should reach the same perplexity as sohsm's",
              "transformer within seed noise.",
@@ -431,7 +431,8 @@ def report(output: Path = REPORT, results: Path = RESULTS, sohsm_results: Path =
              "*ppl/token* compares only within a vocabulary; *ppl/word* (exp(loss of the split / its words, one",
              "`<eos>` per line counted)) and *bits/byte* (loss in bits / the UTF-8 bytes of the split's text) across",
              "them. *tokens/s* is each run's own on the CPU, trained beside other jobs: a guide, not a speed",
-             "comparison. *HF / sohsm - 1* is the ratio of test perplexities per word, seed by seed (a paired t-test on",
+             "comparison. *HF / sohsm - 1* is the ratio of test perplexities per word, seed by seed "
+             "(a paired t-test on",
              "log perplexity over the seeds where there are several); *sohsm's seed spread* is the standard deviation",
              "of log test perplexity per word over sohsm's own seeds, the noise the difference is to be read against.",
              *([] if matched else ["The same comparison with sohsm's transformer given Llama's rotary positions and "

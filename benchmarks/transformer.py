@@ -74,9 +74,8 @@ from pathlib import Path
 
 import torch
 
-from _machine import command_line, machine, write_page
-
 import sohsm
+from _machine import command_line, machine, write_page
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADS = ("full", "adaptive", "two_level_frequency", "self_organized")
@@ -207,7 +206,7 @@ def run_cpu(args) -> tuple[list[dict], dict]:
     times: dict[str, list[float]] = {name: [] for name in trainers}
     tokens = args.batch_size * trainers[args.cpu_heads[0]][0].bptt
     for i in range(args.cpu_warmup + args.cpu_steps):
-        for name, (config, task, model, head, step) in trainers.items():  # the heads take turns
+        for name, (_config, _task, _model, _head, step) in trainers.items():  # the heads take turns
             batch, _ = next(batches[name])
             start = time.perf_counter()
             step(batch, i + 1)
@@ -216,7 +215,7 @@ def run_cpu(args) -> tuple[list[dict], dict]:
         if i >= args.cpu_warmup:
             print(f"step {i + 1}: " + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in times), flush=True)
     rows = []
-    for name, (config, task, model, head, step) in trainers.items():
+    for name, (_config, _task, model, head, _step) in trainers.items():
         row = {"head": name, "params": parameter_count(head), "model_params": parameter_count(model),
                "step_s": statistics.median(times[name]), "reclusterings": 0}
         if isinstance(head, SelfOrganizingHead):

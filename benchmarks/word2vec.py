@@ -76,7 +76,8 @@ def config_for(args, architecture: str, head: str):
                      head=HeadConfig(name=head), epochs=args.epochs, batch_words=args.batch_words,
                      row_cap=None if args.row_cap <= 0 else args.row_cap, fast_path=not args.generic,
                      kernel=args.kernel,
-                     update_rows=args.update_rows, update_row_cap=None if args.update_row_cap <= 0 else args.update_row_cap,
+                     update_rows=args.update_rows,
+                     update_row_cap=None if args.update_row_cap <= 0 else args.update_row_cap,
                      optim=OptimConfig(optimizer="sgd", lr=args.lr, clip=None, weight_decay=0.0), seed=args.seed)
 
 
@@ -91,7 +92,8 @@ def run_sohsm(args, name: str, architecture: str, head: str) -> dict:
     cpu = time.process_time()
     result = train(config, run_dir, progress=False)
     cpu = time.process_time() - cpu
-    out = {"seconds": result.elapsed_s, "cpu_seconds": cpu, "words": words, "dev_ppl": result.last_eval.ppl if result.last_eval else None,
+    out = {"seconds": result.elapsed_s, "cpu_seconds": cpu, "words": words,
+           "dev_ppl": result.last_eval.ppl if result.last_eval else None,
            "vectors": load_vectors(run_dir), "run_dir": str(run_dir)}
     if head == "self_organized":
         out["clusters"] = so_clusters(run_dir)
@@ -140,7 +142,8 @@ def run_gensim(args, name: str, architecture: str, settings: dict) -> dict:
     qw, ws = gensim_data() / "questions-words.txt", gensim_data() / "wordsim353.tsv"
     own_analogy = wv.evaluate_word_analogies(str(qw))[0]
     own_rho = wv.evaluate_word_pairs(str(ws))[1][0]
-    return {"seconds": seconds, "cpu_seconds": cpu, "words": words_per_epoch(args) * args.epochs, "dev_ppl": None, "vectors": vectors,
+    return {"seconds": seconds, "cpu_seconds": cpu, "words": words_per_epoch(args) * args.epochs, "dev_ppl": None,
+            "vectors": vectors,
             "gensim_own": (own_analogy, own_rho)}
 
 
@@ -186,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-words", type=int, default=1000, help="sohsm: corpus words per step (default 1000)")
     parser.add_argument("--row-cap", type=float, default=4.0, help="sohsm: --row-cap (default 4; 0: none)")
     parser.add_argument("--generic", action="store_true",
-                        help="sohsm: train every head through autograd (--no-fast-path), as before the hand-written path")
+                        help="sohsm: train every head through autograd (--no-fast-path), as before the hand-written "
+                             "path")
     parser.add_argument("--kernel", default="auto", choices=("auto", "numba", "torch"),
                         help="sohsm: --kernel, the hand-written path's loop (default auto: numba where installed)")
     parser.add_argument("--update-rows", type=int, default=64, help="sohsm: --update-rows, torch loop (default 64)")
@@ -216,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = r
         write_report(args, results, argv if argv is not None else sys.argv[1:],
                      done=len(results) == len(names) * len(seeds))
-        print(f"{name}: {r['words_per_s']:,.0f} words/s ({r['cpu_seconds']:.0f} CPU s, {r['seconds']:.0f} s), analogies {a.accuracy:.2%} ({a.answered} asked), "
+        print(f"{name}: {r['words_per_s']:,.0f} words/s ({r['cpu_seconds']:.0f} CPU s, {r['seconds']:.0f} s), "
+              f"analogies {a.accuracy:.2%} ({a.answered} asked), "
               f"rho {s.spearman:.3f}" + (f", gensim's own evaluators {r['gensim_own'][0]:.2%} / "
                                          f"{r['gensim_own'][1]:.3f}" if "gensim_own" in r else ""),
               file=sys.stderr, flush=True)
@@ -254,9 +259,10 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         "",
         f"Data: `{args.corpus}` training split with the words seen fewer than 5 times dropped: "
         f"{first['words'] // args.epochs:,} words a pass, {len(first['vectors']):,} words in the vocabulary; "
-        f"CBOW or skip-gram (the model column), dim 100, window 5 (each word draws its own in 1..5), sub-sampling 1e-3, {args.epochs} epochs, "
-        "pieces of 1000 words (windows stop at their borders, as at word2vec's sentences). "
-        f"gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, epochs={args.epochs}, "
+        "CBOW or skip-gram (the model column), dim 100, window 5 (each word draws its own in 1..5), sub-sampling "
+        f"1e-3, {args.epochs} epochs, pieces of 1000 words (windows stop at their borders, as at word2vec's "
+        "sentences). gensim: `Word2Vec(vector_size=100, window=5, min_count=5, sample=1e-3, workers=1, "
+        f"epochs={args.epochs}, "
         + ("seed=S, " if args.seeds else f"seed={args.seed}, ")
         + "sg=0|1, cbow_mean=1, hs=..., negative=...)`"
         + (f" with S each of the seeds {args.seeds} (sohsm's `--seed S`)" if args.seeds else "")
@@ -268,12 +274,14 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         + (" (gensim's start)" if args.init_range == 1 else " (`--init-range`)" if args.init_range != 0.5
            else " (word2vec.c's start, `--init-range 0.5`)")
         + "; output weights starting at 0; "
-        + (f"{args.batch_words} words a step, a vector moving by at most {args.row_cap:g} rows' worth of update a step, "
+        + (f"{args.batch_words} words a step, a vector moving by at most {args.row_cap:g} rows' worth of update a "
+           "step, "
            "through autograd (`--no-fast-path`))." if args.generic else
            "the binary tree and `pmi` trained by word2vec's own loop compiled by Numba (`--kernel numba`: one row "
            f"at a time, in place, no row cap, numba {_numba_version()}); the self-organized head through autograd, "
            f"{args.batch_words} words a step, at most {args.row_cap:g} rows' worth a step)." if _kernel(args) == "numba"
-           else f"the binary tree and `pmi` trained by the hand-written path in torch (`--kernel torch`): pieces of {args.batch_words} words, updated "
+           else "the binary tree and `pmi` trained by the hand-written path in torch (`--kernel torch`): pieces of "
+                f"{args.batch_words} words, updated "
            f"in place {args.update_rows} rows at a time, a vector moving by at most {args.update_row_cap:g} rows' "
            "worth of update at once; the self-organized head through autograd, "
            f"{args.batch_words} words a step, at most {args.row_cap:g} rows' worth a step)."),
@@ -287,7 +295,8 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
         "brackets); WordSim-353: Spearman's rho on gensim's `wordsim353.tsv`, pairs in the vocabulary. The dev "
         "perplexity is sohsm's held-out check (the centre word of the first 2,000 dev rows).",
         "",
-        "| row | model | output layer | words/s (CPU) | analogy accuracy | WordSim-353 rho | dev ppl | CPU s | wall s |",
+        "| row | model | output layer | words/s (CPU) | analogy accuracy | WordSim-353 rho | dev ppl | CPU s "
+        "| wall s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
@@ -314,10 +323,10 @@ def write_report(args, results: dict, argv: list[str], done: bool = True) -> Non
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     json_out = Path(args.out).with_suffix(".json")
-    json_out.write_text(json.dumps({n: {"row": r["name"], "seed": r["seed"], "words_per_s": r["words_per_s"], "analogy": r["analogy"].accuracy,
-                                        "analogy_asked": r["analogy"].answered, "rho": r["similarity"].spearman,
-                                        "dev_ppl": r["dev_ppl"], "seconds": r["seconds"],
-                                        "cpu_seconds": r["cpu_seconds"]}
+    json_out.write_text(json.dumps({n: {"row": r["name"], "seed": r["seed"], "words_per_s": r["words_per_s"],
+                                        "analogy": r["analogy"].accuracy, "analogy_asked": r["analogy"].answered,
+                                        "rho": r["similarity"].spearman, "dev_ppl": r["dev_ppl"],
+                                        "seconds": r["seconds"], "cpu_seconds": r["cpu_seconds"]}
                                     for n, r in results.items()}, indent=1) + "\n")
     print(f"wrote {args.out} and {json_out}", file=sys.stderr)
 

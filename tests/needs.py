@@ -71,7 +71,7 @@ HF_HOW = "pip install -e '.[hf]' (or the dev extra)"
 GIGAWORD_HOW = "see docs/s2s.md for where Gigaword and DUC-2004 come from and where they go"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bf16_lstm_failure() -> str | None:
     """Why this machine cannot run an LSTM under bf16 autocast on the CPU; ``None`` if it can."""
     from sohsm.train.precision import autocast_fails

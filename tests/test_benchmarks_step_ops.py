@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+
 from needs import need_corpus
 from small_run import zipf_corpus
 

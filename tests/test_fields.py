@@ -6,7 +6,6 @@ import pytest
 from sohsm.cli.config_flags import Flag, render_error
 from sohsm.fields import FieldError, has, suggest
 
-
 FIELDS = {"hidden_size": "model.hidden_size", "batch_size": "batch_size", "eval_batch_size": "eval_batch_size",
           "text_mode": "data.text_mode", "update_every": "head.update_every", "head": "head.name"}
 

@@ -193,8 +193,8 @@ def command_problems(code: str, parser) -> list[str]:
 
 
 def readme_commands(text: str) -> list[str]:
-    """The ``sohsm`` command lines of markdown ``text``'s bash blocks (continuation lines joined) and its inline code spans
-    that start with ``sohsm `` and name a command (not a placeholder such as COMMAND)."""
+    """The ``sohsm`` command lines of markdown ``text``'s bash blocks (continuation lines joined) and its inline code
+    spans that start with ``sohsm `` and name a command (not a placeholder such as COMMAND)."""
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         lines += [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip().startswith("sohsm ")]

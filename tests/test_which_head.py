@@ -1,5 +1,6 @@
 """README's "Which head to pick" and its long form, docs/results/which-head-table.md, are what
-``benchmarks/which_head.py`` writes from the committed runs; the rules it writes them by (level, pick, one seed, stale) do what its docstring says.
+``benchmarks/which_head.py`` writes from the committed runs; the rules it writes them by (level, pick, one seed,
+stale) do what its docstring says.
 
 The comparison is the check CI runs: a run added, a page regenerated, or a commit that changes a head's or the
 loop's code and so turns a row stale makes it fail until ``python benchmarks/which_head.py`` is run and its output

@@ -14,7 +14,7 @@ below come from :mod:`sohsm.heads` on first use (``sohsm.build_head``, ``from so
 (:mod:`sohsm.train`, :mod:`sohsm.tasks`, the ``sohsm`` command), and the tasks register themselves the first
 time the training loop looks one up (:mod:`sohsm.train.task`).
 """
-from sohsm.version import __version__
+from sohsm.version import __version__ as __version__  # exported (the alias says so to the linter)
 
 #: the names the package gives from :mod:`sohsm.heads`, imported on first use
 HEAD_NAMES = (

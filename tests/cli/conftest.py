@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from needs import GIGAWORD_HOW, need_corpus, need_files
-from needs import data_dir as _data_dir
+from needs import GIGAWORD_HOW, data_dir as _data_dir, need_corpus, need_files
 from sohsm.cli.main import main
 
 #: a model small enough for a few hundred steps in seconds

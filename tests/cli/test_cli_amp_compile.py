@@ -11,7 +11,8 @@ from sohsm.train import read_metrics
 from sohsm.train.precision import autocast_fails
 
 STEPS = 40
-OPTIONS = ["--head", "self_organized", "--emb-size", "32", "--hidden-size", "32", "--batch-size", "16", "--dropout", "0",
+OPTIONS = ["--head", "self_organized", "--emb-size", "32", "--hidden-size", "32", "--batch-size", "16",
+           "--dropout", "0",
            "--head-option", "shortlist=0",  # the setting its thresholds were set for
            "--bptt", "10", "--quiet", "--eval-every", "0", "--log-every", "10", "--max-tokens", STEPS * 160]
 

@@ -590,7 +590,8 @@ def test_a_large_vocabulary_gives_a_tied_lstm_s_self_organized_head_bands(tmp_pa
     assert "div_value" in line and "in the run" in line  # an option it took is kept: asked otherwise, refused
 
     for name, extra in (("null", ["--head-option", "div_value=null"]), ("untied", ["--no-tie-weights"])):
-        assert cli("lm", "train", "--run-dir", tmp_path / name, *common, *extra, "--max-tokens", TOKENS_PER_STEP)[0] == 0
+        assert cli("lm", "train", "--run-dir", tmp_path / name, *common, *extra,
+                   "--max-tokens", TOKENS_PER_STEP)[0] == 0
         assert json.loads((tmp_path / name / "config.json").read_text())["head"]["options"].get("div_value") is None
     monkeypatch.setattr(run_defaults, "BANDED_FROM_WORDS", 10**6)
     assert cli("lm", "train", "--run-dir", tmp_path / "small", *common, "--max-tokens", TOKENS_PER_STEP)[0] == 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from small_run import run_files
-from sohsm.train.rundir import NothingToTrain, check_budget_left
 from sohsm.tasks.lm import LMConfig
+from sohsm.train.rundir import NothingToTrain, check_budget_left
 
 
 @pytest.fixture

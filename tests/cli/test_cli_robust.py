@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import sohsm.train.step as train_step
 import sohsm.train.loop as loop
+import sohsm.train.step as train_step
 from sohsm.cli.main import main
 from sohsm.models.lstm_lm import LSTMLanguageModel
 from sohsm.train import read_metrics
@@ -141,7 +141,8 @@ def test_divergence_keeps_the_last_good_checkpoints(tmp_path, ptb_slice, small, 
     otherwise); the bad steps in between change nothing (the fused step skips on the device, the default one
     gets zero gradients) and the error names the first bad step."""
     run_dir = tmp_path / "run"
-    options = ["--eval-every", 5, "--checkpoint-every", 5, "--log-every", log_every, "--fused" if fused else "--no-fused"]
+    options = ["--eval-every", 5, "--checkpoint-every", 5, "--log-every", log_every,
+               "--fused" if fused else "--no-fused"]
     code, _, err = cli("lm", "train", "--corpus", ptb_slice, "--head", "self_organized", "--run-dir", run_dir,
                        *small, *options, "--max-tokens", 5 * TOKENS_PER_STEP)
     assert code == 0, err

@@ -11,8 +11,8 @@ import sohsm.tasks.lm.progress as lm_progress
 import sohsm.train.progress as progress
 from sohsm.cli.train_options import parse_head_option, parse_option_list
 from sohsm.heads import build_head
-from sohsm.train import load_run, read_metrics
 from sohsm.tasks.lm import LMConfig as TrainConfig
+from sohsm.train import load_run, read_metrics
 
 TOKENS_PER_STEP = 16 * 10  # batch 16 x BPTT 10
 

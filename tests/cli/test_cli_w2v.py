@@ -74,7 +74,8 @@ def test_negative_sampling_is_word2vecs():
     from sohsm.train.config import HeadConfig
 
     head = build_w2v_head(W2VConfig(head=HeadConfig(name="pmi")), Vocabulary(["a", "b", "<unk>"], [3, 2, 0], eos=None))
-    assert (head.n_samples, head.noise_power, head.shift, head.noise_per_row, head.sparse) == (5, 0.75, False, True, True)
+    assert ((head.n_samples, head.noise_power, head.shift, head.noise_per_row, head.sparse)
+            == (5, 0.75, False, True, True))
     assert float(head.weight.detach().abs().max()) == 0.0  # word2vec's output layer starts at zero
 
 

@@ -124,7 +124,8 @@ def test_greedy_fallback_goes_to_the_lightest_cluster_with_room():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_greedy_fallback_on_small_vocabularies(seed):
-    """n_clusters * f_b < 1: fallback happens, sizes stay bounded, fallback words go to the lightest cluster with room."""
+    """n_clusters * f_b < 1: fallback happens, sizes stay bounded, fallback words go to the lightest cluster with
+    room."""
     g = torch.Generator().manual_seed(seed)
     n_words = 30
     n_clusters = default_n_clusters(n_words)  # 6 clusters * 0.1 < 1
@@ -173,7 +174,8 @@ def test_vectorised_equals_reference_on_larger_inputs_with_block_cuts():
     max_size = default_max_cluster_size(n_words)
     expected = greedy_assignment_reference(q, tf, max_size, 0.1)
     for block_size in (3, 64, 1024):
-        assert torch.equal(greedy_assignment(q, tf, max_size, 0.1, block_size=block_size).assignment, expected.assignment)
+        assert torch.equal(greedy_assignment(q, tf, max_size, 0.1, block_size=block_size).assignment,
+                           expected.assignment)
 
 
 def test_vectorised_closes_a_cluster_whose_mass_reaches_the_budget_exactly():

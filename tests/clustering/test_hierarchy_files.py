@@ -7,7 +7,13 @@ import torch
 from sohsm import TreeSoftmax, TwoLevelSoftmax
 from sohsm.clustering.hierarchy import assignment_to_hierarchy, check_hierarchy, hierarchy_to_assignment
 from sohsm.clustering.hierarchy_files import (
-    HierarchyFileError, brown_cut_width, detect_format, format_hierarchy, ids_to_words, map_to_vocab, read_hierarchy,
+    HierarchyFileError,
+    brown_cut_width,
+    detect_format,
+    format_hierarchy,
+    ids_to_words,
+    map_to_vocab,
+    read_hierarchy,
 )
 
 BROWN = "0\tthe\t50\n0\ta\t30\n10\tdog\t5\n110\tcat\t4\n111\tbird\t2\n"

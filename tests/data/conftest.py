@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from needs import data_dir as _data_dir
-from needs import need_corpus
+from needs import data_dir as _data_dir, need_corpus
 from sohsm.data import load_corpus
+
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:

@@ -5,7 +5,6 @@ import re
 import shutil
 
 import numpy as np
-
 import pytest
 import torch
 

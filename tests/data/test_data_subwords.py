@@ -31,7 +31,8 @@ def test_words_and_bytes_of_a_split_follow_the_stated_convention(lines_file, tmp
     # words: whitespace-separated words plus one <eos> per line; bytes: words joined by one space, a newline a line
     assert corpus.words == {"train": 16 * 30 + 4 * 30, "valid": 8 + 2}
     normalised = "".join(" ".join(line.split()) + "\n" for line in LINES)
-    assert corpus.text_bytes == {"train": len(normalised.encode("utf-8")), "valid": len(b"the cat saw a mat\nthe dog ran\n")}
+    assert corpus.text_bytes == {"train": len(normalised.encode("utf-8")),
+                                 "valid": len(b"the cat saw a mat\nthe dog ran\n")}
     assert corpus.words["train"] == corpus.train.numel()  # words are a word vocabulary's tokens
     again = load_corpus(lines_file, cache_dir=tmp_path / "cache")
     assert again.from_cache and again.words == corpus.words and again.text_bytes == corpus.text_bytes

@@ -142,7 +142,7 @@ def ddp_reclustering(rank: int, world_size: int, counts_given: bool, q_clusters:
         hidden = torch.randn(world_size * rows, D, generator=generator)
         target = torch.randint(0, N // 2, (world_size * rows,), generator=generator) ** 2 % N  # skewed
         share = slice(rank * rows, (rank + 1) * rows)
-        for m, h, optimizer, (x, t) in ((model, head, optimizers[0], (hidden[share], target[share])),
+        for m, _h, optimizer, (x, t) in ((model, head, optimizers[0], (hidden[share], target[share])),
                                         (reference, reference, optimizers[1], (hidden, target))):
             m(x, t).loss.backward()
             optimizer.step()

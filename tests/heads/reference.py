@@ -127,7 +127,8 @@ def adaptive_log_prob(head_weight: Tensor, head_bias: Tensor | None, tails: list
     short = cutoffs[0]
     parts = [head_lp[:, :short]]
     for i, (projection, out) in enumerate(tails):
-        parts.append(head_lp[:, short + i : short + i + 1] + torch.log_softmax((hidden @ projection.t()) @ out.t(), dim=1))
+        parts.append(head_lp[:, short + i : short + i + 1]
+                     + torch.log_softmax((hidden @ projection.t()) @ out.t(), dim=1))
     by_rank = torch.cat(parts, dim=1)
     rank_of_word = torch.argsort(word_of_rank)
     return by_rank[:, rank_of_word]

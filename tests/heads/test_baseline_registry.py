@@ -6,8 +6,19 @@ import inspect
 import pytest
 import torch
 
-from sohsm.heads import (AdaptiveSoftmax, BinaryTreeSoftmax, DifferentiatedSoftmax, FullSoftmax, Head, ImportanceSamplingSoftmax, NCESoftmax,
-                         PMISoftmax, build_head, head_names, head_options)
+from sohsm.heads import (
+    AdaptiveSoftmax,
+    BinaryTreeSoftmax,
+    DifferentiatedSoftmax,
+    FullSoftmax,
+    Head,
+    ImportanceSamplingSoftmax,
+    NCESoftmax,
+    PMISoftmax,
+    build_head,
+    head_names,
+    head_options,
+)
 from sohsm.heads.registry import _REGISTRY
 
 D, N = 16, 30

@@ -21,7 +21,8 @@ def test_a_full_softmax_given_a_linear_layers_weights_computes_that_layer_and_a_
     assert head.logits_are_linear
     head.set_word_vectors(weight, bias)
     hidden = torch.randn(5, D, dtype=torch.float64)
-    torch.testing.assert_close(head.log_prob(hidden), F.log_softmax(hidden @ weight.T + bias, dim=-1), rtol=0, atol=1e-12)
+    torch.testing.assert_close(head.log_prob(hidden), F.log_softmax(hidden @ weight.T + bias, dim=-1),
+                               rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["two_level_frequency", "self_organized"])

@@ -13,8 +13,8 @@ from sohsm.heads import (
     head_names,
     head_options,
     register_head,
+    registry,
 )
-from sohsm.heads import registry
 
 D, N = 4, 25
 
@@ -86,7 +86,9 @@ def test_factory_must_return_a_head(monkeypatch):
 def test_each_head_lists_its_options():
     assert set(head_options("full")) == {"bias"}
     for name in ("two_level_random", "two_level_frequency"):
-        assert set(head_options(name)) == {"backend", "cutoffs", "div_value", "n_clusters", "projection", "seed", "word_dim"}  # assignment: the factory's
+        # assignment: the factory's
+        assert set(head_options(name)) == {"backend", "cutoffs", "div_value", "n_clusters", "projection", "seed",
+                                           "word_dim"}
     so = head_options("self_organized")
     assert {"n_clusters", "gamma", "freq_budget", "update_every", "init", "smoothing", "projection", "seed",
             "reclusters_per_epoch"} <= set(so)

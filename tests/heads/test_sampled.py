@@ -11,7 +11,7 @@ import torch
 from sohsm.heads import ImportanceSamplingSoftmax, NCESoftmax, PMISoftmax, build_head
 from sohsm.heads.sampled import noise_distribution
 
-from .reference import importance_sampling_output, negative_sampling_output, nce_output
+from .reference import importance_sampling_output, nce_output, negative_sampling_output
 
 D, N, B, K = 6, 40, 12, 7
 NAMES = ["importance_sampling", "nce", "pmi"]
@@ -50,7 +50,8 @@ def _reference(head, hidden, target, noise):
     return output, weight, bias
 
 
-@pytest.mark.parametrize("options", [{}, {"bias": True}, {"remove_accidental_hits": False}], ids=["plain", "bias", "hits"])
+@pytest.mark.parametrize("options", [{}, {"bias": True}, {"remove_accidental_hits": False}],
+                         ids=["plain", "bias", "hits"])
 def test_importance_sampling_variants_match_formula(options):
     _check_objective_and_gradients("importance_sampling", options)
 

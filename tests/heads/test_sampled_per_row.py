@@ -8,7 +8,7 @@ import torch
 
 from sohsm.heads.sampled import noise_distribution
 
-from .reference import importance_sampling_output, negative_sampling_output, nce_output
+from .reference import importance_sampling_output, nce_output, negative_sampling_output
 from .test_sampled import K, N, _batch, _counts, make_head
 
 

@@ -8,7 +8,11 @@ import torch.nn.functional as F
 from sohsm import TreeSoftmax, build_head
 from sohsm.clustering import huffman_tree
 from sohsm.clustering.hierarchy import (
-    assignment_to_hierarchy, balanced_hierarchy, check_hierarchy, children_to_hierarchy, depth,
+    assignment_to_hierarchy,
+    balanced_hierarchy,
+    check_hierarchy,
+    children_to_hierarchy,
+    depth,
 )
 from sohsm.heads import BinaryTreeSoftmax, TwoLevelSoftmax
 
@@ -38,7 +42,8 @@ def random_hierarchy(n: int, seed: int, max_arity: int = 5) -> list:
     return check_hierarchy(build(words), n)
 
 
-def reference_log_prob(tree: list, weight: torch.Tensor, bias: torch.Tensor | None, hidden: torch.Tensor) -> torch.Tensor:
+def reference_log_prob(tree: list, weight: torch.Tensor, bias: torch.Tensor | None,
+                       hidden: torch.Tensor) -> torch.Tensor:
     """``[B, N]`` by walking the nested lists: the edges of each node, breadth first, are consecutive rows."""
     n_words = sum(1 for _ in _leaves(tree))
     out = hidden.new_zeros(hidden.size(0), n_words)
@@ -101,7 +106,8 @@ def test_log_prob_is_exact_and_normalised(seed):
     head, tree = make_head(50, seed)
     hidden = torch.randn(12, D, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     log_prob = head.log_prob(hidden)
-    torch.testing.assert_close(log_prob, reference_log_prob(tree, head.weight, head.bias, hidden), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(log_prob, reference_log_prob(tree, head.weight, head.bias, hidden),
+                               rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(log_prob.exp().sum(1), torch.ones(12, dtype=torch.float64), rtol=1e-12, atol=1e-12)
     target = torch.arange(12)
     torch.testing.assert_close(head(hidden, target).output, log_prob.gather(1, target[:, None]).squeeze(1))

@@ -220,8 +220,8 @@ def test_a_converted_head_starts_its_statistics_from_the_fit_and_moves_words_onl
     (not the uniform "no information"), so a first re-clustering keeps the fitted clusters; its default margin
     (``stay_margin``) is saved with the options."""
     model = _pretrained()
-    head = sohsm.hf.use_head(model, "self_organized", counts=counts(), data=[token_ids(8, 32, seed=s) for s in range(4)],
-                             fit_seconds=3, progress=False)
+    head = sohsm.hf.use_head(model, "self_organized", counts=counts(),
+                             data=[token_ids(8, 32, seed=s) for s in range(4)], fit_seconds=3, progress=False)
     uniform = -math.log2(head.n_clusters)
     tail = head.tail_words
     assert not torch.allclose(head.q[tail], torch.full_like(head.q[tail], uniform))

@@ -6,12 +6,18 @@ import copy
 
 import pytest
 import torch
+from tests.heads.reference import (
+    adaptive_input_matrix,
+    adaptive_log_prob,
+    in_word_order,
+    ref_params,
+    shuffled_zipf_counts,
+    two_level_parts,
+)
 
 import sohsm
 from sohsm.clustering import random_assignment
 from sohsm.models import LSTMLanguageModel, TransformerLM
-from tests.heads.reference import (adaptive_input_matrix, adaptive_log_prob, in_word_order, ref_params,
-                                   shuffled_zipf_counts, two_level_parts)
 
 N, D = 40, 8
 
@@ -109,7 +115,7 @@ def test_tied_adaptive_gradients_match_the_dense_reference(architecture):
     reference = copy.deepcopy(model)
     reference.embedding = DenseLookup()  # reads the matrix built from the leaves below
     head_weight, bias, tails = adaptive_leaves(head)
-    for step in range(2):
+    for _ in range(2):
         ids = torch.randint(0, n, (7, 4))
         hidden, _ = model(ids[:-1])
         loss = head(hidden, ids[1:]).loss
@@ -261,7 +267,7 @@ def test_a_tied_banded_self_organized_head_trains_and_its_embedding_follows_each
     head.attach(optimizer)
     data = torch.randint(0, n, (9, 4))
     before, moved = None, 0.0
-    for step in range(6):
+    for _ in range(6):
         hidden, _ = model(data[:-1])
         loss = head(hidden.reshape(-1, d), data[1:].reshape(-1)).loss
         optimizer.zero_grad()

@@ -94,7 +94,8 @@ def test_train_keeps_each_run_and_the_report_sets_them_beside_sohsm(corpus, tmp_
     assert any(f"| {full['valid']['ppl_word']:.2f} | {full['test']['ppl_word']:.2f} |" in r for r in rows)
     assert "| sohsm transformer | full-tied | 1 | 10 | 320 | 5.00 | 5.00 | 30.00 | 40.00 |" in text
     assert "| sohsm transformer | self_organized-tied | 1 | not run yet |" in text
-    assert f"- full: HF / sohsm - 1, test ppl per word {math.expm1(math.log(full['test']['ppl_word'] / 40.0)) * 100:+.2f}%" in text
+    gap = math.expm1(math.log(full['test']['ppl_word'] / 40.0)) * 100
+    assert f"- full: HF / sohsm - 1, test ppl per word {gap:+.2f}%" in text
     assert "- self_organized: HF / sohsm - 1, test ppl per word not run yet" in text
     assert "python benchmarks/subword_hf.py train --vocabularies bpe:270 --heads self_organized --seeds 1" in text
     assert "| sohsm transformer | full-tied | 1 | not run yet |" in text.split("## bpe:8000")[1]  # the protocol's

@@ -62,7 +62,8 @@ def test_a_setting_becomes_the_flags_it_names():
     so = tuning.command("self_organized", "ptb", {"div_value": None, "shortlist": 4}, 1)
     assert "div_value=null" in so and "shortlist=400" in so  # pinned: the vocabulary rule would add nothing unasked
     default = tuning.command("two_level_frequency", "ptb", {"n_clusters": 1, "div_value": None}, 1)
-    assert "--head-option" not in default and "--tie-weights" in default and "1" in default[default.index("--epochs") + 1]
+    assert ("--head-option" not in default and "--tie-weights" in default
+            and "1" in default[default.index("--epochs") + 1])
 
 
 def test_each_stage_starts_from_the_previous_choice(tmp_path):
@@ -113,7 +114,8 @@ def test_the_final_table_pairs_seeds_and_words_the_claim_by_them(tmp_path):
             _keep(tmp_path / "ptb" / "final" / f"seed-{seed}" / head, head, seed, {}, test * 1.05, test)
     summary = tuning.summarize(tmp_path)
     final = summary["final"]["ptb"]
-    assert final["heads"]["self_organized"]["mean"] == pytest.approx(100.0) and final["heads"]["full"]["metric"] == "test"
+    assert final["heads"]["self_organized"]["mean"] == pytest.approx(100.0)
+    assert final["heads"]["full"]["metric"] == "test"
     pair = final["pairs"]["self_organized vs full"]
     assert (pair["lower"], pair["higher"], pair["seeds"]) == (2, 1, 3)
     assert pair["low_pct"] == -1.11 and pair["high_pct"] == 1.82

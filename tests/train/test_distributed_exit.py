@@ -22,7 +22,8 @@ import pytest
 
 import sohsm
 
-#: two ranks: Ranks.join, a DDP module (which keeps the group alive), three all-gathers, leave, then exit as `sohsm` does
+# : two ranks: Ranks.join, a DDP module (which keeps the group alive), three all-gathers, leave, then exit as `sohsm`
+# does
 SCRIPT = textwrap.dedent("""
     import torch
     from sohsm.train.distributed import Ranks, started_a_group

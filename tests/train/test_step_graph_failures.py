@@ -9,8 +9,7 @@ import torch
 
 import graph_emulator
 from sohsm.train import step_graph as step_graph_module
-from step_graph_runs import (_assert_same_weights, _static_eager, _train, _weights, corpus,  # noqa: F401
-                             emulated, native_lstm)
+from step_graph_runs import _assert_same_weights, _static_eager, _train, _weights, corpus, emulated, native_lstm  # noqa: F401
 
 
 def test_a_capture_that_fails_falls_back_to_eager_steps_with_one_warning(tmp_path, corpus, emulated, monkeypatch):
@@ -46,8 +45,8 @@ def test_a_wrong_replay_is_caught_by_its_check_and_the_run_trains_eagerly(tmp_pa
                         lambda device: graph_emulator.EmulatedGraphs(device, skip=lambda func: skipped in str(func)))
     extra = ["--max-tokens", str(20 * 24)]
     with pytest.warns(RuntimeWarning, match=r"the captured training step's replay differs from the eager step by "
-                                            r"([0-9.e+-]+|inf) \(relative; at most 0.0001 expected\); the run goes on with "
-                                            r"eager steps") as warned:
+                                            r"([0-9.e+-]+|inf) \(relative; at most 0.0001 expected\); the run goes on "
+                                            r"with eager steps") as warned:
         losses, _ = _train(tmp_path / "graph", corpus, "full", *extra)
     assert len([w for w in warned if "CUDA graph" in str(w.message) or "replay" in str(w.message)]) == 1
     (graph,) = emulated
@@ -101,7 +100,7 @@ def test_a_capture_that_fails_half_way_leaves_a_clean_eager_run(tmp_path, corpus
     assert graph.graphs.stream == "default" and not allocator.underway and not allocator.aborts
     allocator.empty_cache()
     assert not allocator.pools and allocator.kept == 0
-    assert not graph.train_step.static and not graph.train_step.precision.cache_enabled is False
+    assert not graph.train_step.static and graph.train_step.precision.cache_enabled is not False
     assert all(not isinstance(g["lr"], torch.Tensor) for g in graph.optimizer.param_groups)
     off, _ = _train(tmp_path / "off", corpus, "full", *extra, "--step-graph", "off")
     assert losses == off

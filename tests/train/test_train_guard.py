@@ -8,10 +8,10 @@ import signal
 import pytest
 import torch
 
-from sohsm.train.checkpoint import remove_orphans, save_checkpoint, write_atomic
-from sohsm.train import guard
-from sohsm.train.guard import DivergenceError, StopSignals, check_finite_parameters, check_step, gradient_norm
 import sohsm.train.lock as lock_module
+from sohsm.train import guard
+from sohsm.train.checkpoint import remove_orphans, save_checkpoint, write_atomic
+from sohsm.train.guard import DivergenceError, StopSignals, check_finite_parameters, check_step, gradient_norm
 from sohsm.train.lock import RunLock
 
 
@@ -42,7 +42,8 @@ def test_a_lock_file_removed_as_it_was_opened_is_not_locked(tmp_path, monkeypatc
     third.acquire()  # a new .lock
     opened, real_open = [], os.open
     monkeypatch.setattr(lock_module.os, "open",
-                        lambda path, *args: opened.append(path) or (stale if len(opened) == 1 else real_open(path, *args)))
+                        lambda path, *args: opened.append(path)
+                        or (stale if len(opened) == 1 else real_open(path, *args)))
     with pytest.raises(ValueError, match="in use by another trainer"):
         RunLock(tmp_path).acquire()
     assert len(opened) == 2

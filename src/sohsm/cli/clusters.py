@@ -58,8 +58,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _show(args: argparse.Namespace) -> int:
     from sohsm.heads import ClusteredHead
-    from sohsm.runs.clusters import (cluster_of_word, cluster_table, learned_first, one_word_note, shown, token_named,
-                                     token_text)
+    from sohsm.runs.clusters import (
+        cluster_of_word,
+        cluster_table,
+        learned_first,
+        one_word_note,
+        shown,
+        token_named,
+        token_text,
+    )
     from sohsm.train.loading import load_run  # a run of any task: a language model's or a summariser's
 
     for flag, value in (("--top", args.top), ("--words", args.words)):

@@ -142,7 +142,8 @@ def config_flags(config_class: type) -> list[Flag]:
 
 
 def _show(value: Any) -> str:
-    return "none" if value is None else "{}" if value == {} else str(value).lower() if isinstance(value, bool) else str(value)
+    return ("none" if value is None else "{}" if value == {} else str(value).lower() if isinstance(value, bool)
+            else str(value))
 
 
 def read_int(text: str) -> int:

@@ -6,9 +6,9 @@ import json
 import shlex
 import sys
 
+from sohsm.cli.lm_compare import register_compare
 from sohsm.cli.main import RAW as _RAW, CommandError, add_command_group, wrap as _wrap
 from sohsm.cli.train_options import add_train_command, dev_line, stop_reason, training_time
-from sohsm.cli.lm_compare import register_compare
 from sohsm.data.errors import DataError
 
 _TRAIN_EPILOG = """\
@@ -180,7 +180,9 @@ def _register_generate(sub: argparse._SubParsersAction) -> None:
     )
     _add_run_options(p)
     p.add_argument("--prompt", required=True, help="the words to continue (empty: start a new line)")
-    p.add_argument("--length", type=int, default=30, metavar="N", help="words (subword run: tokens) to add (default 30, at most 100000; a bar on stderr past 1000, or after 2 s)")
+    p.add_argument("--length", type=int, default=30, metavar="N", help="words (subword run: tokens) to add (default "
+                                                                       "30, at most 100000; a bar on stderr past 1000, "
+                                                                       "or after 2 s)")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--greedy", action="store_true", help="always take the most probable word")
     how.add_argument("--temperature", type=float, default=1.0, metavar="T",

@@ -208,9 +208,9 @@ def _seed_list(args: argparse.Namespace) -> list[int] | None:
 
 def _seed_report(args: argparse.Namespace, seeds: list[int]) -> int:
     """Write OUT/seeds.md (each run's best dev ppl per seed, the mean, the difference against the reference)."""
-    from sohsm.train.checkpoint import write_atomic
     from sohsm.runs.compare import load_comparison
     from sohsm.runs.report import seed_table
+    from sohsm.train.checkpoint import write_atomic
 
     folders = [Path(args.out) / f"seed-{s}" for s in seeds]
     present = [f for f in folders if (f / "compare.json").is_file()]

@@ -167,7 +167,8 @@ def _print_summary(result) -> None:
     reverse = _print_reverse_accuracy(result.run_dir)
     print(f"signature   {format_signature(result.signature)}")
     if not reverse:
-        print(f"decode      sohsm s2s decode {run} --input gigaword --out {shlex.quote(str(result.run_dir / 'giga.txt'))}")
+        print(f"decode      sohsm s2s decode {run} --input gigaword --out "
+              f"{shlex.quote(str(result.run_dir / 'giga.txt'))}")
     if result.stopped != "done":
         print(f"resume      sohsm s2s train --run-dir {run} --resume")
 

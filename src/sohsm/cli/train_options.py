@@ -29,6 +29,7 @@ from sohsm.cli.main import RAW, CommandError, wrap
 from sohsm.data.errors import DataError
 from sohsm.head_catalogue import head_names, option_names
 
+
 def add_training_options(p: argparse.ArgumentParser, config_class: type, *, compare: bool = False) -> list[Flag]:
     """Add the flags of ``config_class``'s fields to ``p`` (:mod:`sohsm.cli.config_flags`) and the command's own:
     ``--run-dir`` and ``--resume`` (not for `lm compare`, which also takes no ``--head``), ``--quiet``."""

@@ -10,8 +10,8 @@ from sohsm.clustering.assignments import (
     initial_assignment,
     random_assignment,
 )
-from sohsm.clustering.trees import TreePaths, check_tree, huffman_tree, load_tree, random_tree, save_tree, tree_paths
 from sohsm.clustering.bootstrap_tree import bootstrap_tree
+from sohsm.clustering.trees import TreePaths, check_tree, huffman_tree, load_tree, random_tree, save_tree, tree_paths
 from sohsm.clustering.vectors import vector_assignment
 
 __all__ = [

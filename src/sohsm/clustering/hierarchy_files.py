@@ -154,7 +154,8 @@ def _read_json(path: Path, text: str) -> list:
                 except ValueError:
                     raise HierarchyFileError(path, here, f"a malformed string {token[:30]}") from None
                 if word in seen:
-                    raise HierarchyFileError(path, here, f"the word {word!r} appears twice (first on line {seen[word]})")
+                    raise HierarchyFileError(path, here,
+                                             f"the word {word!r} appears twice (first on line {seen[word]})")
                 if not word or word != word.strip() or any(c.isspace() for c in word):
                     raise HierarchyFileError(path, here, f"{word!r} is not a word (empty or with white space)")
                 seen[word] = here
@@ -250,7 +251,8 @@ def format_hierarchy(tree: list, format: str, counts: Mapping[str, int] | None =
         if depth(tree) > 2:
             raise ValueError(f"word<TAB>class files hold two-level clusterings; this hierarchy is {depth(tree)} "
                              "levels deep (write json or brown)")
-        return "".join(f"{w}\t{c}\n" for c, item in enumerate(tree) for w in (item if isinstance(item, list) else [item]))
+        return "".join(f"{w}\t{c}\n" for c, item in enumerate(tree)
+                       for w in (item if isinstance(item, list) else [item]))
     if format == "brown":
         counts = counts or {}
         rows: list[str] = []

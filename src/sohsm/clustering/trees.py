@@ -225,7 +225,8 @@ def load_tree(path, n_words: int | None = None) -> tuple[Tensor, dict]:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(f"{path}: not a readable tree file ({reason})") from None
     if not isinstance(data, dict) or data.get("format") != TREE_FORMAT:
-        raise ValueError(f"{path}: not a sohsm tree file (format {data.get('format') if isinstance(data, dict) else None!r})")
+        raise ValueError(f"{path}: not a sohsm tree file (format "
+                         f"{data.get('format') if isinstance(data, dict) else None!r})")
     if n_words is not None and int(data["n_words"]) != int(n_words):
         raise ValueError(f"{path}: the tree has {data['n_words']} words, the vocabulary {n_words}")
     children = check_tree(data["children"], int(data["n_words"]))

@@ -77,11 +77,13 @@ class HeadlineData:
 HEADLINE_DATA = (
     HeadlineData("gigaword-train", "Gigaword training and dev pairs (Rush et al.'s preparation)", (*_TRAIN, *_VALID),
                  f"{_SUMDATA}: sumdata/train/ (the first 10,000 training and 1,000 dev lines are enough to "
-                 "start); or make pairs from your own LDC English Gigaword with `sohsm s2s pairs` and train with --pairs DIR"),
+                 "start); or make pairs from your own LDC English Gigaword with `sohsm s2s pairs` and train with "
+                 "--pairs DIR"),
     HeadlineData("gigaword-extra", "two more subsets of the archive's validation split (25.6k pairs)",
                  tuple(f for pair in _EXTRA for f in pair),
                  f"subsets of the validation split of {_SUMDATA}; or train with --no-extra", optional=True),
-    HeadlineData("gigaword-test", "the Gigaword test set (1,951 pairs)", (EVAL_SETS["gigaword"][0], *EVAL_SETS["gigaword"][1]),
+    HeadlineData("gigaword-test", "the Gigaword test set (1,951 pairs)",
+                 (EVAL_SETS["gigaword"][0], *EVAL_SETS["gigaword"][1]),
                  f"{_SUMDATA}: sumdata/Giga/"),
     HeadlineData("duc2004", "DUC-2004 task 1 (500 articles, 4 references each)",
                  (EVAL_SETS["duc2004"][0], *EVAL_SETS["duc2004"][1]),

@@ -59,7 +59,8 @@ def reverse_data(symbols: int, train: int, valid: int, seed: int) -> TrainingPai
         keep = [tuple(s) not in seen for s in more.sources]
         held_out = held_out + more.select(keep)
     else:
-        raise ValueError(f"{symbols} symbols give too few strings to hold out {valid} unseen after {train} training pairs")
+        raise ValueError(f"{symbols} symbols give too few strings to hold out {valid} unseen after {train} training "
+                         "pairs")
     return TrainingPairs(train_pairs, Pairs(held_out.sources[:valid], held_out.targets[:valid], held_out.files))
 
 

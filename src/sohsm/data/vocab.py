@@ -208,7 +208,8 @@ class Vocabulary:
     @classmethod
     def from_dict(cls, data: Mapping) -> Vocabulary:
         if not isinstance(data, Mapping) or data.get("format") != _FORMAT:
-            raise DataError(f"not a sohsm vocabulary (format {data.get('format') if isinstance(data, Mapping) else None!r},"
+            raise DataError("not a sohsm vocabulary (format "
+                            f"{data.get('format') if isinstance(data, Mapping) else None!r},"
                             f" expected {_FORMAT!r})")
         return cls(data["itos"], data["counts"], unk=data["unk"], eos=data["eos"])
 

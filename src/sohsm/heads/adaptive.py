@@ -142,7 +142,8 @@ class AdaptiveSoftmax(Head):
         #: tail cluster; ``tail[i]`` is cluster ``i``'s ``d -> d_i`` projection and its ``[n_i, d_i]`` word vectors
         self.cutoffs: list[int] = module.cutoffs
         self.div_value, self.head_bias = module.div_value, module.head_bias
-        self.shortlist_size, self.n_clusters, self.head_size = module.shortlist_size, module.n_clusters, module.head_size
+        self.shortlist_size, self.n_clusters, self.head_size = (module.shortlist_size, module.n_clusters,
+                                                                module.head_size)
         self.head, self.tail = module.head, module.tail
         self.reset_parameters()
         word_of_rank = frequency_ranks(counts, n_classes)
@@ -304,11 +305,13 @@ class AdaptiveSoftmax(Head):
 
     @classmethod
     def tying_refusal(cls, in_features: int, options: dict) -> str | None:
-        """``None``: tied through adaptive input whatever ``cutoffs`` and ``div_value`` (a head bias stays the head's)."""
+        """``None``: tied through adaptive input whatever ``cutoffs`` and ``div_value`` (a head bias stays the
+        head's)."""
         return None
 
     def tied_embedding(self) -> HeadEmbedding:
-        """Adaptive input (:meth:`embed`): the embedding reads the shortlist rows and the tails' vectors and projections."""
+        """Adaptive input (:meth:`embed`): the embedding reads the shortlist rows and the tails' vectors and
+        projections."""
         return HeadEmbedding(self)
 
     def tied_vectors(self) -> list[Tensor]:
@@ -334,7 +337,8 @@ def _before_load(module: AdaptiveSoftmax, state_dict: dict, prefix: str, *args) 
 
 
 def _after_load(module: AdaptiveSoftmax, incompatible_keys) -> None:
-    """Save the word order from now on only if the head's words are reordered (:meth:`AdaptiveSoftmax._save_word_order`)."""
+    """Save the word order from now on only if the head's words are reordered
+    (:meth:`AdaptiveSoftmax._save_word_order`)."""
     ranks = module.rank_of_word
     if ranks.device.type != "meta":
         module._save_word_order(not torch.equal(ranks.cpu(), torch.arange(module.n_classes)))

@@ -77,7 +77,8 @@ class Head(nn.Module):
     objective: str = "nll"
 
     #: Check that every target is in ``[0, N)``. On the CPU, eagerly, a bad target raises a
-    #: :class:`HeadInputError` (a ``ValueError`` and a ``RuntimeError``) naming the bad values. On a GPU, and inside ``torch.compile``, the check runs on
+    # : :class:`HeadInputError` (a ``ValueError`` and a ``RuntimeError``) naming the bad values. On a GPU, and inside
+    # ``torch.compile``, the check runs on
     #: the device without reading anything back (``torch._assert_async``, as torch's own losses
     #: check their targets): a step neither waits for the device nor breaks the graph, and a bad
     #: target raises a ``RuntimeError`` (on CUDA a device-side assert, reported at the next
@@ -350,8 +351,9 @@ class Head(nn.Module):
         return hidden, target
 
     def _check_target_range(self, target: Tensor) -> None:
-        """Every target in ``[0, N)``: on the host for eager CPU tensors (a :class:`HeadInputError`, both a ``ValueError``
-        and torch's ``RuntimeError``, with the values seen), else on the device with no read-back (a ``RuntimeError``; see :attr:`check_targets`)."""
+        """Every target in ``[0, N)``: on the host for eager CPU tensors (a :class:`HeadInputError`, both a
+        ``ValueError`` and torch's ``RuntimeError``, with the values seen), else on the device with no read-back (a
+        ``RuntimeError``; see :attr:`check_targets`)."""
         outside = (target < 0) | (target >= self.n_classes)
         if target.device.type != "cpu" or torch.compiler.is_compiling():
             torch._assert_async(~outside.any(), f"target values must be in [0, {self.n_classes})")

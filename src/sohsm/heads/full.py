@@ -50,7 +50,8 @@ class FullSoftmax(Head):
 
     def tied_embedding(self) -> nn.Embedding:
         """An ``nn.Embedding`` whose weight IS :attr:`weight` (one parameter, saved under the model's
-        ``embedding.weight`` as well); the model re-draws it with its embedding's initialisation (:meth:`tied_vectors`)."""
+        ``embedding.weight`` as well); the model re-draws it with its embedding's initialisation
+        (:meth:`tied_vectors`)."""
         embedding = nn.Embedding(self.n_classes, self.in_features, _weight=self.weight.detach())  # no random draw
         embedding.weight = self.weight
         return embedding

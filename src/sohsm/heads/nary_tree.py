@@ -15,13 +15,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sohsm.clustering.hierarchy import (
-    HierarchyTables, balanced_hierarchy, branching_for_depth, check_hierarchy, hierarchy_tables, tables_to_hierarchy,
+    HierarchyTables,
+    balanced_hierarchy,
+    branching_for_depth,
+    check_hierarchy,
+    hierarchy_tables,
+    tables_to_hierarchy,
 )
 from sohsm.heads.base import HeadOutput, HierarchicalHead, init_word_vectors, upcast
+from sohsm.heads.binary_tree import TreeTopK, best_first_topk
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import ReusedGradient, WritesWeightGradient, gradient_route
-from sohsm.heads.binary_tree import TreeTopK, best_first_topk
-
 
 #: a depth whose edges number at most this many times its widest node's children is scored whole, with
 #: one matrix product, instead of gathering each row's children (a gathered row costs far more than a product)
@@ -86,7 +90,7 @@ class _GatherRows(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, weight: Tensor, head: "TreeSoftmax", *indices: Tensor) -> tuple[Tensor, ...]:
+    def forward(ctx, weight: Tensor, head: TreeSoftmax, *indices: Tensor) -> tuple[Tensor, ...]:
         ctx.save_for_backward(*indices)
         ctx.head, ctx.weight = head, weight
         return tuple(weight.index_select(0, index) for index in indices)
@@ -219,7 +223,8 @@ class TreeSoftmax(WritesWeightGradient, HierarchicalHead):
         offsets, child = state_dict.get(prefix + "offsets"), state_dict.get(prefix + "child")
         if isinstance(offsets, Tensor) and isinstance(child, Tensor) and (
                 offsets.shape != self.offsets.shape or child.shape != self.child.shape
-                or not torch.equal(offsets.cpu(), self.offsets.cpu()) or not torch.equal(child.cpu(), self.child.cpu())):
+                or not torch.equal(offsets.cpu(), self.offsets.cpu())
+                or not torch.equal(child.cpu(), self.child.cpu())):
             device = self.weight.device
             tree = tables_to_hierarchy(HierarchyTables(offsets.cpu().long(), child.cpu().long()))
             tables = hierarchy_tables(check_hierarchy(tree, self.n_classes), self.n_classes)

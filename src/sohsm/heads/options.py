@@ -83,7 +83,8 @@ def keyword_parameters(func: Callable, skip: frozenset[str]) -> tuple[dict[str, 
             group = option_group(hints.get(p.name))
             if group is not None:  # a typed group of options (the self-organized head's Reclustering): its fields
                 types_ = typing.get_type_hints(group)
-                out.update({f.name: HeadOption(f.name, f.default, types_.get(f.name)) for f in dataclasses.fields(group)})
+                out.update({f.name: HeadOption(f.name, f.default, types_.get(f.name))
+                            for f in dataclasses.fields(group)})
                 continue
             default = None if p.default is p.empty else p.default
             out[p.name] = HeadOption(p.name, default, hints.get(p.name))

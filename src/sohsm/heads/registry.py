@@ -31,14 +31,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from sohsm.fields import did_you_mean
 from sohsm.heads.base import Head, HeadMemory, SelfOrganizingHead, check_counts, check_size
 from sohsm.heads.factory import place
-from sohsm.heads.options import (HeadDefaults, HeadOption, HeadSetting, class_of, describe, fits, option_of,
-                                 options_class, options_of)
+from sohsm.heads.options import (
+    HeadDefaults,
+    HeadOption,
+    HeadSetting,
+    class_of,
+    describe,
+    fits,
+    option_of,
+    options_class,
+    options_of,
+)
 
 HeadFactory = Callable[..., Head]
 

@@ -3,14 +3,27 @@ the head exists, and what :func:`~sohsm.heads.registry.build_head` takes."""
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from sohsm.heads.base import Head, HeadMemory
 from sohsm.heads.options import HeadDefaults, HeadSetting
-from sohsm.heads.registry import (_entry, build_head, check_head_options, hierarchy_options, learns_clusters,
-                                  memory_estimate, preset, resume_refusal, setting_defaults, takes_tree, tying_refusal,
-                                  update_every_for, with_seed)
+from sohsm.heads.registry import (
+    _entry,
+    build_head,
+    check_head_options,
+    hierarchy_options,
+    learns_clusters,
+    memory_estimate,
+    preset,
+    resume_refusal,
+    setting_defaults,
+    takes_tree,
+    tying_refusal,
+    update_every_for,
+    with_seed,
+)
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,7 +6,8 @@ layer's ``P(c | h) = sum_{w in c} softmax(W h)_w``, which the head scores as ``s
 it is a soft-label logistic regression, convex, solved by L-BFGS on hidden states of the user's data
 (:func:`fit_to_layer`), then the words re-clustered by Algorithm 1 on what the fitted clusters predict of them (the
 self-organized head's statistic, the trained layer's probabilities standing in for the next word) and ``V`` fitted
-again, while the training KL falls; where the words have fewer dimensions than ``d`` (bands, ``word_dim``) a second stage
+again, while the training KL falls; where the words have fewer dimensions than ``d`` (bands, ``word_dim``) a second
+stage
 trains all the head's parameters on the full KL divergence to the trained layer (Adam, minibatches), for the
 rest of the time budget, and keeps the better of the two. Progress shows on a ``tqdm`` bar; :class:`FitReport`
 says the gap reached on held-out positions (KL, and the perplexity of both on the data's next tokens).
@@ -92,10 +93,12 @@ def collect_hidden(model: nn.Module, output: nn.Module, data, n_classes: int, in
             mask = None
             if isinstance(batch, Mapping):
                 if "input_ids" not in batch:
-                    raise ValueError(f"data batch {i} is a mapping without input_ids (keys: {', '.join(map(str, batch))})")
+                    raise ValueError(f"data batch {i} is a mapping without input_ids (keys: "
+                                     f"{', '.join(map(str, batch))})")
                 batch, mask = batch["input_ids"], batch.get("attention_mask")
             if not isinstance(batch, Tensor):
-                raise ValueError(f"data batch {i} is a {type(batch).__name__}: give [B, T] integer tensors of input ids "
+                raise ValueError(f"data batch {i} is a {type(batch).__name__}: give [B, T] integer tensors of input "
+                                 "ids "
                                  f"or [..., {in_features}] float tensors of hidden states")
             ids = not batch.is_floating_point()
             if with_ids is not None and ids != with_ids:
@@ -129,11 +132,13 @@ def _run(model: nn.Module, ids: Tensor, mask: Tensor | None, kept: list[Tensor],
     if ids.dim() != 2 or ids.size(1) < 1:
         raise ValueError(f"data batch {i} of input ids has shape {tuple(ids.shape)}: give [B, T] (a row per sequence)")
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n_classes):
-        raise ValueError(f"data batch {i} holds token id {int(ids.max()) if int(ids.max()) >= n_classes else int(ids.min())}"
-                         f" but the model scores {n_classes} tokens (ids 0..{n_classes - 1}): a tokenizer larger than "
+        raise ValueError(f"data batch {i} holds token id "
+                         f"{int(ids.max()) if int(ids.max()) >= n_classes else int(ids.min())} but the model scores "
+                         f"{n_classes} tokens (ids 0..{n_classes - 1}): a tokenizer larger than "
                          "the model's vocabulary (resize_token_embeddings first)")
     if mask is not None and tuple(mask.shape) != tuple(ids.shape):
-        raise ValueError(f"data batch {i}: attention_mask of shape {tuple(mask.shape)} for input ids {tuple(ids.shape)}")
+        raise ValueError(f"data batch {i}: attention_mask of shape {tuple(mask.shape)} for input ids "
+                         f"{tuple(ids.shape)}")
     kept.clear()
     device = next(model.parameters()).device
     model(input_ids=ids.to(device), **({} if mask is None else {"attention_mask": mask.to(device)}))
@@ -252,7 +257,8 @@ def _cluster_probs(head, weight: Tensor, hidden: Tensor, chunk: int = 4096) -> T
     out = torch.zeros(hidden.size(0), head.n_clusters, device=hidden.device, dtype=torch.float32)
     with torch.no_grad():
         for start in range(0, hidden.size(0), chunk):
-            out[start:start + chunk].index_add_(1, assignment, _teacher(weight, hidden[start:start + chunk].float()).exp())
+            out[start:start + chunk].index_add_(1, assignment,
+                                                _teacher(weight, hidden[start:start + chunk].float()).exp())
     return out
 
 

@@ -38,8 +38,7 @@ from transformers.utils import ModelOutput
 from sohsm.heads import Head, TwoLevelSoftmax, build_head, head_options, tying_refusal
 from sohsm.heads.base import check_counts
 from sohsm.hf.extra_state import decode_extra_states, encode_extra_states
-from sohsm.hf.pretrained import TAKEOVER_STAY_MARGIN, check_bias, check_fit_options
-from sohsm.hf.pretrained import take_over as keep_pretrained
+from sohsm.hf.pretrained import TAKEOVER_STAY_MARGIN, check_bias, check_fit_options, take_over as keep_pretrained
 from sohsm.models.tying import tie_embedding
 
 #: the label HF's losses ignore
@@ -212,7 +211,8 @@ def use_head(model: PreTrainedModel, name: str, counts=None, *, keep_weights: bo
     a cluster's trained probability is a log-sum-exp of its words' scores, a vector plus a constant), a
     self-organized head moves a word at a re-clustering only by a margin (``stay_margin=3.0`` unless given: its
     clusters start fitted), and with ``data`` the cluster vectors and biases are fitted to the frozen
-    ``lm_head``'s distribution on it (and a self-organized head's statistics start from it) (``fit_seconds``, a ``tqdm`` bar; the gap reached, KL and perplexity against the
+    ``lm_head``'s distribution on it (and a self-organized head's statistics start from it) (``fit_seconds``, a
+    ``tqdm`` bar; the gap reached, KL and perplexity against the
     ``lm_head``, is :class:`~sohsm.hf.fitting.FitReport` ``model.get_output_embeddings().fit_report``). Every other
     head scores words its own way and starts from its own initialisation, with a warning.
 

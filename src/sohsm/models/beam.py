@@ -228,7 +228,7 @@ def _beam_search(model: AttentionSeq2Seq, head: Head, source: Tensor, source_len
     state = None
     ended: list[list[Hypothesis]] = [[] for _ in range(batch)]
     done = torch.zeros(batch, dtype=torch.bool, device=device)
-    for length in range(1, max_len + 1):
+    for _ in range(max_len):
         hidden, state = model.step(previous, encoded, state)  # [B*k, d]
         values, words = _next_words(head, hidden, k, eos_id, allow_eos)  # [B*k, k]
         candidates = (scores.reshape(-1, 1) + values).reshape(batch, k * k)

@@ -1,7 +1,7 @@
 """Continuing a text with a language model and a head: greedy or sampled, one word at a time."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

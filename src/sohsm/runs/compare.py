@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -102,7 +103,8 @@ def plan_comparison(out: str | os.PathLike[str], runs: Sequence[PlannedRun]) -> 
 
     Raises:
         ValueError: a bad or repeated run name, runs that differ in more than their
-            head, a config value or head option the run refuses, an existing run directory with other settings or without
+            head, a config value or head option the run refuses, an existing run directory with other settings or
+            without
             a checkpoint, or an unwritable folder.
         sohsm.data.DataError: the corpus is unknown, missing or corrupt.
     """

@@ -247,7 +247,8 @@ def draw_figure1(runs: Sequence[PlottedRun], x: str = "tokens"):
                 ax.plot([], [], color=color, label=labels[index])
         ax.set_title(title, fontsize=11)
         ax.grid(True, alpha=0.3)
-        if log_y and drawn and all(v > 0 for run, k in zip(runs, keys) for v in curve(run.records, kind, k, "steps")[1]):
+        if log_y and drawn and all(v > 0 for run, k in zip(runs, keys)
+                                   for v in curve(run.records, kind, k, "steps")[1]):
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
             ax.yaxis.set_minor_formatter(_minor_log_labels())

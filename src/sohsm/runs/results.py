@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from sohsm.heads import head_names, learns_clusters
 from sohsm.runs.plots import figure1

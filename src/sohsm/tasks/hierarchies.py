@@ -72,7 +72,8 @@ def load_hierarchy(source: str | os.PathLike[str], vocab: Vocabulary, format: st
     """Read a hierarchy from a file or a run directory and map it onto ``vocab``.
 
     Args:
-        format: one of :data:`sohsm.train.config.CLUSTERS_FORMATS`; ``None``: a folder is a run, a file's format is detected.
+        format: one of :data:`sohsm.train.config.CLUSTERS_FORMATS`; ``None``: a folder is a run, a file's format
+            is detected.
         cut: brown files: a two-level clustering by this many leading bits.
         two_level: the head takes a two-level clustering: brown files without ``cut``
             give one cluster per bit string, and the missing words one fallback cluster.

@@ -39,7 +39,8 @@ def resolve_device(name: str) -> torch.device:
     """
     device = torch.device(name)
     if device.type not in DEVICE_TYPES:
-        raise FieldError.on("device", f"{name!r} cannot train or evaluate a model; use one of {', '.join(DEVICE_TYPES)}")
+        raise FieldError.on("device",
+                            f"{name!r} cannot train or evaluate a model; use one of {', '.join(DEVICE_TYPES)}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(unavailable(name, "CUDA"))
     if device.type == "mps" and not torch.backends.mps.is_available():

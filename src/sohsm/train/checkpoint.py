@@ -51,7 +51,8 @@ def remove_orphans(run_dir: str | os.PathLike[str]) -> list[Path]:
     """Delete the temporary files a killed write left in ``run_dir``; returns what was removed.
 
     Only the temporary files of :data:`RUN_FILES` (``.last.pt.*.tmp``, ...) are touched, and the
-    ``.part`` files that earlier versions wrote for ``vocab.json``. Call it only while holding the run's lock: a running trainer's
+    ``.part`` files that earlier versions wrote for ``vocab.json``. Call it only while holding the run's lock: a
+    running trainer's
     temporary file is not an orphan.
     """
     removed = []
@@ -148,7 +149,8 @@ def _other_checkpoint(path: Path) -> str:
     if other is None or not (path.parent / other).is_file():
         return ""
     step = _step_of(path.parent / other)
-    return f"; {other} beside it is intact (step {step:,})" if step is not None else f"; {other} beside it is damaged too"
+    return (f"; {other} beside it is intact (step {step:,})" if step is not None
+            else f"; {other} beside it is damaged too")
 
 
 def check_same_data(where: str | os.PathLike[str], trained_vocab: Vocabulary, trained_on: str, vocab: Vocabulary,
@@ -188,7 +190,7 @@ def reading_checkpoint(path: str | os.PathLike[str], values: bool = False) -> It
     errors: tuple[type[Exception], ...] = (KeyError, TypeError, AttributeError, IndexError, RuntimeError)
     try:
         yield
-    except errors + ((ValueError,) if values else ()) as error:
+    except errors + ((ValueError,) if values else ()) as error:  # noqa: B030 (a tuple of exception classes)
         detail = " ".join(str(error).split())
         if len(detail) > 200:
             detail = detail[:200] + " ..."

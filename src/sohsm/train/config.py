@@ -25,8 +25,9 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any, Union
 
 from sohsm.fields import FieldError, FieldText, escape
 from sohsm.head_catalogue import DEFAULT_HEAD, head_names
@@ -286,8 +287,8 @@ class RunConfig(LoopSettings):
         try:
             torch.device(self.device)
         except (RuntimeError, ValueError):
-            raise FieldError.on("device", f"must name a torch device ('cpu', 'cuda', 'cuda:0', ...), got {self.device!r}"
-                                ) from None
+            raise FieldError.on("device", "must name a torch device ('cpu', 'cuda', 'cuda:0', ...), got "
+                                          f"{self.device!r}") from None
 
     def check_values(self) -> None:  # pragma: no cover - every subclass has its own
         """The checks of :meth:`validate` that need neither torch nor the head registry (ranges, choices, fields
@@ -347,7 +348,8 @@ def _overridden(config: RunConfig, overrides: Mapping[str, Any]) -> dict[str, An
     valid = config.flat()
     for path, value in overrides.items():
         if path not in valid:
-            raise FieldError(f"unknown config field {escape(repr(path))}; known fields: {escape(', '.join(sorted(valid)))}")
+            raise FieldError(f"unknown config field {escape(repr(path))}; known fields: "
+                             f"{escape(', '.join(sorted(valid)))}")
         section, _, leaf = path.rpartition(".")
         (data[section] if section else data)[leaf] = value
     return data

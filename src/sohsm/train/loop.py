@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -66,8 +67,8 @@ from sohsm.train.rundir import (
     read_config,
     set_rng_state,
 )
-from sohsm.train.session import STOP_REASONS, TrainResult, run_session  # noqa: F401
 from sohsm.train.schedule import restart_span
+from sohsm.train.session import STOP_REASONS, TrainResult, run_session  # noqa: F401
 from sohsm.train.state import RunState
 from sohsm.train.step_graph import step_graph_refusal
 from sohsm.train.task import Task, task_of

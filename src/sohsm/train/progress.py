@@ -30,7 +30,6 @@ import time
 import torch
 from tqdm import tqdm
 
-
 #: steps left out of the speed estimate (lazy initialisation, allocator warm-up) and steps timed
 WARMUP_STEPS, TIMED_STEPS = 2, 20
 #: seconds between the loss shown beside the bar once train records come (a train record also shows its own)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -60,7 +61,8 @@ def check_restartable(run_dir: Path, checkpoint_every: int) -> None:
         what = f"records up to step {max(steps):,} in {METRICS_FILE} but no {LAST} (checkpoints every " \
                f"{checkpoint_every:,} steps)"
     raise ValueError(f"{run_dir} holds {what}: resuming would start again from step 0 and overwrite what is there; "
-                     f"to continue from {BEST}, copy it to {run_dir / LAST} and resume (its weights; the optimizer starts "
+                     f"to continue from {BEST}, copy it to {run_dir / LAST} and resume (its weights; the optimizer "
+                     "starts "
                      "afresh), or train in another directory")
 
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch

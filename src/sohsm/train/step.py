@@ -31,8 +31,7 @@ from torch import Tensor, nn
 from sohsm.heads import Head
 from sohsm.train.builders import unique_parameters
 from sohsm.train.distributed import Ranks
-from sohsm.train.guard import (DivergenceError, DivergenceWatch, check_step, clip_gradients, clip_scale,
-                               gradient_norm)
+from sohsm.train.guard import DivergenceError, DivergenceWatch, check_step, clip_gradients, clip_scale, gradient_norm
 from sohsm.train.precision import MIN_SCALE, Precision
 from sohsm.train.task import Task
 

@@ -41,8 +41,15 @@ from sohsm.train.config import STEP_GRAPH_CHOICES
 from sohsm.train.cuda_graphs import CudaGraphs
 from sohsm.train.device_adagrad import DeviceAdagrad
 from sohsm.train.step import StepResult, TrainStep
-from sohsm.train.step_check import CHECK_TOLERANCE, Reference, Snapshot, reference_of, restore, take_snapshot
-from sohsm.train.step_check import difference as check_difference
+from sohsm.train.step_check import (
+    CHECK_TOLERANCE,
+    Reference,
+    Snapshot,
+    difference as check_difference,
+    reference_of,
+    restore,
+    take_snapshot,
+)
 
 #: eager steps with unchanged tensors before the first capture (the allocator settles, Triton's kernels are tuned)
 WARMUP_STEPS = 3

@@ -6,12 +6,11 @@ import math
 
 import pytest
 import torch
+from tests.heads.reference import shuffled_zipf_counts
 
 from sohsm.clustering import greedy_assignment
 from sohsm.heads import Reclustering, SelfOrganizedSoftmax
 from sohsm.heads.two_level.self_organizing.compact_statistics import CompactRows
-
-from tests.heads.reference import shuffled_zipf_counts
 
 D, N = 6, 64
 C = 8  # ceil(sqrt(64))
@@ -100,7 +99,7 @@ def test_top_m_update_equals_the_rule_applied_token_by_token():
         head.statistics.values.copy_(-3.0 * torch.rand(N, 3, generator=generator, dtype=torch.float64) - 1.0)
         head.statistics.index.copy_(torch.stack([torch.randperm(C, generator=generator)[:3] for _ in range(N)]))
         head.statistics.rest.copy_(-4.0 - torch.rand(N, generator=generator, dtype=torch.float64))
-    for step in range(4):  # distinct words in a batch: one token per word, the rule exactly
+    for _ in range(4):  # distinct words in a batch: one token per word, the rule exactly
         target = torch.randperm(N, generator=generator)[:20]
         log_probs = torch.log_softmax(3.0 * torch.randn(20, C, generator=generator, dtype=torch.float64), dim=1)
         stats = head.statistics

@@ -100,7 +100,8 @@ def test_device_topk_compiles_with_fullgraph():
     """Nothing is read back to the host: the whole call is one dynamo graph."""
     torch._dynamo.reset()
     head = _head("self_organized", sharp=True)
-    head._layout  # derive the layout eagerly (the compiled call reads it as it stands)
+    # derive the layout eagerly (the compiled call reads it as it stands)
+    head._layout  # noqa: B018 (a property read for its effect)
     counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
     compiled = torch.compile(lambda h: head.device_topk(h, 5, clusters=3), fullgraph=True, backend=counter)
     for seed in range(2):

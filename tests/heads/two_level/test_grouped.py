@@ -14,13 +14,12 @@ import pytest
 import torch
 import torch._dynamo
 import torch._dynamo.testing
+from tests.heads.reference import sequential_q_update
 
 from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax
-from sohsm.heads.two_level.self_organizing import device_statistics
 from sohsm.heads.two_level.ops import backends, grouped
 from sohsm.heads.two_level.ops.layout import ClusterLayout
-
-from tests.heads.reference import sequential_q_update
+from sohsm.heads.two_level.self_organizing import device_statistics
 
 
 def _layout(n_words: int, n_clusters: int, seed: int, empty: int = 0) -> ClusterLayout:
@@ -155,7 +154,8 @@ def test_head_on_sync_free_path_equals_the_per_cluster_kernel_over_training(kind
 def test_backend_option_selects_the_path(monkeypatch):
     head = _head("two_level", False)
     hidden, target = torch.randn(4, D, dtype=torch.float64), torch.arange(4)
-    assert head.backend == "auto" and head.backend_for(hidden.device).name == "per_cluster"  # CPU: the per-cluster kernel
+    # CPU: the per-cluster kernel
+    assert head.backend == "auto" and head.backend_for(hidden.device).name == "per_cluster"
     head.backend = "grouped_torch"
     assert head.backend_for(hidden.device).name == "grouped_torch"
     head.backend = "per_cluster"

@@ -12,11 +12,11 @@ import torch
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton, or the dev extra)")
 
+from tests.heads.two_level.kernel_device import triton_device  # noqa: E402
+
 from sohsm.heads import TwoLevelSoftmax  # noqa: E402
 from sohsm.heads.two_level.ops import grouped
 from sohsm.heads.two_level.ops.layout import ClusterLayout  # noqa: E402
-
-from tests.heads.two_level.kernel_device import triton_device  # noqa: E402
 
 if triton_device() is None:  # pragma: no cover
     pytest.skip("no GPU, and Triton was imported before TRITON_INTERPRET=1 was set (tests/conftest.py sets it)",

@@ -111,7 +111,7 @@ def test_log_prob_and_topk_follow_every_step_and_reclustering(banded):
     hidden = 3 * _hidden(3, batch=6)
     g = torch.Generator().manual_seed(9)
     moved = 0
-    for step in range(4):
+    for _ in range(4):
         head.train()
         before = head.assignment.clone()
         batch = 3 * torch.randn(64, D, generator=g, dtype=torch.float64)

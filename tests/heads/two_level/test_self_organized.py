@@ -12,18 +12,17 @@ import warnings
 
 import pytest
 import torch
-
-from sohsm.clustering import default_max_cluster_size, greedy_assignment
-from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax, build_head
-
 from tests.heads.reference import (
-    shuffled_zipf_counts,
     in_word_order,
     ref_params,
     sequential_q_update,
+    shuffled_zipf_counts,
     two_level_log_prob,
     two_level_parts,
 )
+
+from sohsm.clustering import default_max_cluster_size, greedy_assignment
+from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax, build_head
 
 D, N = 6, 64
 C = 8  # ceil(sqrt(64))
@@ -103,7 +102,8 @@ def test_log_prob_score_parts_and_topk():
     parts = head.score_parts(hidden, target)
     torch.testing.assert_close(parts.cluster + parts.in_cluster, output, rtol=0, atol=1e-12)
     ppl = torch.exp(-output.mean())
-    torch.testing.assert_close(ppl, torch.exp(-parts.cluster.mean()) * torch.exp(-parts.in_cluster.mean()), rtol=1e-10, atol=0)
+    torch.testing.assert_close(ppl, torch.exp(-parts.cluster.mean()) * torch.exp(-parts.in_cluster.mean()),
+                               rtol=1e-10, atol=0)
     for k in (1, 5):
         values, indices = head.topk(hidden, k)
         torch.testing.assert_close(values, log_prob.topk(k, dim=1).values, rtol=0, atol=1e-10)
@@ -317,7 +317,8 @@ def test_reclustering_after_a_step_drops_the_spent_gradient(backend):
     g = torch.Generator().manual_seed(13)
     for step in (1, 2):
         optimizer.zero_grad(set_to_none=False)
-        head(torch.randn(32, D, generator=g, dtype=torch.float64), torch.randint(0, N, (32,), generator=g)).loss.backward()
+        head(torch.randn(32, D, generator=g, dtype=torch.float64),
+             torch.randint(0, N, (32,), generator=g)).loss.backward()
         optimizer.step()
         assert (head.weight.grad is None) == (step == 2), step
     _random_q(head, 13)

@@ -5,12 +5,11 @@ import copy
 
 import pytest
 import torch
+from tests.heads.reference import in_word_order, ref_params, slot_of_word, two_level_log_prob, two_level_parts
 from torch import nn
 
 from sohsm.clustering import frequency_binning
 from sohsm.heads import FullSoftmax, TwoLevelSoftmax
-
-from tests.heads.reference import in_word_order, ref_params, slot_of_word, two_level_log_prob, two_level_parts
 
 D, N = 6, 60
 C = 8  # ceil(sqrt(60))
@@ -361,7 +360,8 @@ def test_permuting_cluster_ids_changes_nothing(projection):
     out2.loss.backward()
     torch.testing.assert_close(h1.grad, h2.grad, rtol=0, atol=1e-12)
     torch.testing.assert_close(other.cluster_weight.grad[perm], base.cluster_weight.grad, rtol=0, atol=1e-12)
-    torch.testing.assert_close(in_word_order(other, other.weight.grad), in_word_order(base, base.weight.grad), rtol=0, atol=1e-12)
+    torch.testing.assert_close(in_word_order(other, other.weight.grad), in_word_order(base, base.weight.grad),
+                               rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("variant, projection", [("random", True), ("explicit", False)])
@@ -488,8 +488,10 @@ def _two_batches():
     g = torch.Generator().manual_seed(17)
     words_a = (a <= 2).nonzero().flatten()
     words_b = ((a == 4) | (a == 5)).nonzero().flatten()
-    batch_a = (torch.randn(20, D, generator=g, dtype=torch.float64), words_a[torch.randint(0, len(words_a), (20,), generator=g)])
-    batch_b = (torch.randn(14, D, generator=g, dtype=torch.float64), words_b[torch.randint(0, len(words_b), (14,), generator=g)])
+    batch_a = (torch.randn(20, D, generator=g, dtype=torch.float64),
+               words_a[torch.randint(0, len(words_a), (20,), generator=g)])
+    batch_b = (torch.randn(14, D, generator=g, dtype=torch.float64),
+               words_b[torch.randint(0, len(words_b), (14,), generator=g)])
     return batch_a, batch_b
 
 
@@ -652,7 +654,8 @@ def test_dtype_conversion_keeps_everything_working(convert):
     expected_output, expected = _reference_grads(head, hidden, target)
     torch.testing.assert_close(out.output, expected_output, rtol=0, atol=1e-10)
     _assert_grads(head, hidden, expected)
-    torch.testing.assert_close(head.log_prob(hidden).detach(), two_level_log_prob(ref_params(head), hidden).detach(), rtol=0, atol=1e-10)
+    torch.testing.assert_close(head.log_prob(hidden).detach(), two_level_log_prob(ref_params(head), hidden).detach(),
+                               rtol=0, atol=1e-10)
     # and back
     head = head.float()
     head.zero_grad(set_to_none=True)

@@ -29,7 +29,8 @@ def test_analogies_match_a_brute_force_3cosadd(tmp_path):
         scores[[ia, ib, ic]] = -np.inf
         questions.append((a, b, c, f"w{int(scores.argmax())}"))
         right += 1
-    lines = [": one"] + [" ".join(q).upper() for q in questions[:30]] + [": two"] + [" ".join(q) for q in questions[30:]]
+    lines = ([": one"] + [" ".join(q).upper() for q in questions[:30]]
+             + [": two"] + [" ".join(q) for q in questions[30:]])
     lines.append("w1 w2 w3 unknown")
     path = tmp_path / "q.txt"
     path.write_text("\n".join(lines) + "\n")
@@ -39,7 +40,8 @@ def test_analogies_match_a_brute_force_3cosadd(tmp_path):
 
 
 def test_spearman_matches_scipy_with_ties():
-    scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (a dependency of the dev extra's gensim) is the reference")
+    scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (a dependency of the dev extra's gensim) is the "
+                                                            "reference")
     rng = np.random.default_rng(2)
     x, y = rng.integers(0, 6, 50).astype(float), rng.normal(size=50)
     assert spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)

@@ -11,7 +11,7 @@
   that re-learns the clusters (statistics, schedule, freezing, moved words, several processes).
 """
 from sohsm.heads.two_level.best_first import TopKResult
-from sohsm.heads.two_level.softmax import TwoLevelSoftmax
 from sohsm.heads.two_level.self_organizing import SelfOrganizedSoftmax
+from sohsm.heads.two_level.softmax import TwoLevelSoftmax
 
 __all__ = ["SelfOrganizedSoftmax", "TopKResult", "TwoLevelSoftmax"]

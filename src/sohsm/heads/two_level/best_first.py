@@ -161,7 +161,8 @@ def _merge_cluster_scores(
     # lay each row's candidates side by side: [rows, pairs per row * top], then keep the best k
     unique_rows, per_row = torch.unique_consecutive(rows, return_counts=True)
     width = int(per_row.max()) * top
-    rank_in_row = torch.arange(rows.numel(), device=rows.device) - (per_row.cumsum(0) - per_row).repeat_interleave(per_row)
+    rank_in_row = (torch.arange(rows.numel(), device=rows.device)
+                   - (per_row.cumsum(0) - per_row).repeat_interleave(per_row))
     rank_sorted = rank_in_row[pair_order]
     local_row = torch.searchsorted(unique_rows, sorted_rows)
     column = rank_sorted[:, None] * top + torch.arange(top, device=rows.device)

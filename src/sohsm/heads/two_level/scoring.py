@@ -18,7 +18,13 @@ from torch import Tensor, nn
 from sohsm.heads.base import ClusterScores, HeadOutput, upcast
 from sohsm.heads.two_level import best_first
 from sohsm.heads.two_level.best_first import TopKResult, best_first_topk
-from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, TwoLevelLogProb, cluster_log_softmax, two_level_log_prob
+from sohsm.heads.two_level.ops import (
+    BackendInfo,
+    ClusterLayout,
+    TwoLevelLogProb,
+    cluster_log_softmax,
+    two_level_log_prob,
+)
 from sohsm.heads.two_level.ops.grouped import compute_dtype
 from sohsm.heads.two_level.ops.log_prob import scored_log_prob, scored_rows
 from sohsm.heads.two_level.ops.per_cluster import banded_in_cluster_logits, group_rows, in_cluster_logits

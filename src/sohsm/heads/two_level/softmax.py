@@ -35,14 +35,17 @@ from sohsm.clustering import default_n_clusters, initial_assignment
 from sohsm.heads.adaptive import check_cutoffs
 from sohsm.heads.base import ClusteredHead, HeadMemory, check_counts
 from sohsm.heads.registry import register_head
-from sohsm.heads.two_level import run_defaults
 from sohsm.heads.reused_gradient import WritesWeightGradient
-from sohsm.heads.two_level import word_bands
-from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, check_backend, select_backend
+from sohsm.heads.two_level import run_defaults, word_bands
 from sohsm.heads.two_level.moves import ClusterMoves
+from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, check_backend, select_backend
 from sohsm.heads.two_level.scoring import TwoLevelScoring
-from sohsm.heads.two_level.word_vectors import WordVectors, split_widened_weight, word_width
-from sohsm.heads.two_level.word_vectors import word_bands as resolve_bands
+from sohsm.heads.two_level.word_vectors import (
+    WordVectors,
+    split_widened_weight,
+    word_bands as resolve_bands,
+    word_width,
+)
 from sohsm.heads.tying import HeadEmbedding
 
 
@@ -113,7 +116,8 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, WritesWeightGradient, Clust
         registered on ``weight`` (``register_hook``) is called with ``None``; a post-accumulate-grad hook
         (``register_post_accumulate_grad_hook``) runs once ``weight.grad`` holds the
         batch's gradient. ``torch.autograd.grad`` returns it (dense) when asked for it and writes no ``.grad``;
-        under ``torch.func.functional_call`` the tensors given are used and their gradient returned by autograd. Optimizers, ``zero_grad`` (both modes), gradient clipping,
+        under ``torch.func.functional_call`` the tensors given are used and their gradient returned by
+        autograd. Optimizers, ``zero_grad`` (both modes), gradient clipping,
         gradient accumulation, activation checkpointing and DistributedDataParallel
         (any bucket settings) work as usual; ``nn.DataParallel`` on several devices
         and sharded or flattened weights (FSDP, ZeRO-3) are refused.

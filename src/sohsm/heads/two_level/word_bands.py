@@ -137,7 +137,7 @@ class BandRows:
 
 
     @torch.no_grad()
-    def update_from(self, other: "BandRows") -> None:
+    def update_from(self, other: BandRows) -> None:
         """Become ``other`` in place (its values in this one's tensors, whose storage a captured step reads): the
         bands' row counts are fixed, so every tensor keeps its shape (:meth:`ClusterLayout.update_from
         <sohsm.heads.two_level.ops.layout.ClusterLayout.update_from>`)."""

@@ -23,10 +23,16 @@ from dataclasses import dataclass, field
 
 from sohsm.data.subwords import bpe_size
 from sohsm.fields import FieldError, escape, has
-from sohsm.head_catalogue import head_names
 from sohsm.models.transformer_shape import POSITIONS, check_sizes
-from sohsm.train.config import (AMP_CHOICES, CLUSTERS_FORMATS, STEP_GRAPH_CHOICES, HeadConfig, OptimConfig, RunConfig,
-                               check_clusters_source)
+from sohsm.train.config import (
+    AMP_CHOICES,
+    CLUSTERS_FORMATS,
+    STEP_GRAPH_CHOICES,
+    HeadConfig,
+    OptimConfig,
+    RunConfig,
+    check_clusters_source,
+)
 
 if typing.TYPE_CHECKING:  # the registry imports torch, which a command's --help does without
     from sohsm.heads import HeadDefaults
@@ -234,7 +240,8 @@ class LMConfig(RunConfig):
         if self.amp is not None and self.amp not in AMP_CHOICES:
             raise FieldError.on("amp", f"must be one of {', '.join(AMP_CHOICES)} (or none: float32), got {self.amp!r}")
         if self.step_graph not in STEP_GRAPH_CHOICES:
-            raise FieldError.on("step_graph", f"must be one of {', '.join(STEP_GRAPH_CHOICES)}, got {self.step_graph!r}")
+            raise FieldError.on("step_graph",
+                                f"must be one of {', '.join(STEP_GRAPH_CHOICES)}, got {self.step_graph!r}")
         if self.step_graph == "on" and not str(self.device).startswith("cuda"):
             raise FieldError.on("step_graph", f"'on' captures a CUDA graph, and the run's device is {self.device}; "
                                               "use auto or off")
@@ -283,12 +290,12 @@ class LMConfig(RunConfig):
         if m.architecture != "transformer":
             return
         if m.hidden_size % m.attention_heads:
-            raise FieldError(f"{{}} must be a multiple of {{}}: each attention head takes hidden_size / "
-                             f"attention_heads", has("model.hidden_size", m.hidden_size),
+            raise FieldError("{} must be a multiple of {}: each attention head takes hidden_size / "
+                             "attention_heads", has("model.hidden_size", m.hidden_size),
                              has("model.attention_heads", m.attention_heads))
         problem = check_sizes(m.hidden_size, m.attention_heads, m.positions)
         if problem:
             raise FieldError(escape(problem))
         if m.emb_size != m.hidden_size:
-            raise FieldError(f"a transformer's {{}} must equal its {{}}: its embedding is its residual stream "
-                             f"(give both)", has("model.emb_size", m.emb_size), has("model.hidden_size", m.hidden_size))
+            raise FieldError("a transformer's {} must equal its {}: its embedding is its residual stream "
+                             "(give both)", has("model.emb_size", m.emb_size), has("model.hidden_size", m.hidden_size))

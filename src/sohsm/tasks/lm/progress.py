@@ -66,7 +66,8 @@ def startup_lines(config: LMConfig, corpus: Corpus, model: nn.Module, head: Head
     if k is not None:
         head_facts.append(k)
     what = (f"{corpus.name}: {describe_vocabulary(corpus, config.data.tokenizer)} | "
-            f"{describe_model(config.model, config.bptt)}, {describe_tying(config)} | head {config.head.name}: {', '.join(head_facts)} | "
+            f"{describe_model(config.model, config.bptt)}, {describe_tying(config)} | head {config.head.name}: "
+            f"{', '.join(head_facts)} | "
             f"{count_text(parameter_count(model, head))} parameters in all | {device}")
     graph = torch.device(device).type == "cuda" and getattr(config, "step_graph", "off") != "off"
     if torch.device(device).type == "cpu":

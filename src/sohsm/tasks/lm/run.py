@@ -17,12 +17,11 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
+from sohsm.data.subwords import Subwords
 from sohsm.models.generate import MAX_LENGTH, generate
 from sohsm.tasks.lm.evaluation import evaluate_stream
 from sohsm.tasks.lm.scores import SplitEvalResult, split_scores  # noqa: F401  (SplitEvalResult: exported)
-from sohsm.data.subwords import Subwords
 from sohsm.tasks.lm.task import check_vocabulary, load_lm_corpus, run_tokenizer
-from sohsm.train.evaluation import EvalResult
 from sohsm.train.loading import LoadedRun, load_run
 
 

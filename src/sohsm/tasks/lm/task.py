@@ -36,12 +36,12 @@ from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
 from sohsm.models.transformer_lm import TransformerLM
 from sohsm.tasks.heads import hierarchy_parts, saved_clusters, takes_tree
 from sohsm.tasks.hierarchies import load_hierarchy
-from sohsm.tasks.lm.scores import split_scores
 from sohsm.tasks.lm.config import LMConfig, with_vocabulary_options
 from sohsm.tasks.lm.evaluation import stream_hidden_states
 from sohsm.tasks.lm.model import build_model_and_head
 from sohsm.tasks.lm.preflight import check_run_fits
 from sohsm.tasks.lm.progress import startup_lines
+from sohsm.tasks.lm.scores import split_scores
 from sohsm.train.checkpoint import check_same_data, checkpoint_format
 from sohsm.train.distributed import Ranks
 from sohsm.train.precision import autocast_fails
@@ -246,7 +246,8 @@ def run_tokenizer(run_dir: str | os.PathLike[str]) -> Subwords:
 
 
 def normalise_tokenizer(tokenizer: str) -> str:
-    """``bpe:SIZE`` and a packaged tokenizer's name stay; a tokenizer file's path becomes absolute, so a resume from elsewhere finds it."""
+    """``bpe:SIZE`` and a packaged tokenizer's name stay; a tokenizer file's path becomes absolute, so a resume from
+    elsewhere finds it."""
     if tokenizer.startswith("bpe:") or packaged_name(tokenizer) is not None:
         return tokenizer
     path = Path(tokenizer).expanduser()

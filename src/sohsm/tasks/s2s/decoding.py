@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 from sohsm.data.pairs import Pairs, bos_id, encode, make_batch
 from sohsm.data.reverse import reverse_data
 from sohsm.models.beam import Hypothesis, beam_search

@@ -25,8 +25,8 @@ from torch import Tensor
 
 from sohsm.data.files import cached_sha256
 from sohsm.data.headlines import TrainingPairs, load_pairs_folder, load_training_pairs
-from sohsm.data.reverse import reverse_data, reverse_vocab
 from sohsm.data.pairs import PairBatch, build_title_vocab, encode, epoch_batches, input_size, make_batch, pad_id
+from sohsm.data.reverse import reverse_data, reverse_vocab
 from sohsm.data.vocab import Vocabulary, vocabulary_difference
 from sohsm.heads import ClusteredHead, Head
 from sohsm.models.seq2seq import AttentionSeq2Seq

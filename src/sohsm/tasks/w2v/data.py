@@ -173,7 +173,9 @@ class EpochStream:
             inputs, offsets, counts, targets = window_rows(kept, spans, self.window, self.architecture == "cbow")
         else:
             inputs, offsets, counts, targets = window_examples(kept, self.window, spans, self.architecture)
-        as_tensor = (lambda a: None if a is None else torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)))
+        def as_tensor(a):
+            return None if a is None else torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+
         return W2VBatch(as_tensor(inputs), as_tensor(offsets), as_tensor(counts), as_tensor(targets),
                         int(words.shape[0]))
 

@@ -54,7 +54,6 @@ from sohsm.heads import Head, binary_pairs
 from sohsm.tasks.w2v.data import W2VBatch
 from sohsm.tasks.w2v.model import LinearDecaySGD, Word2Vec
 
-
 #: ``torch.embedding_bag``'s modes (called directly: ``F.embedding_bag`` re-checks what this module makes valid)
 _SUM, _MEAN = 0, 1
 

@@ -225,5 +225,7 @@ class W2VTask(Task):
 def _to(batch: W2VBatch, device: torch.device) -> W2VBatch:
     if device.type == "cpu":
         return batch
-    move = (lambda t: None if t is None else t.to(device, non_blocking=True))
+    def move(t):
+        return None if t is None else t.to(device, non_blocking=True)
+
     return W2VBatch(move(batch.inputs), move(batch.offsets), move(batch.counts), move(batch.targets), batch.words)

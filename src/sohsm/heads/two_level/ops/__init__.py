@@ -33,8 +33,7 @@ The device top-k (:mod:`.topk`) scores its candidate clusters with the same tile
 from sohsm.heads.two_level.ops.backends import BACKENDS, BackendInfo, check_backend, select_backend
 from sohsm.heads.two_level.ops.gradient_sink import GradientSink
 from sohsm.heads.two_level.ops.layout import ClusterLayout, move_rows
-from sohsm.heads.two_level.ops.log_prob import (TwoLevelLogProb, cluster_log_softmax, scored_log_prob,
-                                               two_level_log_prob)
+from sohsm.heads.two_level.ops.log_prob import TwoLevelLogProb, cluster_log_softmax, scored_log_prob, two_level_log_prob
 
 __all__ = ["BACKENDS", "BackendInfo", "ClusterLayout", "GradientSink", "TwoLevelLogProb", "check_backend",
            "cluster_log_softmax", "move_rows", "scored_log_prob", "select_backend", "two_level_log_prob"]

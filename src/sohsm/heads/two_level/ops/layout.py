@@ -74,7 +74,7 @@ class ClusterLayout:
         self.rewrites = 0
 
     @torch.no_grad()
-    def update_from(self, other: "ClusterLayout") -> None:
+    def update_from(self, other: ClusterLayout) -> None:
         """Become ``other`` in place: its values copied into this layout's tensors (and band rows), whose storage a
         captured CUDA graph reads, so that a re-clustering does not call for a new capture. Every tensor keeps its
         shape (``[N]``, ``[C]``, ``[C + 1]``, ``[2, N]``; each band's row count is fixed), so only values move."""

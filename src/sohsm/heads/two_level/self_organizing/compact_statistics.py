@@ -11,7 +11,8 @@ the value ``rest``. After the update a word keeps the ``M`` highest of its ``C``
 updated values, and ``rest`` becomes the highest updated value of the clusters not
 kept (the row's ``(M + 1)``-th value): a cluster dropped is taken to be as good as the
 best one dropped, so that one whose samples beat the weakest kept cluster comes back
-in about when it would enter the dense row's top ``M``. Their mean, which keeps each row's sum equal to the dense row's, was
+in about when it would enter the dense row's top ``M``. Their mean, which keeps each row's sum
+equal to the dense row's, was
 measured worse: a dropped cluster restarts from the row's average at every batch, and a
 frequent word (smoothing near 1) climbs back in far later than in the dense ``q``, so the
 clusters froze and the dev perplexity fell behind the dense head's, where the maximum kept up
@@ -51,7 +52,7 @@ class CompactRows:
         words = words.to(self.index.device)
         return dense_rows(self.index[words], self.values[words], self.rest[words], self.shape[1])
 
-    def take(self, words: Tensor) -> "CompactRows":
+    def take(self, words: Tensor) -> CompactRows:
         """The same view restricted to the given words (compact copies of their rows)."""
         words = words.to(self.index.device)
         return CompactRows(self.index[words], self.values[words], self.rest[words], self.shape[1])

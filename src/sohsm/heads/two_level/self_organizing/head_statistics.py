@@ -14,7 +14,7 @@ import inspect
 import os
 import warnings
 import weakref
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
@@ -54,7 +54,13 @@ class StatisticsHost(Protocol):
     def _corpus_counts(self) -> Tensor | None: ...
 
 
-class HeadStatistics:
+if TYPE_CHECKING:  # the checker reads the head's attributes through the protocol; at run time a plain mixin
+    _Host = StatisticsHost
+else:
+    _Host = object
+
+
+class HeadStatistics(_Host):
     """Mixin of :class:`~sohsm.heads.SelfOrganizedSoftmax`: its statistics as seen through the head (see the module).
 
     Its methods read of the head only what :class:`StatisticsHost` declares, besides each other

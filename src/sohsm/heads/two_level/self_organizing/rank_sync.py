@@ -17,7 +17,6 @@ import torch.distributed as dist
 from torch import Tensor
 
 
-
 def is_zero_redundancy(optimizer: torch.optim.Optimizer) -> bool:
     """Whether ``optimizer`` is torch's ZeroRedundancyOptimizer (which shards its state across ranks).
 

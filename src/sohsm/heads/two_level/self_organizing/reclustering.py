@@ -60,7 +60,8 @@ class Reclustering:
         q_clusters: ``M``, keep ``q`` compact: per word only the ``M`` clusters with the highest
             ``q`` (ids and values) and one value standing for every other cluster, the best of them
             (:mod:`sohsm.heads.two_level.self_organizing.compact_statistics`): ``N (2M + 1)`` 4-byte numbers in
-            place of ``N * n_clusters`` floats; from 1 to the head's learned clusters (the head checks it: it knows them).
+            place of ``N * n_clusters`` floats; from 1 to the head's learned clusters (the head checks it: it
+            knows them).
             Algorithm 1 reads each word's kept clusters alone (``O(N M)``, not ``O(N C)``). The sync-free path
             refuses it. Its measured cost in perplexity and memory: docs/results/lm.md, "q in a compact form".
             Default ``None``: the dense ``q``; a new ``sohsm lm train`` run on the CPU whose dense ``q`` would pass

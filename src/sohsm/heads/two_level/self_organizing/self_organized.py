@@ -32,15 +32,20 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from sohsm.clustering import (default_max_cluster_size, default_n_clusters, frequency_binning, greedy_assignment,
-                              random_assignment)
+from sohsm.clustering import (
+    default_max_cluster_size,
+    default_n_clusters,
+    frequency_binning,
+    greedy_assignment,
+    random_assignment,
+)
 from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
 from sohsm.heads.base import HeadMemory, SelfOrganizingHead, check_counts
 from sohsm.heads.registry import register_head
 from sohsm.heads.two_level import run_defaults
 from sohsm.heads.two_level.self_organizing.cluster_statistics import ClusterStatistics
-from sohsm.heads.two_level.self_organizing.moved_words import give_cluster_means
 from sohsm.heads.two_level.self_organizing.head_statistics import HeadStatistics
+from sohsm.heads.two_level.self_organizing.moved_words import give_cluster_means
 from sohsm.heads.two_level.self_organizing.rank_sync import RankGroup, is_zero_redundancy
 from sohsm.heads.two_level.self_organizing.recluster_schedule import ReclusterSchedule
 from sohsm.heads.two_level.self_organizing.reclustering import Reclustering
@@ -157,10 +162,8 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
         gamma = reclustering.gamma
         max_size = default_max_cluster_size(n_classes, gamma)
         if max_size * n_clusters < n_classes - shortlist:
-            raise ValueError(
-                f"gamma={gamma} allows {max_size} words per cluster, too few for {n_classes - shortlist} words "
-                f"in {n_clusters} clusters"
-            )
+            raise ValueError(f"gamma={gamma} allows {max_size} words per cluster, too few for {n_classes - shortlist} "
+                             f"words in {n_clusters} clusters")
         if counts is not None:
             counts = check_counts(counts, n_classes)
         if init == "frequency" and counts is None:
@@ -177,11 +180,9 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
             assignment = torch.empty(n_classes, dtype=torch.long)
             assignment[short] = torch.arange(shortlist)
             assignment[tail] = tail_clusters + shortlist
-        super().__init__(
-            in_features, n_classes, assignment=assignment, n_clusters=shortlist + n_clusters, counts=counts,
-            projection=projection, seed=seed, word_dim=word_dim, div_value=div_value, cutoffs=cutoffs,
-            backend=backend, cluster_bias=cluster_bias,
-        )
+        super().__init__(in_features, n_classes, assignment=assignment, n_clusters=shortlist + n_clusters,
+                         counts=counts, projection=projection, seed=seed, word_dim=word_dim, div_value=div_value,
+                         cutoffs=cutoffs, backend=backend, cluster_bias=cluster_bias)
         self.shortlist = shortlist
         if shortlist:
             #: ``[N - S]`` the words Algorithm 1 places (every word but the shortlist)
