@@ -134,10 +134,25 @@ def _git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(["git", *args], 128, "", str(error))
 
 
+#: commits that change how code reads, not what it does (lint, formatting), one full hash a line, ``#`` comments: the
+#: file git blame's ``--ignore-revs-file`` takes; such a commit does not make a run stale
+IGNORED_REVS = ROOT / ".git-blame-ignore-revs"
+
+
+def ignored_revs() -> set[str]:
+    if not IGNORED_REVS.exists():
+        return set()
+    return {line.split("#")[0].strip() for line in IGNORED_REVS.read_text().splitlines() if line.split("#")[0].strip()}
+
+
 @functools.cache
 def last_change(paths: tuple[str, ...]) -> str | None:
-    """The last commit that changed any of ``paths`` (None: no git history here)."""
-    return _git("log", "-1", "--format=%H", "--", *paths).stdout.strip() or None
+    """The last commit that changed any of ``paths``, but those of :data:`IGNORED_REVS` (None: no git history)."""
+    skip = ignored_revs()
+    for commit in _git("log", "--format=%H", "--", *paths).stdout.split():
+        if commit not in skip:
+            return commit
+    return None
 
 
 @functools.cache

@@ -143,3 +143,23 @@ def test_a_run_is_stale_after_a_change_to_its_head_or_the_loop_and_unknown_witho
         assert which_head.state({"loop", "unknown"}) == "stale" and which_head.state({"unknown"}) == "unknown"
     finally:
         which_head.last_change.cache_clear(), which_head.contains.cache_clear()
+
+
+def test_a_commit_listed_as_reformatting_only_leaves_a_run_current(tmp_path, monkeypatch):
+    """``.git-blame-ignore-revs``: a lint or formatting commit after a run does not make it stale; any other does."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    run = _commit(tmp_path, "src/sohsm/heads/full.py", "1")
+    lint = _commit(tmp_path, "src/sohsm/heads/full.py", "1  ")
+    monkeypatch.setattr(which_head, "ROOT", tmp_path)
+    monkeypatch.setattr(which_head, "IGNORED_REVS", tmp_path / ".git-blame-ignore-revs")
+    which_head.last_change.cache_clear(), which_head.contains.cache_clear()
+    try:
+        assert which_head.staleness(run, ("full",), ()) == {"full"}
+        which_head.IGNORED_REVS.write_text(f"# formatting\n{lint}\n")
+        which_head.last_change.cache_clear()
+        assert which_head.staleness(run, ("full",), ()) == set()
+        _commit(tmp_path, "src/sohsm/heads/full.py", "2")
+        which_head.last_change.cache_clear()
+        assert which_head.staleness(run, ("full",), ()) == {"full"}
+    finally:
+        which_head.last_change.cache_clear(), which_head.contains.cache_clear()

@@ -87,8 +87,8 @@ def test_each_head_lists_its_options():
     assert set(head_options("full")) == {"bias"}
     for name in ("two_level_random", "two_level_frequency"):
         # assignment: the factory's
-        assert set(head_options(name)) == {"backend", "cutoffs", "div_value", "n_clusters", "projection", "seed",
-                                           "word_dim"}
+        assert set(head_options(name)) == {"backend", "cluster_bias", "cutoffs", "div_value", "n_clusters",
+                                           "projection", "seed", "word_dim"}
     so = head_options("self_organized")
     assert {"n_clusters", "gamma", "freq_budget", "update_every", "init", "smoothing", "projection", "seed",
             "reclusters_per_epoch"} <= set(so)
