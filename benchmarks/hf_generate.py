@@ -113,6 +113,14 @@ def report(rows: list[dict], sha: str, command: str, day: str) -> list[str]:
                 met = ratio >= 1.0 if r["words"] < 100_000 else ratio > 1.0
                 lines.append(f"- {words_label(r['words'])}, {mode}, `{name}`: {ratio:.2f}x, "
                              f"{'met' if met else 'missed'}")
+    lines += ["", "Why the default head does not lead here: `generate` asks the model for logits over every token, "
+              "so a sohsm head returns its exact log-probabilities, for which every word's score is needed; "
+              "with every word in d dimensions that reads every row of the word vectors, as the full softmax's "
+              "product does (at batch 1 a product bound by memory, not arithmetic), then normalises each cluster in "
+              "a few more passes. The hierarchy saves work where a step needs less than every score (the head's own "
+              "`topk`, `predict` and `sample`, which `sohsm lm generate` uses: "
+              "[inference.md](inference.md)); with `div_value=4` the rarer words' rows are narrower, so there "
+              "are fewer bytes to read."]
     return lines
 
 
@@ -124,7 +132,12 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", type=Path, default=DOCS / "hf-generate.md")
+    parser.add_argument("--report", action="store_true", help="write the page again from its JSON alone")
     args = parser.parse_args()
+    if args.report:
+        kept = json.loads(args.output.with_suffix(".json").read_text())
+        write_page(args.output, report(kept["rows"], kept["commit"], kept["command"], kept["day"]))
+        return 0
     torch.set_num_threads(1)
     sha = commit()
     rows = [run_size(n, args) for n in args.sizes]
