@@ -23,6 +23,9 @@ import torch
 from sohsm.tasks.lm import load_lm_corpus, stream_hidden_states
 from sohsm.train import load_run
 
+#: hidden states scored at a time (each an ``N``-wide row of float64 probabilities)
+ROWS = 512
+
 
 @torch.no_grad()
 def measure(run_dir: Path, tokens: int = 16384) -> dict:
@@ -44,11 +47,14 @@ def measure(run_dir: Path, tokens: int = 16384) -> dict:
     run.model.eval()
     run.head.eval()
     ids = corpus.test[:tokens]
+    unused_rows = unused.nonzero().squeeze(1)
+    only_rows = only_unused[assignment].nonzero().squeeze(1) if clustered else None
     for hidden, target in stream_hidden_states(run.model, ids, run.config.eval_batch_size, run.config.bptt):
-        probs = run.head.log_prob(hidden).double().exp()  # [T, N]
-        mass += float(probs[:, unused].sum())
-        if clustered:
-            mass_only += float(probs[:, only_unused[assignment]].sum())
+        for rows in hidden.reshape(-1, hidden.size(-1)).split(ROWS):  # [ROWS, N] at a time: 200k rows x 4,096
+            probs = run.head.log_prob(rows).double().exp()            # positions would be 6.5 GB a copy
+            mass += float(probs.index_select(1, unused_rows).sum())
+            if clustered:
+                mass_only += float(probs.index_select(1, only_rows).sum())
         seen += target.numel()
     out = {"run": run_dir.name, "head": run.config.head.name, "rows": n, "unused_rows": int(unused.sum()),
            "test_tokens": seen, "unused_mass": mass / seen,
