@@ -260,7 +260,7 @@ def readme_row(table: Table, verdict: Verdict) -> str:
                 f"{stale} |")
     top, runner_up = verdict.named[0], verdict.runner_up
     pick = {"pick": code(top.command), "level": "level: " + ", ".join(f"`{f.label}`" for f in verdict.named),
-            "one seed": f"none, one seed; lowest {code(top.command)}",
+            "one seed": f"none, one seed; lowest `{top.label}`",  # its command: the table page
             "alone": f"{code(top.command)} alone"}[verdict.status]
     named_second = verdict.status == "level" and verdict.named[1] is runner_up
     gap = "–" if runner_up is None else ("" if named_second else f"`{runner_up.label}`: ") + _gap(verdict.pair)

@@ -222,8 +222,10 @@ def mutations(section: str):
             yield f"{text} -> {new}", section[:start] + new + section[end:]
 
 
-def test_readme_section_is_under_450_words():
-    assert len(_section().split()) < 450
+def test_readme_section_is_under_500_words():
+    """Short enough to read at a glance. (450 while README ran to 6,000 words; with README under 2,500 and the rows
+    a user asked for added, large vocabularies, a pretrained model as converted and fine-tuned, the GPU, 500.)"""
+    assert len(_section().split()) < 500
 
 
 def test_hand_measured_figures_are_their_pages():
