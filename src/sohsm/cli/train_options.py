@@ -60,7 +60,7 @@ def head_options_help() -> str:
     for name in head_names():
         options = option_names(name)
         listed = "any (not checked)" if options is None else ", ".join(options) or "none"
-        lines.append(textwrap.fill(listed, 100, initial_indent=f"  {name:<{width}}  ",
+        lines.append(textwrap.fill(listed, 120, initial_indent=f"  {name:<{width}}  ",
                                    subsequent_indent=" " * (width + 4)))
     return "\n".join(lines) + "\n"
 
