@@ -1,7 +1,7 @@
 """Simulated disk faults for tests: a full disk (ENOSPC) at a chosen file, a read-only folder (EACCES).
 
 Both work as root too (where ``chmod`` does not stop a write): they patch the one place every atomic
-write of the package opens its temporary file (:func:`sohsm.data.files.atomic_output`).
+write of the package opens its temporary file (:func:`sohsm.atomic_writes.atomic_output`).
 """
 from __future__ import annotations
 

@@ -134,8 +134,8 @@ def test_the_loop_imports_no_task_and_the_tasks_no_report():
 
 
 #: the rooms of the package, each importing only rooms before it (docs/architecture.md says the same)
-LAYERS = (("fields", "version", "rouge", "lazy"), ("data",), ("clustering",), ("heads",), ("head_catalogue",),
-          ("models",), ("hf",), ("train",),
+LAYERS = (("fields", "version", "rouge", "lazy", "atomic_writes"), ("data",), ("clustering",), ("heads",),
+          ("head_catalogue",), ("models",), ("hf",), ("train",),
           ("tasks",), ("runs",), ("cli",), ("__main__",))
 
 

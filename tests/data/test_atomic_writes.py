@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from disk import fill_disk, read_only
+from sohsm.atomic_writes import WriteError, atomic_output, write_atomic_text
 from sohsm.clustering.trees import random_tree, save_tree
-from sohsm.data.files import WriteError, atomic_output, write_atomic_text
 from sohsm.train.checkpoint import save_checkpoint, write_json
 
 

@@ -85,7 +85,7 @@ def test_an_unreachable_archive_leaves_no_folder_and_no_progress_bar(tmp_path, m
 def test_download_failure_finds_the_reason_inside_wrappers():
     import socket
 
-    from sohsm.data.files import download_failure
+    from sohsm.data.downloads import download_failure
 
     wrapped = OSError("Max retries exceeded", socket.gaierror(-2, "Name or service not known"))
     assert download_failure(wrapped).startswith("the host name could not be resolved")

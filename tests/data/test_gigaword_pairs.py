@@ -10,8 +10,8 @@ import pytest
 
 from disk import fill_disk
 from needs import REPO_ROOT, need_files
+from sohsm.atomic_writes import WriteError
 from sohsm.data.errors import DataError
-from sohsm.data.files import WriteError
 from sohsm.data.gigaword import (
     FILTERS,
     REPORT_FILE,

@@ -107,8 +107,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from sohsm.atomic_writes import write_atomic_text
     from sohsm.clustering.hierarchy_files import brown_cut_width, format_hierarchy, ids_to_words
-    from sohsm.data.files import write_atomic_text
     from sohsm.tasks.hierarchies import head_hierarchy, read_run_head
 
     try:

@@ -218,7 +218,7 @@ def _register_decode(sub: argparse._SubParsersAction) -> None:
 def _decode(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from sohsm.data.files import write_atomic_text
+    from sohsm.atomic_writes import write_atomic_text
     from sohsm.data.headlines import read_inputs, resolve_eval_set
     from sohsm.models.beam import plan_beam
     from sohsm.tasks.s2s import decode

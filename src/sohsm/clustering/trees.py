@@ -203,10 +203,10 @@ def save_tree(path, children: Tensor, **meta) -> None:
     atomically: an existing file is replaced whole or left as it was.
 
     Raises:
-        OSError (:class:`~sohsm.data.files.WriteError`): the file could not be written (a full disk,
+        OSError (:class:`~sohsm.atomic_writes.WriteError`): the file could not be written (a full disk,
             a read-only folder), naming it and the system's reason.
     """
-    from sohsm.data.files import atomic_output
+    from sohsm.atomic_writes import atomic_output
 
     children = check_tree(children, children.size(0) + 1)
     with atomic_output(path) as handle:

@@ -10,15 +10,16 @@
 * :mod:`sohsm.data.gigaword`: Rush et al.'s headline pairs made from your own English Gigaword
   (:mod:`sohsm.data.gigaword_sgml` reads its SGML, :mod:`sohsm.data.ptb_tokens` makes PTB-style tokens).
 * :mod:`sohsm.data.reverse`: the synthetic reverse task.
-* :mod:`sohsm.data.files`: data directories, checksums, downloads and atomic writes.
+* :mod:`sohsm.data.files`: data and cache directories, checksums; :mod:`sohsm.data.downloads`: downloads.
 
 The modules that need torch (batching, loading) are imported on first use of their names, so that listing
 and checking corpora (``sohsm data list``) starts at once.
 """
 from sohsm.data.corpora import CORPORA, CorpusSpec, FileSpec, Split, corpus_names, get_spec, register_corpus
 from sohsm.data.corpus_files import CorpusStatus, FileStatus, corpus_status, fetch, verify_corpus
+from sohsm.data.downloads import Source
 from sohsm.data.errors import DataError
-from sohsm.data.files import Source, resolve_cache_dir, resolve_data_dir
+from sohsm.data.files import resolve_cache_dir, resolve_data_dir
 from sohsm.data.vocab import EOS, UNK, VocabConfig, Vocabulary
 
 __all__ = [

@@ -52,8 +52,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from sohsm.data.downloads import Source
 from sohsm.data.errors import DataError
-from sohsm.data.files import Source
 from sohsm.data.vocab import VocabConfig
 from sohsm.fields import did_you_mean
 

@@ -15,17 +15,13 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from sohsm.atomic_writes import atomic_output
 from sohsm.data.corpora import FileSpec, get_spec
+from sohsm.data.downloads import Source, download_errors, download_failure, download_to, extract_member
 from sohsm.data.errors import DataError
 from sohsm.data.files import (
-    Source,
-    atomic_output,
     cached_sha256,
     data_dir_origin,
-    download_errors,
-    download_failure,
-    download_to,
-    extract_member,
     record_sha256,
     remove_tree,
     resolve_cache_dir,

@@ -61,8 +61,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sohsm.atomic_writes import WriteError, atomic_output
 from sohsm.data.errors import DataError
-from sohsm.data.files import WriteError, atomic_output, resolve_data_dir
+from sohsm.data.files import resolve_data_dir
 from sohsm.data.gigaword_sgml import Document, gigaword_files, read_documents
 from sohsm.data.headlines import EVAL_SETS, PAIR_FILES
 from sohsm.data.pairs import read_lines
@@ -312,7 +313,7 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
         ValueError: ``valid_share`` outside (0, 1).
         DataError: an input is missing, not gzip or not Gigaword SGML; ``out`` is a file; or no training or
             no dev pair is left.
-        sohsm.data.files.WriteError: ``out`` cannot be written (naming the file and the reason).
+        sohsm.atomic_writes.WriteError: ``out`` cannot be written (naming the file and the reason).
     """
     if not 0 < valid_share < 1:
         raise ValueError(f"valid_share must be in (0, 1), got {valid_share}")

@@ -29,6 +29,15 @@ words, plus one ``<eos>`` per line where the corpus has lines); **bytes** are
 the UTF-8 bytes of the text a tokenizer reads, each line's words joined by single
 spaces and ended by a newline (running text: one space after every word).
 
+One load, in order: :func:`load_corpus` finds the corpus (a known name, or
+:func:`~sohsm.data.corpora.check_corpus_exists` for a path); fetches a known one
+missing from the data directory (:func:`fetch_on_first_use`); plans its splits and
+checks every file, a known corpus against its recorded sha256 and your own text by
+its sha256 (:func:`~sohsm.data.split_text.registry_plan` or
+:func:`~sohsm.data.split_text.user_plan`, through :func:`~sohsm.data.files.cached_sha256`);
+then :func:`_load` keys the cache on those checksums and options, and reads the entry
+(:func:`_read_cache`) or tokenises the text and writes it (:func:`_tokenise`, :func:`_write_cache`).
+
 A known corpus missing from the data directory is downloaded on first use
 (:func:`~sohsm.data.corpora.fetch`: every file checked against its sha256), with
 one line on stderr saying where it went; where the network is not there, the

@@ -29,8 +29,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sohsm.atomic_writes import write_atomic_text
 from sohsm.data.errors import DataError
-from sohsm.data.files import write_atomic_text
 from sohsm.data.vocab import EOS, UNK, Vocabulary, ordered_vocabulary
 
 if TYPE_CHECKING:

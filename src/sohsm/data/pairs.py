@@ -33,8 +33,8 @@ if TYPE_CHECKING:  # torch is imported where a batch is made, so that checking t
     import torch
     from torch import Tensor
 
+from sohsm.atomic_writes import write_atomic_text
 from sohsm.data.errors import DataError
-from sohsm.data.files import write_atomic_text
 from sohsm.data.vocab import EOS, UNK, Vocabulary
 
 PAD = "<pad>"

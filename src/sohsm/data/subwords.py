@@ -30,8 +30,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sohsm.atomic_writes import write_atomic_text
 from sohsm.data.errors import DataError, DataFieldError
-from sohsm.data.files import write_atomic_text
 from sohsm.data.vocab import EOS, UNK, Vocabulary, ordered_vocabulary
 from sohsm.fields import has
 

@@ -29,8 +29,8 @@ if TYPE_CHECKING:  # torch and numpy are imported where an array is made: listin
     import numpy as np
     from torch import Tensor
 
+from sohsm.atomic_writes import write_atomic_text
 from sohsm.data.errors import DataError
-from sohsm.data.files import write_atomic_text
 
 UNK = "<unk>"
 EOS = "<eos>"

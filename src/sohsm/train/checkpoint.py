@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from sohsm.data.files import ATOMIC_SUFFIX, write_atomic  # noqa: F401  (write_atomic: where run files are written)
+from sohsm.atomic_writes import ATOMIC_SUFFIX, write_atomic  # noqa: F401  (write_atomic: where run files are written)
 from sohsm.data.subwords import TOKENIZER_FILE
 from sohsm.data.vocab import Vocabulary, vocabulary_difference
 from sohsm.train.early import CONFIG_FILE
@@ -43,7 +43,7 @@ METRICS_FILE = "metrics.jsonl"
 LAST = "last.pt"
 BEST = "best.pt"
 CHECKPOINTS = {"last": LAST, "best": BEST}
-#: the files of a run directory that are written atomically (:func:`sohsm.data.files.atomic_output`)
+#: the files of a run directory that are written atomically (:func:`sohsm.atomic_writes.atomic_output`)
 RUN_FILES = (CONFIG_FILE, VOCAB_FILE, TOKENIZER_FILE, METRICS_FILE, LAST, BEST)
 
 

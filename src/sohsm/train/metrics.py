@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sohsm.data.files import WriteError
+from sohsm.atomic_writes import WriteError
 from sohsm.train.checkpoint import METRICS_FILE, write_atomic
 
 
