@@ -1,25 +1,14 @@
 """benchmarks/hf_generate.py on a tiny Llama: every head generates, and the page says each ratio and its verdict."""
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 
+from benchmark_scripts import load_script
 from needs import HF_HOW, need_packages
 
 need_packages("transformers", "accelerate", how=HF_HOW)
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 def _script():
-    spec = importlib.util.spec_from_file_location("hf_generate", BENCHMARKS / "hf_generate.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_script("hf_generate")
 
 
 def test_every_head_generates_and_the_page_gives_each_ratio():

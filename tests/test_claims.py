@@ -11,13 +11,14 @@ numbers glued to a letter before them (v0.3) are not figures. Every figure of a 
 docs/*.md page that the unit links (relative links resolved from the quoting file's folder, anchors dropped); a unit
 with figures and no such link fails.
 """
-import importlib.util
 import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
+
+from benchmark_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -338,46 +339,36 @@ def test_any_changed_figure_sign_or_k_of_n_of_which_head_md_tables_fails():
 # ---- the generated pages, written again from the committed runs --------------------------------------------------
 
 
-def _script(name: str):
-    """A benchmarks/ script as a module; the scripts import their neighbours (fair_quality, subword) by name."""
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
 
 
 def _fair(output):
-    fair = _script("fair_quality")
+    fair = load_script("fair_quality")
     return fair.report(output=output, results=fair.RESULTS), fair.REPORT
 
 
 def _subword(output):
-    subword = _script("subword")
+    subword = load_script("subword")
     return subword.report(output=output, results=subword.RESULTS), subword.REPORT
 
 
 def _subword_hf(output):
-    hf = _script("subword_hf")
+    hf = load_script("subword_hf")
     return hf.report(output=output, results=hf.RESULTS, sohsm_results=hf.subword.RESULTS), hf.REPORT
 
 
 def _subword_hf_matched(output):
-    hf = _script("subword_hf")
+    hf = load_script("subword_hf")
     return (hf.report(output=output, results=hf.MATCHED_RESULTS, sohsm_results=hf.subword.MATCHED_RESULTS,
                       matched=True), hf.MATCHED_REPORT)
 
 
 def _tuning(output):
-    tuning = _script("tuning")
+    tuning = load_script("tuning")
     return tuning.report(output=output, results=tuning.RESULTS), tuning.REPORT
 
 
 def _large_vocab(output):
-    large_vocab = _script("large_vocab")
+    large_vocab = load_script("large_vocab")
     return large_vocab.report(output=output, results=large_vocab.RESULTS), large_vocab.REPORT
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from test_claims import _script, mutations, readme_section
+from benchmark_scripts import load_script as _script
+from test_claims import mutations, readme_section
 
 ROOT = Path(__file__).resolve().parents[1]
 which_head = _script("which_head")

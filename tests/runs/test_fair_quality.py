@@ -1,20 +1,13 @@
 """benchmarks/fair_quality.py's report: the numbers it prints are the kept runs' own, paired seed by seed."""
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "fair_quality.py"
-_spec = importlib.util.spec_from_file_location("fair_quality", _PATH)
-fair = importlib.util.module_from_spec(_spec)
-sys.path.insert(0, str(_PATH.parent))  # the script imports kept_runs beside it
-try:
-    _spec.loader.exec_module(fair)
-finally:
-    sys.path.remove(str(_PATH.parent))
+from benchmark_scripts import load_script
+
+fair = load_script("fair_quality")
 
 
 def _keep(folder: Path, dev: list[float], test: float) -> None:

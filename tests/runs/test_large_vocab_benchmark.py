@@ -1,21 +1,13 @@
 """benchmarks/large_vocab.py end to end on a small text with Llama 3's 128,256 rows: it trains, scores and keeps
 each run (peak memory, the unused rows' mass), skips kept ones, and its report's numbers are the kept files' own."""
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from benchmark_scripts import load_script
+
 pytest.importorskip("quicktok")
-_BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-_spec = importlib.util.spec_from_file_location("large_vocab", _BENCHMARKS / "large_vocab.py")
-large_vocab = importlib.util.module_from_spec(_spec)
-sys.path.insert(0, str(_BENCHMARKS))  # the script imports fair_quality and kept_runs beside it
-try:
-    _spec.loader.exec_module(large_vocab)
-finally:
-    sys.path.remove(str(_BENCHMARKS))
+large_vocab = load_script("large_vocab")
 
 #: a tiny model in place of the protocol's
 TINY = ["--layers", "1", "--hidden-size", "16", "--attention-heads", "2", "--bptt", "8", "--batch-size", "4",

@@ -1,26 +1,17 @@
 """benchmarks/subword.py end to end on a small text: it trains, evaluates and keeps each run, skips kept ones,
 and its report's numbers are the kept evaluations' own."""
 import contextlib
-import importlib.util
 import io
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from benchmark_scripts import load_script
 from sohsm.cli.main import main as sohsm_main
 
 pytest.importorskip("tokenizers")
-_BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-_spec = importlib.util.spec_from_file_location("subword", _BENCHMARKS / "subword.py")
-subword = importlib.util.module_from_spec(_spec)
-sys.path.insert(0, str(_BENCHMARKS))  # the script imports fair_quality beside it; the other scripts' names
-try:                                  # (heads, gpu, ...) must not shadow the tests' modules after it
-    _spec.loader.exec_module(subword)
-finally:
-    sys.path.remove(str(_BENCHMARKS))
+subword = load_script("subword")
 
 #: a tiny model and budget in place of the protocol's
 TINY = ("--layers 1 --hidden-size 16 --attention-heads 2 --bptt 8 --batch-size 4 --eval-batch-size 4 "

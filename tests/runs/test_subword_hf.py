@@ -1,30 +1,21 @@
 """benchmarks/subword_hf.py end to end on a small text: a Hugging Face Llama with the full and the self-organized head,
 trained by the Trainer on sohsm's batches, evaluated by sohsm's code, kept, skipped once kept, resumed from a
 Trainer checkpoint as if never interrupted, and reported beside sohsm's own runs."""
-import importlib.util
 import json
 import math
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from benchmark_scripts import load_script
 from needs import HF_HOW, need_corpus, need_packages
 
 need_packages("transformers", "tokenizers", how=HF_HOW)
 
 from sohsm.data.batching import batchify, bptt_batches  # noqa: E402
 
-_BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-_spec = importlib.util.spec_from_file_location("subword_hf", _BENCHMARKS / "subword_hf.py")
-subword_hf = importlib.util.module_from_spec(_spec)
-sys.path.insert(0, str(_BENCHMARKS))  # the script imports subword and fair_quality beside it; the other scripts'
-try:                                  # names (heads, gpu, ...) must not shadow the tests' modules after it
-    _spec.loader.exec_module(subword_hf)
-finally:
-    sys.path.remove(str(_BENCHMARKS))
+subword_hf = load_script("subword_hf")
 
 #: a tiny model and budget in place of the protocol's (sohsm lm train flags): 10 steps of 4 x 8 tokens
 TINY = ("--layers 1 --hidden-size 16 --attention-heads 2 --bptt 8 --batch-size 4 --eval-batch-size 4 "

@@ -1,21 +1,14 @@
 """benchmarks/tuning.py: every head gets the same stages, each choice is the lowest dev perplexity of the stage, the
 final runs are paired seed by seed and worded by what the seeds show."""
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "tuning.py"
-_spec = importlib.util.spec_from_file_location("tuning", _PATH)
-tuning = importlib.util.module_from_spec(_spec)
-sys.path.insert(0, str(_PATH.parent))  # the script imports kept_runs beside it
-try:
-    _spec.loader.exec_module(tuning)
-finally:
-    sys.path.remove(str(_PATH.parent))
+from benchmark_scripts import load_script
+
+tuning = load_script("tuning")
 
 
 def _keep(folder: Path, head: str, seed: int, setting: dict, dev: float, test: float | None = None) -> None:
