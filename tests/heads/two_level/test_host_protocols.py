@@ -11,13 +11,14 @@ import pytest
 import torch
 
 from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax
-from sohsm.heads.two_level import scoring
+from sohsm.heads.two_level import backend_choice, scoring, tied_words
 from sohsm.heads.two_level.self_organizing import head_statistics
 from sohsm.heads.two_level.self_organizing.cluster_statistics import ClusterStatistics
 from sohsm.heads.two_level.self_organizing.recluster_schedule import PAPER_K, ReclusterSchedule
 
 N, D = 40, 8
-MIXINS = [(scoring, "TwoLevelScoring", "ScoringHost"), (head_statistics, "HeadStatistics", "StatisticsHost")]
+MIXINS = [(scoring, "TwoLevelScoring", "ScoringHost"), (head_statistics, "HeadStatistics", "StatisticsHost"),
+          (backend_choice, "BackendChoice", "BackendHost"), (tied_words, "TiedWords", "TyingHost")]
 
 
 def _declared(protocol) -> set[str]:

@@ -1,7 +1,9 @@
 """The two-level family: a softmax over clusters, then over the words of the target's cluster.
 
 * :mod:`~sohsm.heads.two_level.softmax`: :class:`TwoLevelSoftmax`, the module (fixed clusters):
-  its parameters, the rows of its word vectors grouped by cluster, exact evaluation;
+  its parameters, the rows of its word vectors grouped by cluster; its parts mixed in beside it
+  (:mod:`~sohsm.heads.two_level.scoring`, :mod:`~sohsm.heads.two_level.moves`,
+  :mod:`~sohsm.heads.two_level.backend_choice`, :mod:`~sohsm.heads.two_level.tied_words`);
 * :mod:`~sohsm.heads.two_level.ops`: its computation over explicit tensors: the cluster
   log-softmax, the in-cluster backends and the one registry that says which runs where;
 * :mod:`~sohsm.heads.two_level.best_first` and :mod:`~sohsm.heads.two_level.ops.topk`: exact top-k;

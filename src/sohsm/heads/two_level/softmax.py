@@ -3,14 +3,17 @@
     [h_c; h_w] = ReLU([W_c h; W_w h])                         (optional projection, paper Eq. 1)
     log P(w | h) = log softmax_c(h_c . U^C)[C(w)] + log softmax_{w' in C(w)}(h_w . U^V_w')[w]
 
-This file holds the module: its parameters, the layout of its word vectors, the choice of backend and tying.
-Its parts live beside it, one idea a file:
+This file holds the module: its parameters and the layout of its word vectors. Its parts live beside it, one idea
+a file:
 
 * :mod:`sohsm.heads.two_level.moves`: :meth:`~sohsm.heads.two_level.moves.ClusterMoves.set_assignment`, which moves
   every word's row, its gradient and its optimizer state together when the clusters change (mixed in);
 
 * :mod:`sohsm.heads.two_level.scoring`: the forward pass, exact evaluation and top-k (mixed in, its reads of the
-  head declared as a ``typing.Protocol``);
+  head declared as a ``typing.Protocol``, as the next two declare theirs);
+* :mod:`sohsm.heads.two_level.backend_choice`: the ``backend`` setting and which backend runs on a device (mixed in);
+* :mod:`sohsm.heads.two_level.tied_words`: the word vectors as a tied input embedding, and set from outside by word
+  id (mixed in);
 
 * :mod:`sohsm.heads.two_level.ops`: the computation over explicit tensors (the cluster log-softmax,
   the in-cluster backends and their registry); the head passes its parameters, layout and gradient
@@ -37,19 +40,20 @@ from sohsm.heads.base import ClusteredHead, HeadMemory, check_counts
 from sohsm.heads.registry import register_head
 from sohsm.heads.reused_gradient import WritesWeightGradient
 from sohsm.heads.two_level import run_defaults, word_bands
+from sohsm.heads.two_level.backend_choice import BackendChoice
 from sohsm.heads.two_level.moves import ClusterMoves
-from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, check_backend, select_backend
+from sohsm.heads.two_level.ops import ClusterLayout
 from sohsm.heads.two_level.scoring import TwoLevelScoring
+from sohsm.heads.two_level.tied_words import TiedWords
 from sohsm.heads.two_level.word_vectors import (
     WordVectors,
     split_widened_weight,
     word_bands as resolve_bands,
     word_width,
 )
-from sohsm.heads.tying import HeadEmbedding
 
 
-class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, WritesWeightGradient, ClusteredHead):
+class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, BackendChoice, TiedWords, WritesWeightGradient, ClusteredHead):
     """Two-level softmax over fixed word clusters (class-based softmax).
 
     ``P(w | h) = P(C(w) | h) * P(w | h, C(w))``: a softmax over the clusters and a
@@ -265,14 +269,6 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, WritesWeightGradient, Clust
     def _gradient_weights(self) -> list[Tensor]:
         return self.words.weights
 
-    def graph_refusal(self, device: torch.device, compute: torch.dtype | None = None) -> str | None:
-        """``None`` with a sync-free backend on ``device`` in ``compute`` (Triton's, probed in bf16 under bf16)."""
-        backend = self.backend_for(device, compute)
-        if backend.sync_free:
-            return None
-        return (f"the {type(self).__name__} head's {backend.name!r} backend reads its batch back to the host "
-                "(backend='triton' or 'grouped_torch' does not)")
-
     def set_static(self, static: bool) -> None:
         """A static step's re-clustering rewrites the layout's tensors in place (:meth:`_move_words`): a captured
         step reads the new clusters from the storage it was captured on, one capture for a whole run."""
@@ -295,18 +291,6 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, WritesWeightGradient, Clust
         """``[n_clusters]`` number of words in each cluster."""
         return self._layout.sizes_t.clone()
 
-    def word_vectors(self) -> Tensor:
-        """``[N, d]`` output vectors ``U^V`` in word-id order (a copy; with bands ``[N, d + d/div + ...]``, each row
-        zero outside its band's block)."""
-        return self.words.in_word_order(self._layout)
-
-    def embed(self, ids: Tensor) -> Tensor:
-        """``[*] -> [*, d]``: the vectors of ``ids``, a tied input embedding that follows the clusters
-        (:meth:`WordVectors.embed <sohsm.heads.two_level.word_vectors.WordVectors.embed>`: row-sparse gradient where
-        the backend writes the weight's gradient itself, with bands read back up to ``d`` as adaptive input does)."""
-        backend = self.backend_for(ids.device)
-        return self.words.embed(ids, self._layout, backend.writes_gradient, backend.sync_free)
-
     @classmethod
     def memory_estimate(cls, in_features: int, n_classes: int, options: dict, rows: int) -> HeadMemory:
         """Its word vectors, the clusters' vectors (``ceil(sqrt(N))`` unless ``n_clusters`` says) and Eq. 1's
@@ -321,67 +305,6 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, WritesWeightGradient, Clust
             words = sum((stop - start) * dim for start, stop, dim in zip(edges, edges[1:], dims))
             projection = in_features * sum(dims[1:])
         return HeadMemory(words + clusters * in_features + projection, words)
-
-    @classmethod
-    def tying_refusal(cls, in_features: int, options: dict) -> str | None:
-        """Tied unless ``word_dim < d`` gives every word vector fewer entries than the embedding's. With ``div_value``
-        a rarer word's short vector is read back up to ``d`` through its band's projection, as adaptive input does
-        (:meth:`embed`); Eq. 1's ``projection`` keeps ``d``."""
-        word_dim = options.get("word_dim")
-        if word_dim is not None and word_dim != in_features:
-            return f"word_dim={word_dim} gives its word vectors {word_dim} entries, not the embedding's {in_features}"
-        return None
-
-    def tied_embedding(self) -> HeadEmbedding:
-        """A :class:`~sohsm.heads.tying.HeadEmbedding` reading :meth:`embed`: it follows every re-clustering."""
-        if self.word_projection is not None:
-            raise ValueError(f"{type(self).__name__} cannot be tied: its word vectors have {self.word_dim} entries "
-                             f"where the embedding needs {self.in_features} (word_dim)")
-        return HeadEmbedding(self)
-
-    def tied_vectors(self) -> list[Tensor]:
-        """The weight, or each band's weight (i.i.d. rows: the layout's order does not matter to a fresh draw)."""
-        return list(self.words.weights)
-
-    def set_word_vectors(self, weight: Tensor, bias: Tensor | None = None) -> None:
-        """Word ``w``'s in-cluster vector becomes ``weight[w]``, in the row of its slot in the cluster layout (the
-        clusters' own vectors are kept; a two-level head has no word bias, so ``bias`` is ignored)."""
-        if self.word_dim != self.in_features or self.band_projections is not None:
-            raise ValueError(f"{type(self).__name__}'s word vectors have {self.word_dim} entries "
-                             f"{'in bands ' if self.band_projections is not None else ''}where [N, {self.in_features}] "
-                             "vectors were given (word_dim, div_value and cutoffs change their width)")
-        self._check_word_vectors(weight)
-        self.words.set_in_word_order(weight, self._layout)
-
-    # -- how the in-cluster softmax is computed (the backend) -------------------------------------
-    @property
-    def backend(self) -> str:
-        """How the in-cluster softmax is computed (see the constructor); settable."""
-        return self._backend
-
-    @backend.setter
-    def backend(self, value: str) -> None:
-        self._backend = check_backend(value)
-
-    def check_device(self, device: torch.device) -> None:
-        """Refuse a ``backend`` that cannot run on ``device`` (``"triton"`` on the CPU, or without Triton)."""
-        self.backend_for(device)
-
-    def backend_for(self, device: torch.device, compute: torch.dtype | None = None) -> BackendInfo:
-        """The in-cluster backend that runs on ``device`` with products in ``compute`` (default: the weight's dtype):
-        :attr:`backend`, or what ``"auto"`` picks there from the registry (:mod:`sohsm.heads.two_level.ops.backends`),
-        fallbacks included. Compact statistics (``q_clusters``) are folded in by the per-cluster backend only."""
-        compute = self.words.weights[0].dtype if compute is None else compute
-        return select_backend(self.backend, torch.device(device), compute, sync_free=not self._observes_on_host())
-
-    def _observes_on_host(self) -> bool:
-        """Whether :meth:`_observe` must run on the host (a subclass's statistics that only the per-cluster backend
-        folds in): ``"auto"`` then takes no sync-free backend. ``False`` here."""
-        return False
-
-    def _sync_free_width(self) -> int:
-        """Static width of the sync-free path's logits: the largest cluster (fixed clusters)."""
-        return self._layout_cache.max_size
 
     def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None:
         """Hook for subclasses on the sync-free path: like :meth:`_observe`, but reads nothing back."""
