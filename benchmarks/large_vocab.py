@@ -8,14 +8,15 @@ tokens/s of each, measured one after another on the same machine, to ``RESULTS/T
 whether a run can finish, and the only speed figure of a run too slow to train whole.
 
 ``train`` trains, for each run and seed, one ``sohsm lm train`` with the protocol of ``subword.py`` (the transformer
-4 x 256 of ``fair_quality.py``'s ``transformer-wikitext-2``) and ``--tokenizer TOKENIZER``, for ``--tokens`` training
-tokens (the same for every run), then scores its best checkpoint on test (``sohsm lm eval --split test --json``) and
+4 x 256 of ``fair_quality.py``'s ``transformer-wikitext-2``; ``--model lstm256``: its ``lstm256-wikitext-2``, the
+LSTM 256, kept in ``RESULTS/TOKENIZER/lstm256/``) and ``--tokenizer TOKENIZER``, for ``--tokens`` training tokens
+(the same for every run), then scores its best checkpoint on test (``sohsm lm eval --split test --json``) and
 measures the probability it leaves on the tokens training never shows (``unused_mass.py``, on the first
 ``--mass-tokens`` test tokens). ``RESULTS/TOKENIZER/tokens-T/seed-S/RUN/`` keeps ``config.json``,
 ``metrics.jsonl``, ``valid.json`` (the run's last dev evaluation, which ``best.pt`` is: a budget under a quarter of
 an epoch evaluates once, at its end), ``test.json``, ``unused.json`` and ``run.json`` (the commit, peak resident
 memory of training and evaluation, wall time) -- never checkpoints. Run it again to continue: kept runs are skipped,
-interrupted ones resumed from their last checkpoint (every 25 steps).
+interrupted ones resumed from their last checkpoint (every 100,000 tokens or so).
 
 ``report`` writes ``docs/results/large-vocab.md`` and ``large-vocab.json`` from the kept files alone.
 
@@ -24,6 +25,7 @@ Usage::
     python benchmarks/large_vocab.py speed --seconds 30
     python benchmarks/large_vocab.py train --tokens 500000 --seeds 1            # runs in runs/large-vocab/...
     python benchmarks/large_vocab.py train --tokens 500000 --runs full-tied --tokenizer o200k
+    python benchmarks/large_vocab.py train --model lstm256 --tokens 500000 --seeds 1,2,3
     python benchmarks/large_vocab.py report
 """
 from __future__ import annotations
@@ -51,6 +53,11 @@ TOKENIZERS = ("llama3", "o200k")
 ROWS = {"llama3": 128_256, "o200k": 200_019}
 #: the protocol's flags (its corpus and model) but for the budget, which ``--tokens`` sets for every run alike
 PROTOCOL = "transformer-wikitext-2"
+#: model -> (its protocol in fair_quality.py, the folder of its runs in a tokenizer's, its name on the page, steps
+#: between checkpoints: about 100,000 tokens, 32 x 128 a transformer step, the LSTM's 20 x 35); the transformer's runs
+#: are the tokenizer's folder itself
+MODELS: dict[str, tuple[str, str, str, int]] = {"transformer": (PROTOCOL, "", "transformer 4 x 256", 25),
+                                                "lstm256": ("lstm256-wikitext-2", "lstm256", "LSTM 256", 150)}
 #: run name -> (head, tied, head options), in the order ``train`` takes them: the cheap heads first, the full
 #: softmax (about 65 MFLOP a token at 128k rows, each way) last
 RUNS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
@@ -69,20 +76,29 @@ REFERENCE = "full-tied"
 SELF_ORGANIZED = "self_organized-tied"
 
 
-def _settings(tokens: int | None) -> list[str]:
-    _, settings, _ = PROTOCOLS[PROTOCOL]
+def _settings(tokens: int | None, model: str = "transformer") -> list[str]:
+    """The protocol's flags with its budget (``--max-tokens`` or ``--epochs``) replaced by ``tokens``."""
+    _, settings, _ = PROTOCOLS[MODELS[model][0]]
     out = list(settings)
-    i = out.index("--max-tokens")
-    del out[i:i + 2]
+    for budget in ("--max-tokens", "--epochs"):
+        if budget in out:
+            i = out.index(budget)
+            del out[i:i + 2]
     return out + (["--max-tokens", str(tokens)] if tokens is not None else [])
 
 
-def new_run(name: str, tokenizer: str, seed: int, tokens: int | None, extra: list[str] | None = None) -> list[str]:
+def model_folder(results: Path, tokenizer: str, model: str = "transformer") -> Path:
+    """Where a model's runs over a tokenizer are kept (their ``speed.json`` and ``tokens-T/`` folders)."""
+    return results / tokenizer / MODELS[model][1]
+
+
+def new_run(name: str, tokenizer: str, seed: int, tokens: int | None, extra: list[str] | None = None,
+            model: str = "transformer") -> list[str]:
     """The ``sohsm lm train`` flags of a new run (without ``--run-dir``)."""
     head, tied, options = RUNS[name]
-    corpus, _, _ = PROTOCOLS[PROTOCOL]
+    corpus, _, _ = PROTOCOLS[MODELS[model][0]]
     options = [re.sub(r"(\d+)%N", lambda m: str(round(int(m.group(1)) / 100 * ROWS[tokenizer])), o) for o in options]
-    return ["--corpus", corpus, *_settings(tokens), "--tokenizer", tokenizer, "--head", head,
+    return ["--corpus", corpus, *_settings(tokens, model), "--tokenizer", tokenizer, "--head", head,
             *(arg for option in options for arg in ("--head-option", option)),
             "--tie-weights" if tied else "--no-tie-weights", "--seed", str(seed), *(extra or [])]
 
@@ -120,17 +136,19 @@ def _commit() -> str:
 
 
 def train(tokenizer: str, tokens: int, seeds: list[int], runs: list[str], runs_dir: Path, results: Path = RESULTS,
-          mass_tokens: int = 16384, corpus: str | None = None, extra: list[str] | None = None) -> int:
+          mass_tokens: int = 16384, corpus: str | None = None, extra: list[str] | None = None,
+          model: str = "transformer") -> int:
     """Train, score and keep each run not kept yet; 1 if any failed. ``corpus`` and ``extra`` are for a smoke test."""
     failed = 0
     for seed in seeds:
         for name in runs:
-            folder = Path(tokenizer) / f"tokens-{tokens}" / f"seed-{seed}" / name
+            folder = model_folder(Path(tokenizer), "", model) / f"tokens-{tokens}" / f"seed-{seed}" / name
             kept, run = results / folder, runs_dir / folder
             if (kept / "test.json").exists():
                 continue
-            label = f"{tokenizer} {tokens:,} tokens seed {seed} {name}"
-            flags = new_run(name, tokenizer, seed, tokens, ["--checkpoint-every", "25", "--quiet", *(extra or [])])
+            label = f"{tokenizer} {MODELS[model][2]} {tokens:,} tokens seed {seed} {name}"
+            flags = new_run(name, tokenizer, seed, tokens,
+                            ["--checkpoint-every", str(MODELS[model][3]), "--quiet", *(extra or [])], model)
             if corpus is not None:
                 flags[flags.index("--corpus") + 1] = corpus
             args = (["lm", "train", "--run-dir", str(run), "--resume"] if (run / "last.pt").exists() else
@@ -186,14 +204,15 @@ def _unused_mass(run: Path, tokens: int, label: str) -> dict | None:
     return json.loads(done.stdout)
 
 
-def speed(tokenizer: str, runs: list[str], seconds: float, runs_dir: Path, results: Path = RESULTS) -> dict:
+def speed(tokenizer: str, runs: list[str], seconds: float, runs_dir: Path, results: Path = RESULTS,
+          model: str = "transformer") -> dict:
     """Each run's training tokens/s over about ``seconds`` of steps (one train record a step), one after another."""
     rates, commit = {}, _commit()
     for name in runs:
-        run = runs_dir / tokenizer / "speed" / name
+        run = model_folder(runs_dir, tokenizer, model) / "speed" / name
         if run.exists():
             shutil.rmtree(run)
-        flags = new_run(name, tokenizer, 1, None, ["--log-every", "1", "--checkpoint-every", "0", "--quiet"])
+        flags = new_run(name, tokenizer, 1, None, ["--log-every", "1", "--checkpoint-every", "0", "--quiet"], model)
         proc = _start(["lm", "train", *flags, "--run-dir", str(run)], subprocess.DEVNULL, subprocess.DEVNULL)
         start, records, peak = time.time(), [], None
         while peak is None and time.time() - start < 8 * seconds + 120:
@@ -216,10 +235,12 @@ def speed(tokenizer: str, runs: list[str], seconds: float, runs_dir: Path, resul
             rates[name] = None
         print(f"{name}: {rates[name]}", flush=True)
     record = {"commit": commit, "seconds": seconds, "runs": rates,
-              "command": f"python benchmarks/large_vocab.py speed --tokenizer {tokenizer} --runs {','.join(runs)} "
+              "command": f"python benchmarks/large_vocab.py speed --tokenizer {tokenizer} "
+                         f"{'' if model == 'transformer' else f'--model {model} '}--runs {','.join(runs)} "
                          f"--seconds {seconds:g}"}
-    (results / tokenizer).mkdir(parents=True, exist_ok=True)
-    (results / tokenizer / "speed.json").write_text(json.dumps(record, indent=1) + "\n")
+    folder = model_folder(results, tokenizer, model)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "speed.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
 
 
@@ -249,16 +270,35 @@ def not_run(results: Path = RESULTS) -> list[str]:
               "seeds and heads not run (`... train --tokens 1500000 --seeds 2,3 --runs RUN`).",
               f"- **The protocol's 1M tokens and more for every head**: the runs above read {BUDGET:,} tokens, the "
               "same for every head.",
-              "- **The tied LSTM 256** of the issue: not yet a run of this script (its protocol, `fair_quality.py`'s "
-              "`lstm256-wikitext-2`, with `--tokenizer llama3`)."]
+              *_lstm_not_run(results)]
+    return lines
+
+
+def _lstm_not_run(results: Path) -> list[str]:
+    """The LSTM 256's missing runs at the budget, for each tokenizer (every run and seed where none is kept)."""
+    lines = []
+    for tokenizer in TOKENIZERS:
+        folder = model_folder(results, tokenizer, "lstm256") / f"tokens-{BUDGET}"
+        missing = {name: [s for s in SEEDS if not (folder / f"seed-{s}" / name / "test.json").exists()]
+                   for name in RUNS}
+        missing = {name: seeds for name, seeds in missing.items() if seeds}
+        command = (f"(`python benchmarks/large_vocab.py train --model lstm256 --tokenizer {tokenizer} --tokens "
+                   f"{BUDGET} --seeds 1,2,3 --runs RUN`)")
+        if len(missing) == len(RUNS) and all(len(s) == len(SEEDS) for s in missing.values()):
+            lines.append(f"- **The tied LSTM 256, {tokenizer}**: no run yet {command}.")
+        elif missing:
+            lines.append(f"- **The tied LSTM 256, {tokenizer}, {BUDGET:,} tokens**: " + "; ".join(
+                f"`{name}` seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" for name, seeds in
+                missing.items()) + f" {command}.")
     return lines
 
 
 def report(output: Path = REPORT, results: Path = RESULTS) -> str:
     """Write the page and its figures (``large-vocab.json``) from the kept runs; return the page."""
     _, _, title = PROTOCOLS[PROTOCOL]
+    others = {MODELS[m][1]: (MODELS[m][2], _settings(None, m)) for m in MODELS if m != "transformer"}
     text = large_vocab_report.report(results, output, list(RUNS), title.replace(", 1M tokens", ""),
-                                     _settings(None))
+                                     _settings(None), others)
     text += "\n" + "\n".join(not_run(results)) + "\n"
     output.write_text(text)
     return text
@@ -270,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     for command in ("train", "speed"):
         p = sub.add_parser(command)
         p.add_argument("--tokenizer", choices=TOKENIZERS, default="llama3")
+        p.add_argument("--model", choices=list(MODELS), default="transformer",
+                       help="the transformer 4 x 256 (default) or the LSTM 256 of fair_quality.py")
         p.add_argument("--runs", default=",".join(RUNS), help="comma-separated, of: " + ", ".join(RUNS))
         p.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "large-vocab")
         if command == "train":
@@ -289,10 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown run {unknown[0]!r}: one of {', '.join(RUNS)}")
     if args.command == "speed":
-        speed(args.tokenizer, runs, args.seconds, args.runs_dir)
+        speed(args.tokenizer, runs, args.seconds, args.runs_dir, model=args.model)
         return 0
     return train(args.tokenizer, args.tokens, [int(s) for s in args.seeds.split(",")], runs, args.runs_dir,
-                 mass_tokens=args.mass_tokens)
+                 mass_tokens=args.mass_tokens, model=args.model)
 
 
 if __name__ == "__main__":

@@ -74,3 +74,29 @@ def test_a_comparison_follows_the_written_rule(mine, other, verdict):
     assert result["verdict"] == verdict and result["n"] == len(mine)
     ratios = [a / b for a, b in zip(mine, other)]
     assert result["k"] == sum(r < 1 for r in ratios)
+
+
+#: a tiny LSTM in place of the LSTM 256
+TINY_LSTM = ["--emb-size", "16", "--hidden-size", "16", "--bptt", "8", "--batch-size", "4", "--eval-batch-size", "4",
+             "--log-every", "5"]
+
+
+def test_the_lstm_s_runs_are_kept_apart_and_reported_in_their_own_sections(corpus, tmp_path):
+    results = tmp_path / "results"
+    assert large_vocab.train("llama3", 320, [1], ["self_organized-tied"], tmp_path / "runs", results=results,
+                             mass_tokens=64, corpus=str(corpus), extra=TINY_LSTM, model="lstm256") == 0
+    kept = results / "llama3" / "lstm256" / "tokens-320" / "seed-1" / "self_organized-tied"
+    config = json.loads((kept / "config.json").read_text())
+    assert config["model"]["architecture"] == "lstm" and config["max_tokens"] == 320 and config["model"]["tie_weights"]
+    meta = json.loads((kept / "run.json").read_text())
+    assert "--epochs" not in meta["command"] and meta["command"][meta["command"].index("--max-tokens") + 1] == "320"
+    assert not (results / "llama3" / "tokens-320").exists()  # not among the transformer's runs
+    page = tmp_path / "page.md"
+    text = large_vocab.report(output=page, results=results)
+    figures = json.loads(page.with_suffix(".json").read_text())["llama3"]
+    test = json.loads((kept / "test.json").read_text())
+    assert figures["lstm256"]["tokens-320"]["runs"]["self_organized-tied"]["seeds"]["1"]["test_bpb"] == round(
+        test["bits_per_byte"], 4)
+    assert "## llama3, LSTM 256, 320 training tokens" in text and "--tokenizer llama3 --head HEAD" in text
+    assert "- **The tied LSTM 256, llama3, 500,000 tokens**" not in text  # nothing kept at the page's budget
+    assert "- **The tied LSTM 256, llama3**: no run yet" in text
