@@ -231,7 +231,9 @@ def report(results: Path, output: Path, runs_order: list[str], protocol_title: s
              "though WikiText-2's training split uses about 27,000 of them: the case of a model trained with that",
              "tokenizer. Bits per byte (loss in bits / UTF-8 bytes of the split's text) take every row's probability",
              "mass: a head that gives unused rows mass pays for it. Every run of a table reads the same number of",
-             "training tokens.",
+             "training tokens." + ("" if not others else " The sections named " + " or ".join(
+                 f"*{name}*" for name, _ in others.values()) + " train that model instead of the transformer "
+                 "(`python benchmarks/large_vocab.py train --model ...`), with the same heads and budgets."),
              "",
              "One thread per run on a 2-core CPU, two runs side by side (and at times a third job): tokens/s are a",
              "guide. The speed tables' runs were measured one after another by the same command.",
