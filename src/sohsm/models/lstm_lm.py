@@ -118,6 +118,6 @@ class LSTMLanguageModel(nn.Module):
         return f"dropout={self.dropout_p}"
 
 
-def detach_state(state: LSTMState | None) -> LSTMState | None:
+def detach_state(state: tuple[Tensor, ...] | None) -> LSTMState | None:
     """Cut the graph behind a carried state (truncated BPTT); ``None`` stays ``None``."""
     return None if state is None else (state[0].detach(), state[1].detach())
