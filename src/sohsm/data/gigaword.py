@@ -242,7 +242,7 @@ def load_test_articles(data_dir: str | os.PathLike[str] | None = None) -> TestAr
     (default ``$SOHSM_DATA``); a set whose input file is absent is left out (:attr:`TestArticles.names`
     says which were read)."""
     root = resolve_data_dir(data_dir)
-    sets = {}
+    sets: dict[str, Sequence[Sequence[str]]] = {}
     for name, (source, _) in EVAL_SETS.items():
         if (root / source).is_file():
             sets[name] = [_hash_digits(w.lower() if w not in TestArticles.WILDCARDS else w for w in line)
@@ -335,6 +335,7 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
                     pair = prepare(document)
                     reason = pair if isinstance(pair, str) else namas_filter(pair)
                     if reason is None:
+                        assert not isinstance(pair, str)  # (a string is why a document was dropped)
                         article, title = finish(pair)
                         if not title:
                             reason = "empty headline"
@@ -343,7 +344,9 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
                     if reason is not None:
                         report.dropped[reason] += 1
                         if reason == "blacklisted headline":
+                            assert not isinstance(pair, str)  # the filters read a pair
                             entry = blacklisted(pair.title)
+                            assert entry is not None  # the filter found it
                             report.blacklisted[entry] = report.blacklisted.get(entry, 0) + 1
                         continue
                     split = "valid" if in_valid(document.id, valid_share) else "train"
