@@ -289,7 +289,7 @@ class PairsReport:
         return "\n".join(f"{name:<{width}}  {n:>{digits},}" for name, n in rows)
 
 
-def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str], *, valid_share: float = 0.05,
+def make_pairs(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *, valid_share: float = 0.05,
                tests: TestArticles | None = None, on_bytes: Callable[[int], None] | None = None) -> PairsReport:
     """Write Rush et al.'s headline pairs of the Gigaword files ``inputs`` into the folder ``out``.
 

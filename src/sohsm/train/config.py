@@ -170,14 +170,14 @@ class RunConfig(LoopSettings):
     #: a flag's help for a field (dotted path) where this task's meaning differs from the field's ``#:`` comment
     field_help: typing.ClassVar[dict[str, str]] = {}
 
-    #: defaults that follow from the value of one field, ``{path: {value: {path: default}}}`` (the language
-    #: model's ``model.architecture``: a transformer trains with another recipe than an LSTM); a new run's
-    #: config takes them under the fields it is given (:meth:`from_overrides`), the field's own default
-    #: choosing where it is not given
+    #: defaults that follow from the value of one field, ``{path: {value: {path: default}}}`` (the language model's
+    #: ``model.architecture``: a transformer trains with another recipe than an LSTM); a new run's config takes them
+    #: under the fields it is given (:meth:`from_overrides`), the field's own default choosing where it is not given
     choice_defaults: typing.ClassVar[dict[str, dict[Any, dict[str, Any]]]] = {}
 
     head: HeadConfig  # the two sections every task's config declares as fields, with its own defaults
     optim: OptimConfig
+    task: str  # a field of every task's config too: the task's name in config.json ("lm", "s2s", "w2v")
 
     # The training step's precision and compilation. A task whose config declares them as fields
     # (the language model's) lets its users choose; any other trains in float32, eagerly.
