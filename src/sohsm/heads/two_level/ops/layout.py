@@ -14,7 +14,6 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from sohsm.heads.two_level.ops.log_prob import ScoredRows
     from sohsm.heads.two_level.word_bands import BandRows
 
 
@@ -74,7 +73,7 @@ class ClusterLayout:
         self.bands: BandRows | None = None
         self.bands_version = -1
         #: ``(key, ScoredRows)``: where exact evaluation finds each row (:func:`~.log_prob.scored_rows`)
-        self.scored_rows: tuple[tuple[int, int, int], ScoredRows] | None = None
+        self.scored_rows: tuple | None = None
         self.serial = next(_SERIALS)
         self.rewrites = 0
 
