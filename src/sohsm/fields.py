@@ -13,7 +13,7 @@ apart from the text, and :meth:`FieldError.render` writes them either way::
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 
@@ -57,9 +57,9 @@ class FieldText(str):
     fields: tuple[Field, ...]
 
     def __new__(cls, template: str, *fields: Field | str) -> FieldText:
-        fields = tuple(f if isinstance(f, Field) else Field(f) for f in fields)
-        text = super().__new__(cls, template.format(*(f.text() for f in fields)))
-        text.template, text.fields = template, fields
+        parsed = tuple(f if isinstance(f, Field) else Field(f) for f in fields)
+        text = super().__new__(cls, template.format(*(f.text() for f in parsed)))
+        text.template, text.fields = template, parsed
         return text
 
     @classmethod
@@ -85,7 +85,7 @@ class FieldError(ValueError):
         return cls("{} " + escape(text), field)
 
     @classmethod
-    def joined(cls, prefix: str, errors: list[FieldError | FieldText], separator: str = "; ") -> FieldError:
+    def joined(cls, prefix: str, errors: Sequence[FieldError | FieldText], separator: str = "; ") -> FieldError:
         """One error: ``prefix`` (literal text) and the messages of ``errors``, joined by ``separator``."""
         template = escape(prefix) + escape(separator).join(e.template for e in errors)
         return cls(template, *(f for e in errors for f in e.fields))

@@ -62,7 +62,7 @@ def from_registry() -> dict[str, tuple[str, ...] | None]:
     """The table as the registry has it now (imports every head, and torch)."""
     from sohsm.heads import head_names as registered, head_options
 
-    return {name: None if head_options(name) is None else tuple(head_options(name)) for name in registered()}
+    return {name: None if (options := head_options(name)) is None else tuple(options) for name in registered()}
 
 
 def _render(table: dict[str, tuple[str, ...] | None]) -> list[str]:

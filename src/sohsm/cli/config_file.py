@@ -20,16 +20,20 @@ import json
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sohsm.cli.config_flags import Flag, config_flags, parse_head_option, parse_option_list, read_int
 from sohsm.fields import FieldError, did_you_mean
+
+if TYPE_CHECKING:  # (the training package imports torch, which --help does without)
+    from sohsm.train.config import RunConfig
 
 #: the flag whose value is the head's options, and the key a config file may also give them under
 OPTIONS = "head.options"
 
 
-def read_config_file(path: str, config_class: type, beside: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def read_config_file(path: str, config_class: type[RunConfig],
+                     beside: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``{field: value}`` (dotted fields) of the settings a file sets, checked against ``config_class``.
 
     The file is checked as a new run would take it (:meth:`~sohsm.train.config.RunConfig.from_overrides`: a
@@ -85,7 +89,7 @@ def _name(key: Any) -> str:
     return str(key).lstrip("-").replace("-", "_")
 
 
-def settings_of(data: Mapping[str, Any], config_class: type) -> dict[str, Any]:
+def settings_of(data: Mapping[str, Any], config_class: type[RunConfig]) -> dict[str, Any]:
     """``{dotted field: value}`` of a settings mapping, flat keys (the flags' names) and sections alike.
 
     Raises:
@@ -123,7 +127,7 @@ def settings_of(data: Mapping[str, Any], config_class: type) -> dict[str, Any]:
     return out
 
 
-def _sections(config_class: type) -> dict[str, list[str]]:
+def _sections(config_class: type[RunConfig]) -> dict[str, list[str]]:
     """``{section: its field names, in order}`` of the config's dataclass-valued fields (data, model, head, optim)."""
     hints = typing.get_type_hints(config_class)
     return {f.name: [g.name for g in dataclasses.fields(hints[f.name])]

@@ -30,9 +30,12 @@ import textwrap
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from sohsm.fields import Field, FieldError
+
+if TYPE_CHECKING:  # (the training package imports torch, which --help does without)
+    from sohsm.train.config import RunConfig
 
 #: flags whose name is not the field's last part
 FLAG_NAMES = {"head.name": "head", "head.options": "head_option"}
@@ -86,9 +89,12 @@ def _own_field_comments(cls: type) -> dict[str, str]:
     """:func:`field_comments` of the fields ``cls``'s own body declares with a comment."""
     lines = textwrap.dedent(inspect.getsource(cls)).splitlines()
     out: dict[str, str] = {}
-    for node in ast.parse("\n".join(lines)).body[0].body:
+    body = ast.parse("\n".join(lines)).body[0]
+    assert isinstance(body, ast.ClassDef)  # the source of a class
+    for node in body.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            comment, i = [], node.lineno - 2
+            comment: list[str] = []
+            i = node.lineno - 2
             while i >= 0 and lines[i].strip().startswith("#:"):
                 comment.insert(0, lines[i].strip()[2:].strip())
                 i -= 1
@@ -97,7 +103,7 @@ def _own_field_comments(cls: type) -> dict[str, str]:
     return out
 
 
-def _leaves(config_class: type, prefix: str = ""):
+def _leaves(config_class: type[RunConfig], prefix: str = ""):
     """``(path, field, owner class, default value)`` of every leaf field of ``config_class``."""
     hints = typing.get_type_hints(config_class)
     default = config_class()
@@ -119,7 +125,7 @@ def _unwrap(hint: Any) -> tuple[Any, bool]:
     return hint, False
 
 
-def config_flags(config_class: type) -> list[Flag]:
+def config_flags(config_class: type[RunConfig]) -> list[Flag]:
     """The flags of every leaf field of ``config_class`` (but :data:`NO_FLAG`).
 
     Raises:
@@ -201,7 +207,7 @@ def group_of(path: str) -> str:
     return "optimisation"
 
 
-def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, leave_out: tuple[str, ...] = (),
+def add_config_flags(parser: argparse.ArgumentParser, config_class: type[RunConfig], *, leave_out: tuple[str, ...] = (),
                      command_flags: Callable[[argparse._ArgumentGroup], None] = lambda group: None) -> list[Flag]:
     """Add a flag for every field of ``config_class`` (but those in ``leave_out``) and ``--config FILE``, in the
     groups of :data:`GROUPS`; ``command_flags(group)`` first adds the command's own flags to the "run" group.
@@ -245,7 +251,7 @@ def add_config_flags(parser: argparse.ArgumentParser, config_class: type, *, lea
     return flags
 
 
-def chosen_default(flag: Flag, flags: list[Flag], config_class: type) -> str:
+def chosen_default(flag: Flag, flags: list[Flag], config_class: type[RunConfig]) -> str:
     """The default a new run takes for ``flag``'s field, as ``--help`` shows it: the field's own, or the one the
     default of a choice brings (:attr:`~sohsm.train.config.RunConfig.choice_defaults`: an LSTM's 30 warm-up steps),
     followed by what each other value of that choice brings (``30; --model transformer: 100``)."""
@@ -331,7 +337,7 @@ def render_error(error: Exception, flags: list[Flag], typed: set[str]) -> str:
     def flag_of(field: Field) -> Flag | None:
         return by_path.get(field.path) or by_leaf.get(field.path)
 
-    as_flags = any(field.suggested or flag_of(field) is not None and flag_of(field).path in typed
+    as_flags = any(field.suggested or (flag := flag_of(field)) is not None and flag.path in typed
                    for field in error.fields)
 
     def name(field: Field) -> str:

@@ -126,7 +126,8 @@ def _planned_runs(args: argparse.Namespace) -> list[Any]:
     if "data.corpus" not in base:
         raise CommandError("a comparison needs --corpus (the same for every head)")
     shared, update_every = requested_head_options(args)
-    specs = [(head, head, {}) for head in _head_list(args.heads)] + [_variant(text) for text in args.variant]
+    specs: list[tuple[str, str, dict[str, Any]]] = [(head, head, {}) for head in _head_list(args.heads)]
+    specs += [_variant(text) for text in args.variant]
     runs = []
     for name, head, own in specs:
         options = {k: v for k, v in shared.items() if _takes(head, k)}
@@ -167,7 +168,7 @@ def _compare(args: argparse.Namespace) -> int:
     if args.report_only:
         return _report_only(args) if not seeds else _seed_report(args, seeds)
     command = "sohsm " + shlex.join(args.argv)
-    for seed in seeds or [None]:
+    for seed in seeds if seeds else [None]:
         out = args.out if seed is None else str(Path(args.out) / f"seed-{seed}")
         if seed is not None:
             args.seed = seed

@@ -134,6 +134,7 @@ def _titles(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
+        assert pairs.train.targets is not None and pairs.valid.targets is not None  # training pairs have titles
         write_lines(out / "train.txt", pairs.train.targets)
         write_lines(out / "valid.txt", pairs.valid.targets)
     except OSError as error:
@@ -221,6 +222,7 @@ def _decode(args: argparse.Namespace) -> int:
     from sohsm.atomic_writes import write_atomic_text
     from sohsm.data.headlines import read_inputs, resolve_eval_set
     from sohsm.models.beam import plan_beam
+    from sohsm.models.seq2seq import AttentionSeq2Seq
     from sohsm.tasks.s2s import decode
     from sohsm.train.loading import load_run
 
@@ -231,6 +233,7 @@ def _decode(args: argparse.Namespace) -> int:
         source, _ = resolve_eval_set(args.input, args.data_dir)
         inputs = read_inputs(source)
         run = load_run(args.run, args.checkpoint, args.device, task="s2s")
+        assert isinstance(run.model, AttentionSeq2Seq)  # a summariser's run
         plan_beam(args.beam, run.head.n_classes, max(map(len, inputs.sources), default=1) + 1,
                   run.model.hidden_size, args.max_len, allow_eos=not args.duc, device=args.device)
         with tqdm(total=len(inputs), unit="sent", desc="decode", disable=args.quiet, file=sys.stderr) as bar:

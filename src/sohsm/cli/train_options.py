@@ -12,7 +12,7 @@ import json
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sohsm.cli.config_file import read_config_file
 from sohsm.cli.config_flags import (  # noqa: F401  (parse_option_list: lm compare's too)
@@ -29,8 +29,12 @@ from sohsm.cli.main import RAW, CommandError, wrap
 from sohsm.data.errors import DataError
 from sohsm.head_catalogue import head_names, option_names
 
+if TYPE_CHECKING:  # (the training package imports torch, which --help does without)
+    from sohsm.train.config import RunConfig
 
-def add_training_options(p: argparse.ArgumentParser, config_class: type, *, compare: bool = False) -> list[Flag]:
+
+def add_training_options(p: argparse.ArgumentParser, config_class: type[RunConfig], *,
+                         compare: bool = False) -> list[Flag]:
     """Add the flags of ``config_class``'s fields to ``p`` (:mod:`sohsm.cli.config_flags`) and the command's own:
     ``--run-dir`` and ``--resume`` (not for `lm compare`, which also takes no ``--head``), ``--quiet``."""
     def command_flags(run: argparse._ArgumentGroup) -> None:
@@ -44,7 +48,7 @@ def add_training_options(p: argparse.ArgumentParser, config_class: type, *, comp
     return add_config_flags(p, config_class, leave_out=("head.name",) if compare else (), command_flags=command_flags)
 
 
-def train_usage(config_class: type) -> str:
+def train_usage(config_class: type[RunConfig]) -> str:
     """The usage line of a task's ``train`` command: what a new run needs, or ``--resume``, then the options."""
     needs = " ".join(f"{f.option} {f.metadata.get('metavar') or 'NAME'}" for f in config_flags(config_class)
                      if f.metadata.get("required") and f.path not in config_class.defaulted_fields)
@@ -65,7 +69,7 @@ def head_options_help() -> str:
     return "\n".join(lines) + "\n"
 
 
-def training_overrides(args: argparse.Namespace, flags: list[Flag], config_class: type) -> dict[str, Any]:
+def training_overrides(args: argparse.Namespace, flags: list[Flag], config_class: type[RunConfig]) -> dict[str, Any]:
     """The config fields set by ``--config FILE`` and then by the flags typed (the head's options excepted),
     as dotted paths.
 
@@ -182,7 +186,7 @@ def dev_line(result: Any, scores: Callable[[Any], str]) -> str | None:
     return None
 
 
-def add_train_command(sub: argparse._SubParsersAction, config_class: type, summary: Callable[[Any], None], *,
+def add_train_command(sub: argparse._SubParsersAction, config_class: type[RunConfig], summary: Callable[[Any], None], *,
                       help: str, description: str, epilog: str) -> argparse.ArgumentParser:
     """Add a task's ``train`` subcommand: the flags of ``config_class``, then :func:`train_command` and
     ``summary(result)`` (printed by the writing rank only, which under torchrun speaks for all).
@@ -204,7 +208,8 @@ def add_train_command(sub: argparse._SubParsersAction, config_class: type, summa
     return p
 
 
-def refuse_early(args: argparse.Namespace, config_class: type, flags: list[Flag], overrides: dict[str, Any]) -> None:
+def refuse_early(args: argparse.Namespace, config_class: type[RunConfig], flags: list[Flag],
+                 overrides: dict[str, Any]) -> None:
     """The refusals of a `train` command that need neither torch nor the data, made before either is loaded (they
     take seconds): a run directory with nothing to resume; a new run's values (:meth:`RunConfig.check_values`:
     ranges, choices, fields that go together), a corpus that is neither a known name nor a file or folder; a device
@@ -246,7 +251,7 @@ def _saved_device(run_dir: Path) -> Any:
         return None
 
 
-def train_command(args: argparse.Namespace, config_class: type, flags: list[Flag]):
+def train_command(args: argparse.Namespace, config_class: type[RunConfig], flags: list[Flag]):
     """Train a new run of ``config_class``'s task in ``args.run_dir``, or resume it (``--resume``): the one path
     of every task's `train` command.
 

@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _build(args: argparse.Namespace) -> int:
     from sohsm.clustering import save_tree, tree_paths
     from sohsm.data import DataError
+    from sohsm.tasks.lm.config import LMConfig
     from sohsm.tasks.lm.context import build_bootstrap_tree
 
     if args.max_tokens is not None and args.max_tokens < 1:
@@ -62,6 +63,7 @@ def _build(args: argparse.Namespace) -> int:
           f"(step {built.run.step:,}); path length min {int(lengths.min())}, mean {lengths.mean():.2f}, "
           f"max {int(lengths.max())}; {float((counts * lengths).sum() / counts.sum()):.2f} per training token"
           + (f"; {unseen} words never predicted (placed by the mean context)" if unseen else ""))
+    assert isinstance(built.run.config, LMConfig)  # a language model's run (the tree reads its context vectors)
     corpus = built.run.config.data.corpus
     output = shlex.quote(str(args.output))
     print(f"train with it: sohsm lm train --corpus {shlex.quote(str(corpus))} --head tree_file --head-option "

@@ -351,7 +351,8 @@ def _kept_form(q) -> tuple[Tensor, Tensor, Tensor, int] | None:
     compact_statistics.CompactRows`) checked as a dense ``q`` is, where every kept value is at least its row's
     ``rest`` (as the fold keeps them) and some cluster is not kept; else ``None`` (read as dense rows)."""
     index, values, rest = (getattr(q, name, None) for name in ("index", "values", "rest"))
-    if not all(isinstance(t, Tensor) for t in (index, values, rest)) or index.shape[1] >= q.shape[1]:
+    if not (isinstance(index, Tensor) and isinstance(values, Tensor) and isinstance(rest, Tensor)
+            and index.shape[1] < q.shape[1]):
         return None
     lowest = torch.finfo(torch.float32).min
     values = values.detach().float().cpu().nan_to_num(neginf=lowest)

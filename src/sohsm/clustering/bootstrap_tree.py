@@ -132,7 +132,8 @@ def bootstrap_tree(vectors: Tensor, variant: str = "balanced", generator: torch.
         # children of this level's nodes; groups of two or more words become the next level's nodes
         ids = list(range(next_id, next_id + n_groups))
         next_id += n_groups
-        next_sizes, keep = [], []
+        next_sizes: list[int] = []
+        keep: list[Tensor] = []
         offset = 0
         for node, size, left in zip(ids, sizes, left_size.tolist()):
             for side, (lo, n) in enumerate(((offset, left), (offset + left, size - left))):

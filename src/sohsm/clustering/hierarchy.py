@@ -62,7 +62,7 @@ def check_hierarchy(tree, n_words: int) -> list:
             raise ValueError(f"the hierarchy has an empty node at {where}")
         on_path.add(id(node))
         met.add(id(node))
-        out = []
+        out: list = []  # word ids and subtrees
         for i, item in enumerate(node):
             here = f"{where}[{i}]"
             if isinstance(item, (list, tuple)):

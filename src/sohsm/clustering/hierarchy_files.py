@@ -28,9 +28,12 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from sohsm.clustering.hierarchy import depth, group_balanced
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: formats a hierarchy file can have
 FORMATS = ("json", "brown", "tsv")
@@ -301,7 +304,7 @@ class MappedHierarchy(NamedTuple):
     unknown: int
 
 
-def map_to_vocab(tree: list, itos: Sequence[str], counts: Sequence[float] | None = None,
+def map_to_vocab(tree: list, itos: Sequence[str], counts: Sequence[float] | np.ndarray | None = None,
                  fallback_branching: int | None = None) -> MappedHierarchy:
     """Word ids for the words of ``tree``; vocabulary words it lacks go under one fallback node.
 
@@ -318,7 +321,7 @@ def map_to_vocab(tree: list, itos: Sequence[str], counts: Sequence[float] | None
 
     def convert(node: list) -> list:
         nonlocal unknown
-        out = []
+        out: list = []  # word ids and subtrees
         for item in node:
             if isinstance(item, list):
                 sub = convert(item)
@@ -336,7 +339,7 @@ def map_to_vocab(tree: list, itos: Sequence[str], counts: Sequence[float] | None
         raise ValueError(f"none of the hierarchy's words is in the vocabulary ({len(itos):,} words)")
     missing = [i for i, u in enumerate(used) if not u]
     total = float(sum(counts)) if counts is not None else 0.0
-    mass = float(sum(counts[i] for i in missing)) / total if total > 0 else 0.0
+    mass = float(sum(counts[i] for i in missing)) / total if counts is not None and total > 0 else 0.0
     if len(missing) == 1:
         mapped.append(missing[0])
     elif missing:

@@ -61,4 +61,5 @@ def vector_assignment(vectors: Tensor, n_clusters: int, max_size: int, tf: Tenso
         means = sums / sizes.clamp_min(1)[:, None]
         means = torch.nn.functional.normalize(means, dim=1) if normalize else means
         centres = torch.where((sizes == 0)[:, None], centres, means)
+    assert assignment is not None  # one iteration at least
     return assignment

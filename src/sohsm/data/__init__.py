@@ -15,6 +15,8 @@
 The modules that need torch (batching, loading) are imported on first use of their names, so that listing
 and checking corpora (``sohsm data list``) starts at once.
 """
+import types
+
 from sohsm.data.corpora import CORPORA, CorpusSpec, FileSpec, Split, corpus_names, get_spec, register_corpus
 from sohsm.data.corpus_files import CorpusStatus, FileStatus, corpus_status, fetch, verify_corpus
 from sohsm.data.downloads import Source
@@ -58,6 +60,7 @@ _LAZY = {"batchify": "batching", "bptt_batches": "batching", "num_bptt_batches":
 
 def __getattr__(name: str):
     """The names of :mod:`sohsm.data.batching` and :mod:`sohsm.data.loading` on first use (they import torch)."""
+    module: types.ModuleType
     if _LAZY.get(name) == "batching":
         from sohsm.data import batching as module
     elif _LAZY.get(name) == "loading":

@@ -51,6 +51,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from sohsm.data.downloads import Source
 from sohsm.data.errors import DataError
@@ -149,8 +150,15 @@ def _wikitext_file(version: str, split: str, sha256: str | None) -> FileSpec:
     return FileSpec(f"{folder}/wiki.{split}.tokens", sha256, sources)
 
 
-def _three_way(folder: str, pattern: str) -> dict[str, Split]:
-    return {s: Split(f"{folder}/{pattern.format(s)}") for s in ("train", "valid", "test")}
+class _Splits(TypedDict):
+    train: Split
+    valid: Split
+    test: Split
+
+
+def _three_way(folder: str, pattern: str) -> _Splits:
+    train, valid, test = (Split(f"{folder}/{pattern.format(s)}") for s in ("train", "valid", "test"))
+    return {"train": train, "valid": valid, "test": test}
 
 
 _BUILTIN = (

@@ -243,7 +243,7 @@ def load_test_articles(data_dir: str | os.PathLike[str] | None = None) -> TestAr
     (default ``$SOHSM_DATA``); a set whose input file is absent is left out (:attr:`TestArticles.names`
     says which were read)."""
     root = resolve_data_dir(data_dir)
-    sets = {}
+    sets: dict[str, Sequence[Sequence[str]]] = {}
     for name, (source, _) in EVAL_SETS.items():
         if (root / source).is_file():
             sets[name] = [_hash_digits(w.lower() if w not in TestArticles.WILDCARDS else w for w in line)
@@ -290,7 +290,7 @@ class PairsReport:
         return "\n".join(f"{name:<{width}}  {n:>{digits},}" for name, n in rows)
 
 
-def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str], *, valid_share: float = 0.05,
+def make_pairs(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *, valid_share: float = 0.05,
                tests: TestArticles | None = None, on_bytes: Callable[[int], None] | None = None) -> PairsReport:
     """Write Rush et al.'s headline pairs of the Gigaword files ``inputs`` into the folder ``out``.
 
@@ -336,6 +336,7 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
                     pair = prepare(document)
                     reason = pair if isinstance(pair, str) else namas_filter(pair)
                     if reason is None:
+                        assert not isinstance(pair, str)  # (a string is why a document was dropped)
                         article, title = finish(pair)
                         if not title:
                             reason = "empty headline"
@@ -344,7 +345,9 @@ def make_pairs(inputs: list[str | os.PathLike[str]], out: str | os.PathLike[str]
                     if reason is not None:
                         report.dropped[reason] += 1
                         if reason == "blacklisted headline":
+                            assert not isinstance(pair, str)  # the filters read a pair
                             entry = blacklisted(pair.title)
+                            assert entry is not None  # the filter found it
                             report.blacklisted[entry] = report.blacklisted.get(entry, 0) + 1
                         continue
                     split = "valid" if in_valid(document.id, valid_share) else "train"

@@ -20,6 +20,7 @@ or the dev pairs is removed.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -199,7 +200,7 @@ def read_inputs(path: str | os.PathLike[str]) -> Pairs:
     return read_pairs(path, None, unk_alias=TEST_UNK)
 
 
-def read_references(paths: list[str | os.PathLike[str]], n_lines: int | None = None,
+def read_references(paths: Sequence[str | os.PathLike[str]], n_lines: int | None = None,
                     aligned_with: str | os.PathLike[str] | None = None) -> list[list[str]]:
     """Reference headlines as text: ``refs[i]`` holds line ``i`` of every reference file.
 

@@ -61,7 +61,7 @@ class Pairs:
     def __add__(self, other: Pairs) -> Pairs:
         if (self.targets is None) != (other.targets is None):
             raise ValueError("cannot join pairs with titles to inputs without")
-        targets = None if self.targets is None else self.targets + other.targets
+        targets = None if self.targets is None or other.targets is None else self.targets + other.targets
         return Pairs(self.sources + other.sources, targets, self.files + other.files)
 
     def select(self, keep: Sequence[bool]) -> Pairs:
@@ -213,8 +213,11 @@ def make_batch(sources: Sequence[np.ndarray], targets: Sequence[np.ndarray] | No
     if targets is not None:
         target_in = pad([np.concatenate([[bos_id(vocab)], t]) for t in targets], p)
         target_out = pad([np.concatenate([t, [vocab.eos_id]]) for t in targets], p)
-    move = (lambda t: t) if device is None else (lambda t: None if t is None else t.to(device))
-    return PairBatch(move(source), move(lengths), move(target_in), move(target_out))
+    if device is not None:
+        source, lengths = source.to(device), lengths.to(device)
+        target_in = None if target_in is None else target_in.to(device)
+        target_out = None if target_out is None else target_out.to(device)
+    return PairBatch(source, lengths, target_in, target_out)
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:

@@ -61,6 +61,7 @@ def reverse_data(symbols: int, train: int, valid: int, seed: int) -> TrainingPai
     else:
         raise ValueError(f"{symbols} symbols give too few strings to hold out {valid} unseen after {train} training "
                          "pairs")
+    assert held_out.targets is not None  # reversed strings are their titles
     return TrainingPairs(train_pairs, Pairs(held_out.sources[:valid], held_out.targets[:valid], held_out.files))
 
 

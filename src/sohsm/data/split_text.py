@@ -39,7 +39,7 @@ class SplitPlan:
     # split -> (file key, start, stop, kind). kind "chars": character offsets as in
     # corpora.Split; "head"/"tail": the file without / only its last `fraction` of
     # lines or characters, the fraction stored in stop / start.
-    splits: dict[str, tuple[str, int | float, int | None, str]]
+    splits: dict[str, tuple[str, int | float, int | float | None, str]]
 
 
 def registry_plan(spec: CorpusSpec, data_dir, cache: Path) -> SplitPlan:
@@ -69,11 +69,11 @@ def user_plan(path: Path, text_mode: str | None, valid_fraction: float, cache: P
     if not 0.0 < float(valid_fraction) < 1.0:
         raise ValueError(f"valid_fraction must be between 0 and 1 (exclusive), got {valid_fraction!r}")
     if path.is_dir():
-        files = {role: _find_role_file(path, words)
+        found = {role: _find_role_file(path, words)
                  for role, words in (("train", ("train",)), ("valid", ("valid", "dev")), ("test", ("test",)))}
-        if files["train"] is None:
+        if found["train"] is None:
             raise DataError(f"{path}: no file whose name contains 'train'")
-        files = {role: p for role, p in files.items() if p is not None}
+        files = {role: p for role, p in found.items() if p is not None}
         name = path.resolve().name
     elif not path.is_file():
         raise DataError(f"{path}: not a regular file or a folder (a device or a pipe has no end to read to)")
@@ -82,7 +82,7 @@ def user_plan(path: Path, text_mode: str | None, valid_fraction: float, cache: P
         name = path.stem
     paths = {p.name: p for p in files.values()}
     hashes = {p.name: cached_sha256(p, cache) for p in files.values()}
-    splits: dict[str, tuple[str, int | float, int | None, str]] = {}
+    splits: dict[str, tuple[str, int | float, int | float | None, str]] = {}
     for role, p in files.items():
         splits[role] = (p.name, 0, None, "chars")
     if "valid" not in files:
@@ -132,6 +132,7 @@ def split_texts(plan: SplitPlan, roles: tuple[str, ...] = ("train", "valid", "te
     for role, (file_key, start, stop, kind) in splits.items():
         text = texts[file_key]
         if kind == "head":
+            assert stop is not None  # the fraction
             a, b = 0, _fraction_cut(text, float(stop), plan.lines, plan.paths[file_key])
         elif kind == "tail":
             a, b = _fraction_cut(text, float(start), plan.lines, plan.paths[file_key]), len(text)

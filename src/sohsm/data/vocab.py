@@ -125,8 +125,10 @@ class Vocabulary:
                              f"of at most {int(counts[top]):,}")
         if config.max_size is not None and len(kept) > config.max_size - 1:  # room for unk
             capacity = config.max_size - 1
-            cut_eos = eos is not None and eos in kept[capacity:]
-            kept = kept[: capacity - 1] + [eos] if cut_eos else kept[:capacity]
+            if eos is not None and eos in kept[capacity:]:  # cut: kept in the last place
+                kept = kept[: capacity - 1] + [eos]
+            else:
+                kept = kept[:capacity]
         kept_set = set(kept)
         unk_count = int(counts.get(unk, 0)) + sum(int(c) for w, c in counts.items() if w != unk and w not in kept_set)
         unk_rank = order.get(unk, len(order))

@@ -1,7 +1,8 @@
 """Adaptive softmax (Grave et al. 2017): torch's own module behind the head interface."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TypeAlias, cast
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +14,9 @@ from sohsm.heads.tying import HeadEmbedding
 
 #: torch's module, whose methods run on :class:`AdaptiveSoftmax`'s own ``head`` and ``tail``
 _TORCH = nn.AdaptiveLogSoftmaxWithLoss
+#: ``tail`` as it iterates, for the checker (torch's ModuleList does not say what it holds): each cluster's
+#: ``nn.Sequential`` of its ``d -> d_i`` projection and its word vectors, two ``nn.Linear``
+_Tails: TypeAlias = Iterable[Iterable[nn.Linear]]
 
 #: the text8 setting (2k / 10k of 44k words), as fractions of the vocabulary
 _TEXT8_CUTOFFS = (2000 / 44000, 10000 / 44000)
@@ -108,6 +112,11 @@ class AdaptiveSoftmax(Head):
 
     skips_parameters = True  # a tail cluster no target falls in gets no gradient in that step
 
+    # its buffers (register_buffer), declared for the checker
+    word_of_rank: Tensor
+    rank_of_word: Tensor
+    tail_starts: Tensor
+
     #: torch's computation of the full log-distribution, run on this head's own ``head`` and ``tail``
     _get_full_log_prob = nn.AdaptiveLogSoftmaxWithLoss._get_full_log_prob
 
@@ -179,7 +188,7 @@ class AdaptiveSoftmax(Head):
         the tails' ``d -> d_i`` projections as ``nn.Linear``; in the order, and so with the values, of torch's
         own initialisation (a head bias starts at zero)."""
         init_word_vectors(self.head.weight, self.head.bias)
-        for projection, vectors in self.tail:
+        for projection, vectors in cast(_Tails, self.tail):
             projection.reset_parameters()
             init_word_vectors(vectors.weight)
 
@@ -254,7 +263,7 @@ class AdaptiveSoftmax(Head):
         cluster = torch.bucketize(ranks, self.tail_starts, right=True)  # 0: the shortlist, i + 1: tail cluster i
         in_head = torch.where(cluster == 0, ranks, self.shortlist_size + cluster - 1)
         output = F.log_softmax(self.head(hidden), dim=1).gather(1, in_head[:, None]).squeeze(1)
-        for i, (projection, words) in enumerate(self.tail):
+        for i, (projection, words) in enumerate(cast(_Tails, self.tail)):
             low, high = cutoffs[i], cutoffs[i + 1]
             local = (ranks - low).clamp(0, high - low - 1)
             tail = F.log_softmax(words(projection(hidden)), dim=1).gather(1, local[:, None]).squeeze(1)
@@ -292,7 +301,7 @@ class AdaptiveSoftmax(Head):
         """
         ranks = self.rank_of_word[ids].reshape(-1)  # [M]
         vectors = F.embedding(ranks.clamp(max=self.shortlist_size - 1), self.head.weight)  # [M, d]
-        for i, (projection, words) in enumerate(self.tail):
+        for i, (projection, words) in enumerate(cast(_Tails, self.tail)):
             low, high = self.cutoffs[i], self.cutoffs[i + 1]
             in_cluster = ((ranks >= low) & (ranks < high)).unsqueeze(1)  # [M, 1]
             tail = F.embedding((ranks - low).clamp(0, high - low - 1), words.weight) @ projection.weight  # [M, d]
@@ -316,7 +325,7 @@ class AdaptiveSoftmax(Head):
 
     def tied_vectors(self) -> list[Tensor]:
         """The shortlist's rows of the head softmax and every tail's word vectors (their projections keep theirs)."""
-        return [self.head.weight[: self.shortlist_size], *(words.weight for _, words in self.tail)]
+        return [self.head.weight[: self.shortlist_size], *(words.weight for _, words in cast(_Tails, self.tail))]
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, n_classes={self.n_classes}, cutoffs={self.cutoffs[:-1]}, "

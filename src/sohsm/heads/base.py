@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -65,7 +65,7 @@ class Head(nn.Module):
         its own, and a mixin's that comes before :class:`Head` in its bases (the two-level heads' scoring)."""
         super().__init_subclass__(**kwargs)
         if "__init__" in cls.__dict__:  # device= and dtype= as torch's modules take them; options by keyword
-            cls.__init__ = factory_init(cls, cls.__dict__["__init__"])
+            cls.__init__ = factory_init(cls, cls.__dict__["__init__"])  # type: ignore[method-assign]  # on purpose
         for name in UNBATCHED_METHODS:
             method = getattr(cls, name, None)
             if inspect.isfunction(method) and not getattr(method, "unbatched", False):
@@ -413,7 +413,10 @@ class SelfOrganizingHead(ClusteredHead):
 
     update_every: int | None
     history: list[dict]
-    frozen: bool
+
+    if TYPE_CHECKING:  # read, never set, through this class (the self-organized head's is a property)
+        @property
+        def frozen(self) -> bool: ...
 
     def freeze(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Keep the clusters as they are from now on: no statistics, no re-clustering."""

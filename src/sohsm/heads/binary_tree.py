@@ -109,6 +109,8 @@ class BinaryTreeSoftmax(HierarchicalHead):
         (torch.Size([2, 3]), torch.Size([2]))
     """
 
+    tree: Tensor  # a buffer (register_buffer), declared for the checker
+
     @property
     def binary_pairs(self) -> str:
         """``"paths"``: one logistic decision per node on the target's path."""

@@ -63,6 +63,10 @@ class DifferentiatedSoftmax(Head):
         >>> output, loss = head(torch.randn(3, 16), torch.tensor([0, 50, 99]))
     """
 
+    # buffers (register_buffer), declared for the checker
+    word_of_rank: Tensor
+    rank_of_word: Tensor
+
     def __init__(
         self,
         in_features: int,

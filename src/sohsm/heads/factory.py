@@ -83,5 +83,5 @@ def factory_init(cls: type, init: Callable) -> Callable:
         if not depth:
             place(self, device, dtype)
 
-    __init__.__signature__ = signature.replace(parameters=parameters)
+    __init__.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]  # what inspect reads
     return __init__

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import inspect
 import numbers
 import types
@@ -108,7 +109,7 @@ def class_of(factory: Callable[..., Head], builds: type | None) -> type[Head] | 
     return builds if isinstance(builds, type) and issubclass(builds, Head) else None
 
 
-def options_of(factory: Callable[..., Head], builds: type | None,
+def options_of(factory: Callable[..., Head], builds: type[Any] | None,
                fixed: frozenset[str]) -> dict[str, HeadOption] | None:
     options, open_ = keyword_parameters(factory, CALL_ARGUMENTS)
     if not open_:
@@ -149,7 +150,7 @@ def options_class(name: str, options: dict[str, HeadOption]) -> type:
     for option in options.values():
         default = option.default
         if isinstance(default, (list, dict, set)):  # a mutable default: each instance its own copy
-            spec = dataclasses.field(default_factory=lambda value=default: copy.deepcopy(value))
+            spec = dataclasses.field(default_factory=functools.partial(copy.deepcopy, default))
         else:
             spec = dataclasses.field(default=default)
         fields.append((option.name, Any if option.type is None else option.type, spec))
@@ -161,6 +162,10 @@ def options_class(name: str, options: dict[str, HeadOption]) -> type:
 
 def option_of(field: dataclasses.Field, hints: dict[str, Any]) -> HeadOption:
     """The :class:`HeadOption` a field of an :func:`options_class` stands for."""
-    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+    if field.default is dataclasses.MISSING:
+        assert callable(field.default_factory)  # an option has a default or a factory (options_class)
+        default = field.default_factory()
+    else:
+        default = field.default
     hint = hints.get(field.name)
     return HeadOption(field.name, default, None if hint is Any else hint)

@@ -9,12 +9,17 @@ row's pairs with their labels. The loss is ``-log sigma(+-(u_n . h_r - offset))`
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor
 
 from sohsm.heads.base import Head
+
+if TYPE_CHECKING:
+    from sohsm.heads.binary_tree import BinaryTreeSoftmax
+    from sohsm.heads.sampled import PMISoftmax
 
 
 class BinaryPairs(Protocol):
@@ -43,15 +48,15 @@ class PathPairs:
 
     offset = 0.0
 
-    def __init__(self, head: Head) -> None:
+    def __init__(self, head: BinaryTreeSoftmax) -> None:
         nodes, signs = head.paths()  # [N, D] each, signs 0 past a path's end
         on_path = signs != 0
-        self.vectors = head.weight
+        self.vectors: Tensor = head.weight
         self.length = on_path.sum(dim=1)  # [N]
         self.start = torch.cumsum(self.length, 0) - self.length  # [N]
         self.nodes = nodes[on_path].contiguous()  # [sum L], row-major: each word's path, root first
         self.labels = (signs[on_path] > 0).to(head.weight.dtype)  # [sum L]
-        self.by_word = (self.nodes, self.labels, self.start, self.length)
+        self.by_word: tuple[Tensor, Tensor, Tensor, Tensor] | None = (self.nodes, self.labels, self.start, self.length)
 
     def __call__(self, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         lengths = self.length.index_select(0, targets)  # [R]
@@ -68,11 +73,11 @@ class NoisePairs:
     """Negative sampling's: the target (label 1) and ``k`` noise words (label 0) of every row, drawn by the head
     itself (its generator, so a resumed run draws the same); scores shifted by ``log k`` where the head shifts."""
 
-    by_word = None
+    by_word: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
 
-    def __init__(self, head: Head) -> None:
+    def __init__(self, head: PMISoftmax) -> None:
         self.head = head
-        self.vectors = head.weight
+        self.vectors: Tensor = head.weight
         self.k = head.n_samples
         self.offset = math.log(head.n_samples) if head.shift else 0.0
         self.labels = torch.zeros(self.k + 1, dtype=head.weight.dtype)
@@ -85,7 +90,8 @@ class NoisePairs:
         return nodes, self.labels.repeat(rows), torch.full((rows,), self.k + 1, dtype=torch.long)
 
 
-_KINDS = {"paths": PathPairs, "noise": NoisePairs}
+#: each kind's pairs, made of a head whose :attr:`~sohsm.heads.Head.binary_pairs` names it
+_KINDS: dict[str, Callable[[Any], BinaryPairs]] = {"paths": PathPairs, "noise": NoisePairs}
 
 
 def binary_pairs(head: Head) -> BinaryPairs | None:

@@ -105,6 +105,7 @@ class ReusedGradient:
         elif not self.known():
             t.zero_()
         else:
+            assert self.dirty is not None  # (known() holds)
             for region in self.dirty:
                 if isinstance(region, Tensor):
                     t.index_fill_(0, region, 0.0)
@@ -116,7 +117,9 @@ class ReusedGradient:
 
     def written(self, regions: list, known: bool) -> None:
         """The head has just written ``regions``; ``known``: :meth:`known` held before the write."""
+        assert self.tensor is not None  # the head wrote into the buffer fresh() handed out
         if known:
+            assert self.dirty is not None  # (known() held)
             self.dirty.extend(regions)
         else:
             self.dirty = None
@@ -130,6 +133,8 @@ class WritesWeightGradient(nn.Module):
     replica's weight is a copy, so its gradient would be lost) nor on a sharded or
     flattened weight (FSDP, ZeRO-3, tensor parallelism): both are refused with a message.
     """
+
+    weight: Tensor  # the head's word vectors (a parameter), unless it names others (:meth:`_gradient_weights`)
 
     def _replicate_for_data_parallel(self):
         raise RuntimeError(

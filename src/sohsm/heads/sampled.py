@@ -71,6 +71,8 @@ class SampledSoftmax(Head):
             sampling) instead of ``k`` shared by the whole batch. Default: ``False``.
     """
 
+    noise_log_probs: Tensor  # a buffer (register_buffer), declared for the checker
+
     def __init__(
         self,
         in_features: int,
@@ -297,6 +299,7 @@ class NCESoftmax(SampledSoftmax):
     def reset_parameters(self) -> None:
         super().reset_parameters()
         with torch.no_grad():
+            assert self.bias is not None  # NCE's scores have one
             if self.bias_init == "unigram":
                 self.bias.copy_(self.noise_log_probs)
             else:

@@ -65,6 +65,7 @@ class HeadSpec:
             check_head_options(name, given)
         values = None
         if entry.values is not None:
+            assert entry.options is not None  # (the fields of values)
             try:
                 values = entry.values(**{k: v for k, v in given.items() if k in entry.options})
             except (TypeError, ValueError):  # unchecked options: the values are unknown until they are

@@ -47,5 +47,5 @@ def unbatched(method: Callable) -> Callable:
                 (args, {**kwargs, "target": target.unsqueeze(0)})
         return _squeeze_rows(method(self, hidden.unsqueeze(0), *args, **kwargs))
 
-    call.unbatched = True
+    call.unbatched = True  # type: ignore[attr-defined]  # a function's own attribute (typeshed's wraps declares none)
     return call

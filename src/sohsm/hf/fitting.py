@@ -55,7 +55,7 @@ class FitReport:
     steps: int
 
     def __str__(self) -> str:
-        ppl = "" if self.perplexity_head is None else (
+        ppl = "" if self.perplexity_head is None or self.perplexity_original is None else (
             f", perplexity {self.perplexity_head:.2f} against the trained lm_head's {self.perplexity_original:.2f} "
             f"({self.perplexity_head / self.perplexity_original:.4f}x)")
         return (f"head fitted to the trained lm_head in {self.seconds:.1f} s ({self.steps} steps): KL "

@@ -38,6 +38,7 @@ from transformers.utils import ModelOutput
 from sohsm.heads import Head, TwoLevelSoftmax, build_head, head_options, tying_refusal
 from sohsm.heads.base import check_counts
 from sohsm.hf.extra_state import decode_extra_states, encode_extra_states
+from sohsm.hf.fitting import FitReport
 from sohsm.hf.pretrained import TAKEOVER_STAY_MARGIN, check_bias, check_fit_options, take_over as keep_pretrained
 from sohsm.models.tying import tie_embedding
 
@@ -84,7 +85,7 @@ class LMHead(nn.Module):
         self._labels_position = labels_position  # where the model's forward takes labels positionally
         self._call: _Call | None = None
         #: the gap to the trained ``lm_head`` the head was fitted to (:class:`~sohsm.hf.fitting.FitReport`), or ``None``
-        self.fit_report = None
+        self.fit_report: FitReport | None = None
         # safetensors holds tensors only: the head's extra state (a dict) travels as bytes in a tensor
         self.register_state_dict_post_hook(encode_extra_states)
         self.register_load_state_dict_pre_hook(decode_extra_states)
@@ -134,7 +135,7 @@ class LMHead(nn.Module):
         return f"logits_with_loss={self.logits_with_loss}"
 
 
-def _before_forward(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+def _before_forward(model: PreTrainedModel, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
     """The model's forward pre-hook: its ``lm_head``'s :meth:`LMHead.before_forward`.
 
     The hooks find the ``lm_head`` of the model they run on, rather than holding one: a copy of the model
@@ -144,7 +145,7 @@ def _before_forward(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple,
     return lm_head.before_forward(model, args, kwargs) if isinstance(lm_head, LMHead) else None
 
 
-def _after_forward(model: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+def _after_forward(model: PreTrainedModel, args: tuple, kwargs: dict, output: Any) -> Any:
     """The model's forward hook: its ``lm_head``'s :meth:`LMHead.after_forward`."""
     lm_head = model.get_output_embeddings()
     return lm_head.after_forward(model, args, kwargs, output) if isinstance(lm_head, LMHead) else None
@@ -270,7 +271,7 @@ def _install(model: PreTrainedModel, name: str, counts, keep_weights: bool, logi
         # a trained layer's cluster probability is a log-sum-exp of its words' scores, which a vector fits only
         # up to a constant per cluster: a bias holds it (docs/results/pretrained.md); saved with the options
         options.setdefault("cluster_bias", True)
-        if "stay_margin" in head_options(name) and options.get("q_clusters") is None:
+        if "stay_margin" in (head_options(name) or {}) and options.get("q_clusters") is None:
             options.setdefault("stay_margin", TAKEOVER_STAY_MARGIN)
     head = build_head(name, in_features, n_classes, counts=counts, **options)
     head.to(weight.device)
@@ -282,9 +283,10 @@ def _install(model: PreTrainedModel, name: str, counts, keep_weights: bool, logi
         report = keep_pretrained(model, output, head, name, counts, data, fit_seconds, progress, tied)
         kept = isinstance(head, TwoLevelSoftmax)
     if tied:
+        assert embedding is not None  # (found where tied)
         _tie(model, head, name, embedding, keep_weights, kept)
     elif keep_weights and head.logits_are_linear:  # the model computes what it computed before
-        head.set_word_vectors(output.weight.detach(), getattr(output, "bias", None))
+        head.set_word_vectors(weight.detach(), getattr(output, "bias", None))  # (weight: output.weight)
     lm_head = LMHead(head, _saved_counts(counts), logits_with_loss, _labels_position(model))
     lm_head.fit_report = report
     model.set_output_embeddings(lm_head)
@@ -302,7 +304,8 @@ def head_of(model: nn.Module) -> Head:
     Raises:
         ValueError: ``model`` has none.
     """
-    output = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
+    get_output_embeddings = getattr(model, "get_output_embeddings", None)
+    output = get_output_embeddings() if callable(get_output_embeddings) else None
     if not isinstance(output, LMHead):
         raise ValueError(f"{type(model).__name__} has no sohsm head: give it one with "
                          "sohsm.hf.use_head(model, name, counts=..., **options)")
@@ -393,7 +396,7 @@ def _tie(model: PreTrainedModel, head: Head, name: str, embedding: nn.Embedding,
     _replace_embedding(model, embedding, lent)
 
 
-def _adopt(head: Head, lent: nn.Parameter, embedding: nn.Embedding) -> None:
+def _adopt(head: Head, lent: Tensor, embedding: nn.Embedding) -> None:
     """Make the embedding's parameter the head's parameter ``lent`` (the one the head lends), in its place."""
     for path, parameter in head.named_parameters():
         if parameter is lent:

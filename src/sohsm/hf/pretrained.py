@@ -42,6 +42,7 @@ def take_over(model: PreTrainedModel, output: nn.Module, head: Head, name: str, 
     """Give ``head`` what ``output`` (the model's trained ``lm_head``, still in place) learned; the fit's report
     where ``data`` was given. Warns where the head cannot keep it, and what it loses."""
     started = time.perf_counter()
+    assert isinstance(output.weight, Tensor)  # (use_head checked it)
     weight = output.weight.detach()
     n_classes, in_features = weight.shape
     if not isinstance(head, TwoLevelSoftmax):

@@ -65,7 +65,7 @@ class LSTMLanguageModel(nn.Module):
         self.init_range = float(init_range)
         self.vocab_size, self.emb_size, self.hidden_size = vocab_size, emb_size, hidden_size
         self.layers, self.dropout_p = layers, float(dropout)
-        self.embedding = nn.Embedding(vocab_size, emb_size)
+        self.embedding: nn.Module = nn.Embedding(vocab_size, emb_size)  # or, tied, the head's (tie_weights)
         self.dropout = nn.Dropout(self.dropout_p)
         self.lstm = nn.LSTM(emb_size, hidden_size, num_layers=layers,
                             dropout=self.dropout_p if layers > 1 else 0.0)
@@ -118,6 +118,6 @@ class LSTMLanguageModel(nn.Module):
         return f"dropout={self.dropout_p}"
 
 
-def detach_state(state: LSTMState | None) -> LSTMState | None:
+def detach_state(state: tuple[Tensor, ...] | None) -> LSTMState | None:
     """Cut the graph behind a carried state (truncated BPTT); ``None`` stays ``None``."""
     return None if state is None else (state[0].detach(), state[1].detach())

@@ -130,7 +130,7 @@ class TransformerLM(nn.Module):
         self.vocab_size, self.hidden_size, self.layers = vocab_size, hidden_size, layers
         self.attention_heads, self.context, self.positions = attention_heads, context, positions
         self.dropout_p, self.batch_first = float(dropout), batch_first
-        self.embedding = nn.Embedding(vocab_size, hidden_size)
+        self.embedding: nn.Module = nn.Embedding(vocab_size, hidden_size)  # or, tied, the head's (tie_weights)
         self.position_embedding = nn.Embedding(context, hidden_size) if positions == "learned" else None
         self.dropout = nn.Dropout(self.dropout_p)
         self.blocks = nn.ModuleList(Block(hidden_size, attention_heads, self.dropout_p, positions == "rotary")
@@ -148,7 +148,9 @@ class TransformerLM(nn.Module):
             if isinstance(module, nn.LayerNorm):
                 module.reset_parameters()
         for block in self.blocks:
+            assert isinstance(block, Block)  # (a ModuleList of them)
             for projection in (block.attention.out, block.mlp[2]):
+                assert isinstance(projection, nn.Linear)  # the residual projections
                 nn.init.normal_(projection.weight, std=0.02 / math.sqrt(2 * self.layers))
 
     def forward(self, input: Tensor, state: None = None) -> tuple[Tensor, None]:
@@ -172,7 +174,7 @@ class TransformerLM(nn.Module):
         hidden = self.norm(x)  # [B, T, d]
         return (hidden if self.batch_first else hidden.transpose(0, 1)), None
 
-    def decayed_parameters(self) -> list[nn.Parameter]:
+    def decayed_parameters(self) -> list[Tensor]:
         """The weights of the blocks' linear maps: the parameters weight decay applies to (embeddings,
         positions, LayerNorms and biases are left out, as GPT-2 and nanoGPT leave them)."""
         return [m.weight for block in self.blocks for m in block.modules() if isinstance(m, nn.Linear)]

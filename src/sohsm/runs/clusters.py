@@ -97,6 +97,7 @@ def cluster_of_word(head: Head, vocab: Vocabulary, word: str, words: int | None 
         ValueError: the head has no clusters, or ``word`` is not in the vocabulary.
     """
     clusters = _clusters(head)
+    assert isinstance(head, ClusteredHead)  # (_clusters refuses any other)
     if word not in vocab:
         raise ValueError(f"{word!r} is not in the vocabulary ({len(vocab):,} words)")
     c = int(head.assignment[vocab[word]])

@@ -130,7 +130,7 @@ def results_table(summaries: Sequence[RunSummary]) -> list[str]:
     for s in summaries:
         speed = ""
         if reference:
-            ratio = s.tokens_per_s / reference.tokens_per_s if s.tokens_per_s else None
+            ratio = s.tokens_per_s / reference.tokens_per_s if s.tokens_per_s and reference.tokens_per_s else None
             speed = f" {_fmt(ratio, '.1f')}{'x' if ratio else ''} |"
         lines.append(
             f"| {s.run} | {s.head} | {s.tokens:,} | {_fmt(s.epochs, '.2f')} | {seconds_text(s.train_s)} | "
@@ -179,8 +179,8 @@ def best_over_seeds(folders: Sequence[str | os.PathLike[str]], runs: Sequence[st
     A run missing from a folder, or one that has not trained as many epochs as the most any run of the
     comparison trained (still running, or stopped early), gives ``None``: only equal-token numbers compare.
     """
-    folders = [Path(f) for f in folders]
-    summaries = {(f, r): summarise_run(f / r) for f in folders for r in runs if (f / r / METRICS_FILE).is_file()}
+    paths = [Path(f) for f in folders]
+    summaries = {(f, r): summarise_run(f / r) for f in paths for r in runs if (f / r / METRICS_FILE).is_file()}
     budget = max((s.epochs or 0.0 for s in summaries.values()), default=0.0)
 
     def best(folder: Path, run: str) -> float | None:
@@ -189,7 +189,7 @@ def best_over_seeds(folders: Sequence[str | os.PathLike[str]], runs: Sequence[st
             return None
         return s.best_ppl
 
-    return {run: [best(f, run) for f in folders] for run in runs}
+    return {run: [best(f, run) for f in paths] for run in runs}
 
 
 def seed_table(folders: Sequence[str | os.PathLike[str]], runs: Sequence[str], reference: str | None = None,

@@ -9,7 +9,7 @@ head its whole tree and a two-level head its clusters, fixed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -17,9 +17,36 @@ from torch import Tensor
 from sohsm.clustering.hierarchy import hierarchy_to_assignment
 from sohsm.data.vocab import Vocabulary
 from sohsm.heads import ClusteredHead, Head, SelfOrganizingHead, takes_tree
-from sohsm.train.config import RunConfig
+from sohsm.train.config import HeadConfig
 
 __all__ = ["build_run_head", "hierarchy_parts", "saved_clusters", "set_clusters", "takes_tree"]
+
+
+# What this module reads of a run config (the module docstring), as every task's config declares it.
+class _ModelSection(Protocol):
+    @property
+    def hidden_size(self) -> int: ...
+
+
+class _DataSection(Protocol):
+    @property
+    def clusters_from(self) -> str | None: ...
+
+
+class _HeadOfRun(Protocol):
+    @property
+    def head(self) -> HeadConfig: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def model(self) -> _ModelSection: ...
+
+
+class _ClustersOfRun(Protocol):
+    @property
+    def head(self) -> HeadConfig: ...
+    @property
+    def data(self) -> _DataSection: ...
 
 
 def hierarchy_parts(head_name: str, tree: list, n_words: int) -> tuple[Tensor | None, list | None]:
@@ -32,7 +59,7 @@ def hierarchy_parts(head_name: str, tree: list, n_words: int) -> tuple[Tensor | 
     return hierarchy_to_assignment(tree, n_words), None
 
 
-def saved_clusters(config: RunConfig, saved_head: Mapping[str, Any]) -> Tensor | None:
+def saved_clusters(config: _ClustersOfRun, saved_head: Mapping[str, Any]) -> Tensor | None:
     """The fixed clusters a checkpoint's head state holds (a run with ``data.clusters_from``), else ``None``.
 
     The head is built with that many clusters before its state is loaded. ``config.data`` is a data
@@ -44,7 +71,7 @@ def saved_clusters(config: RunConfig, saved_head: Mapping[str, Any]) -> Tensor |
     return None if assignment is None else assignment.cpu()
 
 
-def build_run_head(config: RunConfig, vocab: Vocabulary, *, clusters: Tensor | None = None,
+def build_run_head(config: _HeadOfRun, vocab: Vocabulary, *, clusters: Tensor | None = None,
                    tree: list | None = None) -> Head:
     """The head named by ``config.head`` over ``vocab``, with the vocabulary's counts and the run's seed.
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from sohsm.train.early import unavailable
 from sohsm.version import __version__
 
 #: optimizer classes by config name
-OPTIMIZER_CLASSES: dict[str, type[torch.optim.Optimizer]] = {
+OPTIMIZER_CLASSES: dict[str, Callable[..., torch.optim.Optimizer]] = {  # classes called with lr=, fused=
     "adagrad": torch.optim.Adagrad,
     "adam": torch.optim.Adam,
     "adamw": torch.optim.AdamW,
@@ -65,7 +66,8 @@ def build_optimizer(config: RunConfig, model: nn.Module, head: Head) -> torch.op
     The model says which of its parameters decay (``model.decayed_parameters()``: an LSTM's, a
     transformer's linear maps); the head's never do.
     """
-    decay = model.decayed_parameters()
+    decay = model.decayed_parameters()  # type: ignore[operator]  # nn.Module's stub reads any unknown attribute as
+    # Tensor | Module (its __getattr__); the run's model classes (sohsm.models) define this method
     decay_ids = {id(p) for p in decay}
     rest = [p for p in unique_parameters(model, head) if id(p) not in decay_ids]
     groups = [{"params": decay, "weight_decay": config.optim.weight_decay},
@@ -85,7 +87,7 @@ def build_optimizer(config: RunConfig, model: nn.Module, head: Head) -> torch.op
 
 
 @functools.cache
-def fused_step_supported(optimizer_class: type[torch.optim.Optimizer], device_type: str) -> bool:
+def fused_step_supported(optimizer_class: Callable[..., torch.optim.Optimizer], device_type: str) -> bool:
     """Whether torch has a fused step of ``optimizer_class`` on ``device_type``, found by taking one.
 
     Which optimizer torch fuses where changes between releases (torch 2.13 fuses Adam, AdamW, SGD

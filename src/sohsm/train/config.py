@@ -1,9 +1,8 @@
 """What every run config shares: the head and optimizer sections, strict parsing, strict overrides.
 
-Each task's config (:class:`sohsm.tasks.lm.LMConfig`, :class:`sohsm.tasks.s2s.S2SConfig`)
-is a dataclass derived from :class:`RunConfig` that composes its own ``data`` and
-``model`` sections with the shared ones below; the loop's settings are declared once,
-in :class:`LoopSettings`, and a task gives them other defaults where it needs to::
+Each task's config (:class:`sohsm.tasks.lm.LMConfig`, :class:`sohsm.tasks.s2s.S2SConfig`) is a dataclass derived
+from :class:`RunConfig` that composes its own ``data`` and ``model`` sections with the shared ones below; the loop's
+settings are declared once, in :class:`LoopSettings`, and a task gives them other defaults where it needs to::
 
     <Task>Config(RunConfig(LoopSettings))
       epochs, max_tokens, time_budget, eval_every, checkpoint_every, log_every, seed, device, threads
@@ -13,11 +12,10 @@ in :class:`LoopSettings`, and a task gives them other defaults where it needs to
       optim: OptimConfig          optimizer, learning rate, clipping, weight decay
       ...                         the task's own settings
 
-A config is built from a dict (``config.json``) with :meth:`RunConfig.from_dict`
-and changed with :func:`apply_overrides`; both reject unknown keys and values of
-the wrong type, and nothing is ever evaluated as code. The command-line flags of
-every task are generated from these dataclasses (:mod:`sohsm.cli.config_flags`):
-a field's ``#:`` comment is its help, its default the flag's default.
+A config is built from a dict (``config.json``) with :meth:`RunConfig.from_dict` and changed with
+:func:`apply_overrides`; both reject unknown keys and values of the wrong type, and nothing is ever evaluated as
+code. The command-line flags of every task are generated from these dataclasses (:mod:`sohsm.cli.config_flags`): a
+field's ``#:`` comment is its help, its default the flag's default.
 """
 from __future__ import annotations
 
@@ -160,10 +158,9 @@ class LoopSettings:
 class RunConfig(LoopSettings):
     """What every run config shares: the loop's settings (:class:`LoopSettings`), dicts, dotted paths, strict parsing.
 
-    A subclass is a dataclass of sections and settings with a ``validate()`` method;
-    the training loop reads the loop's settings, ``head``, ``optim.clip`` and
-    ``optim.fused``, and ``amp`` and ``compile``, which a subclass may declare as fields (else
-    the defaults below hold).
+    A subclass is a dataclass of sections and settings with a ``validate()`` method; the training loop reads the
+    loop's settings, ``head``, ``optim.clip`` and ``optim.fused``, and ``amp`` and ``compile``, which a subclass may
+    declare as fields (else the defaults below hold).
     """
 
     #: fields that may differ between a run and its resumption
@@ -173,11 +170,14 @@ class RunConfig(LoopSettings):
     #: a flag's help for a field (dotted path) where this task's meaning differs from the field's ``#:`` comment
     field_help: typing.ClassVar[dict[str, str]] = {}
 
-    #: defaults that follow from the value of one field, ``{path: {value: {path: default}}}`` (the language
-    #: model's ``model.architecture``: a transformer trains with another recipe than an LSTM); a new run's
-    #: config takes them under the fields it is given (:meth:`from_overrides`), the field's own default
-    #: choosing where it is not given
+    #: defaults that follow from the value of one field, ``{path: {value: {path: default}}}`` (the language model's
+    #: ``model.architecture``: a transformer trains with another recipe than an LSTM); a new run's config takes them
+    #: under the fields it is given (:meth:`from_overrides`), the field's own default choosing where it is not given
     choice_defaults: typing.ClassVar[dict[str, dict[Any, dict[str, Any]]]] = {}
+
+    head: HeadConfig  # the two sections every task's config declares as fields, with its own defaults
+    optim: OptimConfig
+    task: str  # a field of every task's config too: the task's name in config.json ("lm", "s2s", "w2v")
 
     # The training step's precision and compilation. A task whose config declares them as fields
     # (the language model's) lets its users choose; any other trains in float32, eagerly.
@@ -239,7 +239,7 @@ class RunConfig(LoopSettings):
             data = {**data, "optim": {**optim, "fused": False}}
             head = data.get("head")
             options = head.get("options") or {} if isinstance(head, Mapping) else None
-            if isinstance(options, Mapping) and isinstance(head.get("name"), str):
+            if isinstance(head, Mapping) and isinstance(options, Mapping) and isinstance(head.get("name"), str):
                 from sohsm.heads import legacy_options  # the registry: imports torch
 
                 then = legacy_options(head["name"], options)
@@ -392,7 +392,7 @@ def _from_mapping(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
     kwargs = {}
     for name in names & set(data):
         hint = hints[name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             kwargs[name] = _from_mapping(hint, data[name], f"{prefix}{name}.")
         else:
             kwargs[name] = _coerce(data[name], hint, prefix + name)

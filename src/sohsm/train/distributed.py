@@ -206,7 +206,7 @@ class Ranks:
                                                    **no_buffer_sync_at_forward())
 
 
-def no_buffer_sync_at_forward(ddp: type = nn.parallel.DistributedDataParallel) -> dict[str, bool]:
+def no_buffer_sync_at_forward(ddp: type[Any] = nn.parallel.DistributedDataParallel) -> dict[str, Any]:
     """DDP's keyword that turns off the buffer broadcast at every forward, in this torch's spelling.
 
     torch 2.13 calls it ``forward_sync_buffers`` and deprecates ``broadcast_buffers``; the torch

@@ -49,6 +49,8 @@ def torch_build() -> dict[str, bool] | None:
     read from its ``version.py`` without importing it; ``None`` where that file cannot be read."""
     try:
         spec = importlib.util.find_spec("torch")
+        if spec is None or spec.origin is None:
+            return None
         text = Path(spec.origin).with_name("version.py").read_text(encoding="utf-8")
     except (AttributeError, ImportError, OSError, TypeError, ValueError):
         return None

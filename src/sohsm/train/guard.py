@@ -21,7 +21,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from types import FrameType
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,7 +54,7 @@ class StopSignals:
         self.signum: int | None = None
         self.grace_s = grace_s
         self._first_at = 0.0
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     @property
     def requested(self) -> bool:
@@ -158,15 +160,17 @@ def clip_gradients(params: Iterable[torch.nn.Parameter], max_norm: float) -> Ten
     with ``sparse=True`` trains under the paper's clipping as every other head does.
     """
     params = [p for p in params if p.grad is not None]
-    if not any(p.grad.is_sparse for p in params):
+    if not any(p.grad is not None and p.grad.is_sparse for p in params):
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
     norm = gradient_norm(params)
     scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
     for p in params:
-        if p.grad.is_sparse:
-            p.grad = p.grad.coalesce() * scale
+        grad = p.grad
+        assert grad is not None  # the parameters without one were left out above
+        if grad.is_sparse:
+            p.grad = grad.coalesce() * scale
         else:
-            p.grad.mul_(scale)
+            grad.mul_(scale)
     return norm
 
 

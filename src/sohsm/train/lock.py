@@ -18,7 +18,7 @@ from pathlib import Path
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # no such module on Windows; every use checks for None
 
 LOCK_FILE = ".lock"
 

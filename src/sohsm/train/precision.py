@@ -48,7 +48,7 @@ class Precision:
         if amp is not None and amp not in AMP_DTYPES:
             raise ValueError(f"amp must be one of {', '.join(AMP_DTYPES)} or None, got {amp!r}")
         self.amp, self.device_type = amp, torch.device(device).type
-        self.dtype = AMP_DTYPES.get(amp)
+        self.dtype = AMP_DTYPES[amp] if amp is not None else None
         self.scaler = torch.amp.GradScaler(self.device_type) if amp == "fp16" else None
 
     #: keep autocast's cache of low-precision weights within a forward; off for a step captured as a CUDA graph

@@ -64,11 +64,14 @@ class _EstimatingBar(tqdm):
     the budget's seconds left when the bar starts.
     """
 
+    total: int  # tqdm's: the planned tokens, which a time budget may lower (:meth:`_follow_time_budget`)
+
     def __init__(self, *args, time_left: float | None = None, cuda: bool = False, clock=time.perf_counter,
                  units: tuple[str, str] = ("tokens", "tok"), **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._units = units
-        self._time_left, self._cuda, self._updates, self._mark = time_left, cuda, 0, None
+        self._time_left, self._cuda, self._updates = time_left, cuda, 0
+        self._mark: tuple[float, float] | None = None
         self._clock, self._planned = clock, self.total
         self._clock_born, self._left_out = clock(), 0
         self._budget_end = None if time_left is None else clock() + time_left

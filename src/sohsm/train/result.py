@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sohsm.fields import FieldError, escape, suggest
+from sohsm.fields import Field, FieldError, escape, suggest
 from sohsm.train.checkpoint import BEST, LAST
 from sohsm.train.config import RunConfig, apply_overrides
 from sohsm.train.evaluation import EvalResult
@@ -97,7 +97,7 @@ def diverged_run(error: DivergenceError, config: RunConfig, saved_steps: Mapping
     else:
         due = f"due at step {config.checkpoint_every:,}" if config.checkpoint_every else "due at the end"
         saved = f"nothing was saved: it diverged before its first checkpoint ({due})"
-    changes = []
+    changes: list[tuple[str, Field | None]] = []
     rate = getattr(config, "learning_rate", config.optim.learning_rate)  # a task's own default, else the optimizer's
     lower = float(f"{rate / 10:.3g}")
     if _takes(config, {"optim.lr": lower}):

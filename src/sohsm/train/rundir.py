@@ -149,10 +149,12 @@ def _spent_fact(config: RunConfig, budget: str, progress: Mapping[str, Any]) -> 
         epochs = "its one epoch" if config.epochs == 1 else f"all {config.epochs} epochs"
         return f"{epochs} done", suggest("epochs", config.epochs + 1)
     if budget == "max_tokens":
+        assert config.max_tokens is not None  # the budget spent is one that is set
         read = progress["tokens"]
         what = f"its {read:,} tokens read" if read == config.max_tokens else \
             f"{read:,} tokens read of a {config.max_tokens:,}-token budget"
         return what, suggest("max_tokens", 2 * config.max_tokens)
+    assert config.time_budget is not None  # the budget spent is one that is set
     return f"its {config.time_budget:g} s of training spent", suggest("time_budget", 2 * config.time_budget)
 
 

@@ -194,6 +194,7 @@ class TrainingLoop:
     def should_stop(self) -> str | None:
         """Why to stop now, the same on every rank (a signal or the clock on one rank stops all); ``None``: go on."""
         config, state = self.config, self.state
+        assert self.signals is not None  # set while :meth:`run` runs
         requested, out_of_time = self.ranks.any(
             self.signals.requested, config.time_budget is not None and self.clock.now() >= config.time_budget)
         if requested:
@@ -264,7 +265,9 @@ class TrainingLoop:
         the rate (``optim.anneal``). With one process a stop signal abandons it (several sum it together)."""
         self.one_step.raise_if_diverged()
         with self.clock.paused():
-            should_stop = (lambda: self.signals.requested) if self.ranks.world == 1 else None
+            signals = self.signals
+            assert signals is not None  # set while :meth:`run` runs
+            should_stop = (lambda: signals.requested) if self.ranks.world == 1 else None
             try:
                 result = evaluate(self.model, self.head, self.task, sum_over=self.ranks.sum_, should_stop=should_stop)
             except EvaluationStopped:
@@ -331,12 +334,14 @@ class TrainingLoop:
                              lr=float(self.optimizer.param_groups[0]["lr"]), interval_steps=interval.steps)
         if partial:
             record["partial"] = True
+        assert self.records is not None  # set while :meth:`run` runs
         self.records.write(record)
         self.bar.show_loss(nll, self.head.loss_is_nll)
 
     def write_eval_record(self, result: EvalResult) -> None:
         """A dev evaluation's record, and its line above the bar."""
         epoch = self.state.epoch_float(self.task.epoch_length)
+        assert self.records is not None and self.signals is not None  # set while :meth:`run` runs
         self.records.write(self.record(
             "eval", split="valid", epoch=round(epoch, 4), nll_nats=result.nll_nats, ppl=result.ppl,
             ppl_cluster=result.ppl_cluster, ppl_in_cluster=result.ppl_in_cluster, eval_tokens=result.tokens,
@@ -352,6 +357,7 @@ class TrainingLoop:
         """A record for each re-clustering of a self-organizing head since the last step."""
         if self.history is None or len(self.history) == self.history_logged:
             return
+        assert self.records is not None  # set while :meth:`run` runs
         for entry in self.history[self.history_logged:]:
             self.records.write(self.record("recluster", **{("head_step" if k == "step" else k): v
                                                            for k, v in entry.items()}))
@@ -396,10 +402,13 @@ class TrainingLoop:
 
     def due(self, every: int | None) -> bool:
         """Whether the step just taken is one of every ``every`` (0 or ``None``: never)."""
-        return bool(every) and self.state.step % every == 0
+        if not every:
+            return False
+        return self.state.step % every == 0
 
     def result(self, stopped: str) -> TrainResult:
         state, run_dir = self.state, self.run_dir
+        assert self.signals is not None  # set by :meth:`run`
         state.elapsed_s = self.clock.total
         paths = {"run_dir": run_dir, "metrics": run_dir / METRICS_FILE, "last": run_dir / LAST,
                  "best": run_dir / BEST, "config": run_dir / CONFIG_FILE}

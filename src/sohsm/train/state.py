@@ -91,7 +91,8 @@ class Clock:
     """Seconds of training: runs during steps, paused during evaluation and checkpointing (a time budget counts it)."""
 
     def __init__(self, total: float, device: torch.device) -> None:
-        self.total, self._start, self._cuda = total, None, device.type == "cuda"
+        self.total, self._cuda = total, device.type == "cuda"
+        self._start: float | None = None
 
     def start(self) -> None:
         self._start = time.perf_counter()

@@ -23,6 +23,7 @@ its overflow flag anyway, and heads with row-sparse weight gradients (``sparse=T
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -45,6 +46,11 @@ class Forward(nn.Module):
     as in eager steps); their parameters and ``state_dict`` stay
     those of the eager modules.
     """
+
+    # kept in the instance's __dict__, outside the module tree (see __init__)
+    _calls: tuple[nn.Module, Callable[..., Any]]  # torch.compile of a module is a module
+    _task: Task
+    _precision: Precision
 
     def __init__(self, task: Task, model: nn.Module, head: Head, precision: Precision, compile: bool = False):
         super().__init__()
@@ -139,7 +145,7 @@ class TrainStep:
         momentum may still move them a little: the run stops at the next check and saves nothing of it).
         """
         if self.fused:
-            self.optimizer.found_inf = bad.float()  # 0-dim, as a GradScaler gives it
+            vars(self.optimizer)["found_inf"] = bad.float()  # 0-dim, as a GradScaler gives it
             return
         for p in self.params:
             if p.grad is None:
@@ -174,9 +180,9 @@ class TrainStep:
             if self.clips_in_step:  # one norm; the fused step clips (grad_scale) and skips a bad step (found_inf)
                 norm = gradient_norm(self.params)
                 bad = self.watch.note(loss_sum, norm, step)
-                self.optimizer.found_inf = bad.float()  # 0-dim, as a GradScaler gives it
+                vars(self.optimizer)["found_inf"] = bad.float()  # 0-dim, as a GradScaler gives it
                 if self.clip is not None:
-                    self.optimizer.grad_scale = clip_scale(norm, self.clip)
+                    vars(self.optimizer)["grad_scale"] = clip_scale(norm, self.clip)
             else:
                 norm = clip_gradients(self.params, self.clip) if self.clip is not None else gradient_norm(self.params)
                 self._skip_if(self.watch.note(loss_sum, norm, step))
@@ -190,7 +196,8 @@ class TrainStep:
         overflow_ok = self.precision.skips_overflow()
         check_step(loss_sum / tokens, torch.zeros(()) if overflow_ok else norm, step)
         stepped = self.precision.step(self.optimizer)
-        if not stepped and self.precision.scaler.get_scale() < MIN_SCALE:
+        scaler = self.precision.scaler  # a step is skipped only under fp16's scaler
+        if not stepped and scaler is not None and scaler.get_scale() < MIN_SCALE:
             raise DivergenceError(f"training diverged at step {step}: the fp16 gradients stay non-finite "
                                   f"(loss scale below {MIN_SCALE:g})")
         return StepResult(loss_sum, tokens, not stepped, norm)

@@ -97,6 +97,7 @@ def restore(snapshot: Snapshot, train_step: TrainStep, task: Any, graphs: Any) -
     train_step.head.restore_host_state(snapshot.head)
     task.set_carried_state(snapshot.carried)
     if snapshot.watch_next is not None:
+        assert train_step.watch is not None  # the snapshot took the counter of this watch
         train_step.watch._next = snapshot.watch_next
 
 

@@ -205,7 +205,8 @@ class StepGraph:
         self.failed: str | None = None
         self.captures = self.replays = self.eager_steps = self.checks = 0
         self.difference = 0.0
-        self._key_seen, self._steps_with_key = None, 0
+        self._key_seen: tuple | None = None
+        self._steps_with_key = 0
         self._rewrites_checked = self.head.static_rewrites()
         self._rate: float | None = None
 
@@ -333,6 +334,7 @@ class StepGraph:
     def _load_inputs(self, batch: Any, step: int) -> None:
         """The batch and the carried state into the graph's fixed buffers; the watch's counter to the step."""
         captured = self.captured
+        assert captured is not None  # replays follow a capture
         for static, value in zip(captured.batch, tree_flatten(batch)[0]):
             static.copy_(value)
         state = self.task.carried_state()
@@ -346,6 +348,7 @@ class StepGraph:
             watch.at_step(step)
 
     def _replay(self, batch: Any, step: int) -> StepResult:
+        assert self.captured is not None  # replays follow a capture
         self._load_inputs(batch, step)
         self.captured.graph.replay()
         return self._replayed(step)
@@ -354,6 +357,7 @@ class StepGraph:
         """A replay checked against an eager step, as at a capture: the first after a re-clustering rewrote what the
         graph reads in place (one more eager step per re-clustering)."""
         captured = self.captured
+        assert captured is not None  # replays follow a capture
         self._load_inputs(batch, step)
         snapshot = take_snapshot(self.train_step, self.task, self.graphs)
         reference = self._reference(captured.batch, captured.spec, step)
@@ -368,6 +372,7 @@ class StepGraph:
     def _replayed(self, step: int) -> StepResult:
         """The host side of a replayed step: the watch's mirror, the head's bookkeeping, the eager tail."""
         captured = self.captured
+        assert captured is not None  # replays follow a capture
         self.replays += 1
         watch = self.train_step.watch
         if watch is not None:
@@ -378,6 +383,7 @@ class StepGraph:
 
     def _after_replay(self, step: int) -> None:
         """What the step's eager tail does: the carried state moves on, the optimizer's post-step hooks run."""
+        assert self.captured is not None  # after a capture or a replay of it
         self.task.set_carried_state(self.captured.state_out)
         for hook in list(self.optimizer._optimizer_step_post_hooks.values()):
             hook(self.optimizer, (), {})
@@ -403,6 +409,7 @@ class StepGraph:
         """``None`` where the replay agrees with its eager step (within :attr:`tolerance`,
         :data:`~sohsm.train.step_check.CHECK_TOLERANCE`: the loss, the gradient norm, the weights, the carried state
         and the head's step tensors), else why not."""
+        assert self.captured is not None  # a capture or a replay is checked
         kept = self._kept(self.captured.state_out)
         difference = check_difference(reference, result, self.train_step.params, snapshot, kept)
         self.checks += 1

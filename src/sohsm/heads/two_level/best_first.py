@@ -88,8 +88,8 @@ def best_first_topk(
     if dense is not None:
         # before any word is scored: where even the clusters above the average word of the row's best cluster
         # hold over dense_fraction of the words, the search would not pay (a guess; exactness does not rest on it)
-        top = cluster_log_probs.gather(1, first[:, None])
-        likely = cluster_log_probs >= top - sizes[first][:, None].log()
+        best = cluster_log_probs.gather(1, first[:, None])
+        likely = cluster_log_probs >= best - sizes[first][:, None].log()
         flat = (likely.to(sizes.dtype) @ sizes) > dense_fraction * n_words
         if bool(flat.any()):
             flat_rows = flat.nonzero().squeeze(1)
@@ -150,8 +150,12 @@ def _merge_cluster_scores(
     groups = group_rows(clusters, cluster_log_probs.size(1))
     pair_order = groups.order  # pairs sorted by cluster
     sorted_rows = rows[pair_order]
-    logits = (_pair_logits(hidden_w[sorted_rows], weight, layout, groups) if bands is None
-              else banded_in_cluster_logits(hidden_w[sorted_rows], weight, bands, layout, groups))
+    if bands is None:
+        assert isinstance(weight, Tensor)  # one weight
+        logits = _pair_logits(hidden_w[sorted_rows], weight, layout, groups)
+    else:
+        assert isinstance(weight, tuple)  # each band's weight
+        logits = banded_in_cluster_logits(hidden_w[sorted_rows], weight, bands, layout, groups)
     log_probs = F.log_softmax(logits, dim=1)
     log_probs += cluster_log_probs[sorted_rows, groups.row_cluster][:, None]
     top = min(k, log_probs.size(1))

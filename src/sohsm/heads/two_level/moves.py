@@ -6,15 +6,30 @@ It reads the head's ``assignment``, ``words``, ``_layout``, ``_static`` and ``_o
 """
 from __future__ import annotations
 
+import weakref
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from sohsm.clustering import check_assignment
 from sohsm.heads.two_level.ops import ClusterLayout
 
+if TYPE_CHECKING:
+    from sohsm.heads.two_level.word_vectors import WordVectors
+
 
 class ClusterMoves:
     """:meth:`set_assignment` and the moves under it (a mixin of the two-level head)."""
+
+    if TYPE_CHECKING:  # for the checker: what it reads of the head (module docstring), as the head defines it
+        n_classes: int
+        n_clusters: int
+        assignment: Tensor
+        words: WordVectors
+        _layout: ClusterLayout
+        _static: bool
+        _optimizers: weakref.WeakKeyDictionary
 
     def set_assignment(self, assignment: Tensor, optimizer: torch.optim.Optimizer | None = None) -> Tensor:
         """Move words to new clusters, keeping every word's vector, gradient and optimizer state.

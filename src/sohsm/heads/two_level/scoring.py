@@ -9,7 +9,7 @@ word vectors, layout, backend); this file holds what is computed from it: a trai
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +61,13 @@ class ScoringHost(Protocol):
     def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None: ...
 
 
-class TwoLevelScoring:
+if TYPE_CHECKING:  # for the checker the mixin is the kind of head it is mixed into; at run time a plain class
+    from sohsm.heads.base import ClusteredHead as _Head
+else:
+    _Head = object
+
+
+class TwoLevelScoring(_Head):
     """Mixin of :class:`~sohsm.heads.TwoLevelSoftmax`: its forward pass, exact evaluation and top-k (see the module).
 
     Its methods read of the head only what :class:`ScoringHost` declares, besides each other
@@ -70,6 +76,22 @@ class TwoLevelScoring:
 
     #: whether :meth:`search_topk` finishes a row with a flat cluster distribution densely (``False``: always search)
     dense_topk: bool = True
+
+    if TYPE_CHECKING:  # for the checker: ScoringHost's members beyond a ClusteredHead's, as the head defines them
+        cluster_weight: nn.Parameter
+        cluster_bias: nn.Parameter | None
+        projection: nn.Linear | None
+        word_projection: nn.Linear | None
+        band_projections: nn.ModuleList | None
+        words: WordVectors
+        _layout: ClusterLayout
+        _layout_cache: ClusterLayout | None  # (``None`` only inside the head's constructor)
+
+        def _check_weight_is_whole(self) -> None: ...
+        def backend_for(self, device: torch.device, compute: torch.dtype | None = None) -> BackendInfo: ...
+        def _sync_free_width(self) -> int: ...
+        def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None: ...
+        def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None: ...
 
     # -- the forward pass ---------------------------------------------------------
     def _cluster_log_probs(self, hidden_c: Tensor, layout: ClusterLayout | None = None) -> Tensor:
@@ -93,6 +115,7 @@ class TwoLevelScoring:
         hidden_c, hidden_w = self._split_hidden(hidden)
         backend = self.backend_for(hidden_w.device, compute_dtype(hidden_w, self.words.weights[0]))
         layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
+        assert layout is not None  # derived in the head's constructor
         bias = layout.empty_bias.to(self.cluster_weight.dtype)
         cluster_logits = F.linear(hidden_c, self.cluster_weight, bias if self.cluster_bias is None else
                                   bias + self.cluster_bias)
@@ -108,6 +131,7 @@ class TwoLevelScoring:
         eager call, not inside a compiled step). The others run eagerly (:meth:`_score_eagerly`).
         """
         layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
+        assert layout is not None  # derived in the head's constructor
         if backend.writes_gradient:
             if self.words.trained() and self.words.sinks:
                 self._check_weight_is_whole()
@@ -246,6 +270,7 @@ class TwoLevelScoring:
         hidden = self._flatten_hidden(hidden)
         # compiled, the layout is taken as last derived (deriving it checks the assignment's version: a host read)
         layout = self._layout_cache if torch.compiler.is_compiling() else self._layout
+        assert layout is not None  # derived in the head's constructor
         hidden_c, hidden_w = self._split_hidden(hidden)
         cluster_log_probs = self._cluster_log_probs(hidden_c, layout)
         weight = self.words.matrix(layout)  # with bands, widened to one matrix

@@ -14,7 +14,8 @@ and makes a new one when ``.to()`` or a load replaces them.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +69,7 @@ class WordVectors:
             autograd returns.
     """
 
-    def __init__(self, weights: Sequence[nn.Parameter], projections: nn.ModuleList | None = None,
+    def __init__(self, weights: Sequence[Tensor], projections: nn.ModuleList | None = None,
                  band_of_word: Tensor | None = None, dims: Sequence[int] | None = None, sinks: bool = True) -> None:
         self.weights = list(weights)
         self.sinks = sinks
@@ -98,7 +99,7 @@ class WordVectors:
 
     def reset(self) -> None:
         """Every weight uniform in ``+-d_i**-0.5`` (``nn.Linear``'s scale for its width), the band maps afresh."""
-        for projection in self.projections or ():
+        for projection in cast("Iterable[nn.Linear]", self.projections or ()):  # (a ModuleList of them)
             projection.reset_parameters()
         for weight in self.weights:
             init_word_vectors(weight)
@@ -110,6 +111,7 @@ class WordVectors:
         ``torch.compile`` the rows are taken as last derived (checking versions would break the graph)."""
         if torch.compiler.is_compiling() and layout.bands is not None:
             return layout.bands
+        assert self.band_of_word is not None and self.dims is not None  # banded vectors
         if layout.bands is None or layout.bands_version != self.band_of_word._version:
             with torch.inference_mode(False):  # derived under inference mode, they would not be saved for backward
                 rows = BandRows(self.band_of_word, layout, self.dims)
@@ -123,7 +125,7 @@ class WordVectors:
             layout.bands_version = self.band_of_word._version
         return layout.bands
 
-    def by_weight(self, layout: ClusterLayout) -> list[tuple[nn.Parameter, Tensor]]:
+    def by_weight(self, layout: ClusterLayout) -> list[tuple[Tensor, Tensor]]:
         """Each weight with the words its rows hold, in row order."""
         if not self.banded:
             return [(self.weights[0], layout.word_of_slot)]
@@ -173,10 +175,11 @@ class WordVectors:
         # every band (its own row in its band, row 0 elsewhere) and the other bands' reads are multiplied by 0, so
         # each band's weight gets a gradient in its own words' rows only
         bands = self.band_rows(layout)
+        projections = cast("Sequence[nn.Linear]", self.projections)  # banded: the bands' maps (a ModuleList of them)
         if not sparse and sync_free:
             # every band's vectors read up to d at once (a GPU's step is bound by the ops it issues, not by this
             # N x d product), then one gather: the same vectors as the loop below, in a handful of ops
-            table = torch.cat([self.weights[0], *(w @ p.weight for w, p in zip(self.weights[1:], self.projections))])
+            table = torch.cat([self.weights[0], *(w @ p.weight for w, p in zip(self.weights[1:], projections))])
             return F.embedding(bands.stacked_row_of_word[ids], table)
         slots = layout.slot_of_word[ids]
         band, row = bands.band_of_slot[slots], bands.row_of_slot[slots]
@@ -185,8 +188,9 @@ class WordVectors:
             member = band == b
             rows = F.embedding(torch.where(member, row, 0), weight, sparse=sparse) * member[..., None].to(weight.dtype)
             if b:
-                rows = rows @ self.projections[b - 1].weight
+                rows = rows @ projections[b - 1].weight
             out = rows if out is None else out + rows
+        assert out is not None  # one band at least
         return out
 
     # -- writes ---------------------------------------------------------------------------------------

@@ -5,17 +5,17 @@ import os
 from typing import NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from sohsm.clustering import bootstrap_tree
 from sohsm.data.batching import batchify, bptt_batches
-from sohsm.models.lstm_lm import LSTMLanguageModel
+from sohsm.tasks.lm.config import LMConfig
 from sohsm.tasks.lm.task import check_vocabulary, load_lm_corpus
 from sohsm.train.loading import LoadedRun, load_run
 
 
 @torch.no_grad()
-def average_context_vectors(model: LSTMLanguageModel, ids: Tensor, n_words: int, batch_size: int = 32,
+def average_context_vectors(model: nn.Module, ids: Tensor, n_words: int, batch_size: int = 32,
                             bptt: int = 20, max_tokens: int | None = None) -> tuple[Tensor, Tensor]:
     """The mean hidden state that predicted each word: ``([N, d] vectors, [N] counts)``.
 
@@ -30,7 +30,8 @@ def average_context_vectors(model: LSTMLanguageModel, ids: Tensor, n_words: int,
     data = batchify(ids, batch_size, device)  # [T, B]
     was_training = model.training
     model.eval()
-    sums = counts = None
+    sums: Tensor | None = None
+    counts: Tensor | None = None
     seen = 0
     try:
         state = None
@@ -38,7 +39,7 @@ def average_context_vectors(model: LSTMLanguageModel, ids: Tensor, n_words: int,
             hidden, state = model(inputs, state)  # [t, B, d]
             hidden = hidden.reshape(-1, hidden.size(-1)).double()  # [t*B, d]
             targets = targets.reshape(-1)
-            if sums is None:
+            if sums is None or counts is None:  # (both are made at the first window)
                 sums = hidden.new_zeros(n_words, hidden.size(1))
                 counts = torch.zeros(n_words, dtype=torch.long, device=device)
             sums.index_add_(0, targets, hidden)
@@ -48,7 +49,7 @@ def average_context_vectors(model: LSTMLanguageModel, ids: Tensor, n_words: int,
                 break
     finally:
         model.train(was_training)
-    if sums is None:
+    if sums is None or counts is None:
         raise ValueError(f"cannot read {ids.numel()} tokens in {batch_size} columns")
     overall = sums.sum(0) / counts.sum()
     vectors = torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None], overall)
@@ -84,6 +85,7 @@ def build_bootstrap_tree(run_dir: str | os.PathLike[str], variant: str = "balanc
         sohsm.data.DataError: the corpus is missing or corrupt.
     """
     run = load_run(run_dir, checkpoint, device, task="lm")
+    assert isinstance(run.config, LMConfig)  # a language model's run
     corpus = load_lm_corpus(run.config, data_dir=data_dir, cache_dir=cache_dir, run_dir=run.run_dir)
     check_vocabulary(corpus, run.vocab, run.signature["corpus"], run.path)
     vectors, counts = average_context_vectors(run.model, corpus.train, len(run.vocab), run.config.eval_batch_size,

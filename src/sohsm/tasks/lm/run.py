@@ -19,6 +19,9 @@ from tqdm import tqdm
 
 from sohsm.data.subwords import Subwords
 from sohsm.models.generate import MAX_LENGTH, generate
+from sohsm.models.lstm_lm import LSTMLanguageModel
+from sohsm.models.transformer_lm import TransformerLM
+from sohsm.tasks.lm.config import LMConfig
 from sohsm.tasks.lm.evaluation import evaluate_stream
 from sohsm.tasks.lm.scores import SplitEvalResult, split_scores  # noqa: F401  (SplitEvalResult: exported)
 from sohsm.tasks.lm.task import check_vocabulary, load_lm_corpus, run_tokenizer
@@ -47,6 +50,7 @@ def evaluate_run(run_dir: str | os.PathLike[str], split: str = "valid", checkpoi
     if split not in ("valid", "test"):
         raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
     run = load_run(run_dir, checkpoint, device, task="lm")
+    assert isinstance(run.config, LMConfig)  # a language model's run
     corpus = load_lm_corpus(run.config, data_dir=data_dir, cache_dir=cache_dir, run_dir=run.run_dir)
     check_vocabulary(corpus, run.vocab, run.signature["corpus"], run.path)
     ids = getattr(corpus, split)
@@ -130,12 +134,14 @@ def generate_text(run_dir: str | os.PathLike[str], prompt: str, length: int = 30
     with _notice_after(SLOW_START_S, f"generate: loading the run in {os.fspath(run_dir)} (its vocabulary, model "
                        f"and head, {checkpoint} checkpoint)...", progress):
         run = load_run(run_dir, checkpoint, device, task="lm")
+    assert isinstance(run.config, LMConfig) and isinstance(run.model, (LSTMLanguageModel, TransformerLM))
     vocab = run.vocab
     subwords = run_tokenizer(run.run_dir) if run.config.data.tokenizer is not None else None
     words = prompt.split()
     if not words:
         if vocab.eos_id is None:
             raise ValueError("the prompt is empty and this vocabulary has no end-of-line token to start from")
+        assert vocab.eos is not None  # it has an id
         words = [vocab.eos]
     elif subwords is not None:
         words = subwords.tokens(" ".join(words))

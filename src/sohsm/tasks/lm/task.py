@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from sohsm.data.batching import batchify, bptt_batches
 from sohsm.data.loading import Corpus, load_corpus
@@ -32,7 +32,7 @@ from sohsm.data.subwords import TOKENIZER_FILE, Subwords, packaged_name
 from sohsm.data.vocab import Vocabulary
 from sohsm.fields import FieldError, escape, has
 from sohsm.heads import Head, HeadDefaults
-from sohsm.models.lstm_lm import LSTMLanguageModel, detach_state
+from sohsm.models.lstm_lm import detach_state
 from sohsm.models.transformer_lm import TransformerLM
 from sohsm.tasks.heads import hierarchy_parts, saved_clusters, takes_tree
 from sohsm.tasks.hierarchies import load_hierarchy
@@ -58,6 +58,8 @@ class LMTask(Task):
     location_fields = ("data.data_dir", "data.cache_dir", "data.clusters_from")
     corpus_fields = ("data.corpus",)
 
+    config: LMConfig
+
     def __init__(self, config: LMConfig, corpus: Corpus, device: torch.device) -> None:
         self.config, self.corpus = config, corpus
         self.vocab, self.corpus_signature = corpus.vocab, corpus.signature
@@ -68,7 +70,7 @@ class LMTask(Task):
             raise FieldError(escape(f"the training split ({corpus.train.numel()} tokens) is too short for ") + "{}",
                              has("batch_size", config.batch_size))
         self.tokens_per_epoch = self.epoch_length * config.batch_size
-        self.state: tuple[Tensor, Tensor] | None = None
+        self.state: tuple[Tensor, ...] | None = None  # an LSTM's (h, c)
         #: the head options :meth:`complete_config` added from the model and vocabulary, and why (none on a resumed run)
         self.vocabulary_options = HeadDefaults({})
         self.ranks = Ranks(device=device)
@@ -138,13 +140,13 @@ class LMTask(Task):
         """This rank's training columns."""
         return self.ranks.share(self.config.batch_size)
 
-    def build(self, device: torch.device) -> tuple[LSTMLanguageModel, Head]:
+    def build(self, device: torch.device) -> tuple[nn.Module, Head]:
         clusters, tree = (None, None) if self.hierarchy is None else hierarchy_parts(
             self.config.head.name, self.hierarchy.tree, len(self.vocab))
         return build_model_and_head(self.config, self.vocab, device, clusters=clusters, tree=tree)
 
     @classmethod
-    def build_saved(cls, config: LMConfig, vocab: Vocabulary, saved_head, device) -> tuple[LSTMLanguageModel, Head]:
+    def build_saved(cls, config: LMConfig, vocab: Vocabulary, saved_head, device) -> tuple[nn.Module, Head]:
         return build_model_and_head(config, vocab, device, clusters=saved_clusters(config, saved_head))
 
     # -- training ---------------------------------------------------------------------
@@ -163,7 +165,7 @@ class LMTask(Task):
             cursor += inputs.size(0)
             yield (inputs, targets), cursor
 
-    def hidden_states(self, model: LSTMLanguageModel, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    def hidden_states(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         inputs, targets = batch
         self.state = detach_state(self.state)
         hidden, self.state = model(inputs, self.state)  # [t, B, d]; the head flattens it to [t*B, d]
@@ -190,7 +192,7 @@ class LMTask(Task):
         return int(position["row"])
 
     # -- evaluation and display -------------------------------------------------------
-    def eval_hidden_states(self, model: LSTMLanguageModel) -> Iterator[tuple[Tensor, Tensor]]:
+    def eval_hidden_states(self, model: nn.Module) -> Iterator[tuple[Tensor, Tensor]]:
         return stream_hidden_states(model, self.corpus.valid, self.config.eval_batch_size, self.config.bptt,
                                     columns=self.ranks.share(self.config.eval_batch_size))
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sohsm.data.pairs import Pairs, bos_id, encode, make_batch
 from sohsm.data.reverse import reverse_data
 from sohsm.models.beam import Hypothesis, beam_search
+from sohsm.models.seq2seq import AttentionSeq2Seq
 from sohsm.tasks.s2s.config import S2SConfig
 from sohsm.train.loading import LoadedRun
 
@@ -51,6 +52,7 @@ def decode(run: LoadedRun, inputs: Pairs, *, beam: int = 5, max_len: int = 30, d
         on_batch: called with the number of articles after each batch (a progress bar).
     """
     vocab, device = run.vocab, next(run.model.parameters()).device
+    assert isinstance(run.model, AttentionSeq2Seq) and vocab.eos_id is not None  # a summariser's run: titles end
     sources = encode(inputs.sources, vocab)
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     found: list[Hypothesis | None] = [None] * len(sources)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from sohsm.data.files import cached_sha256
 from sohsm.data.headlines import TrainingPairs, load_pairs_folder, load_training_pairs
@@ -47,9 +47,12 @@ class S2STask(Task):
     location_fields = ("data.data_dir", "data.pairs", "data.clusters_from")
     data_name = "the training titles"
 
+    config: S2SConfig
+
     def __init__(self, config: S2SConfig, pairs: TrainingPairs, device: torch.device) -> None:
         d = config.data
         self.config, self.pairs, self.device = config, pairs, device
+        assert pairs.train.targets is not None and pairs.valid.targets is not None  # training pairs have titles
         if d.dataset == "reverse":
             self.vocab = reverse_vocab(d.symbols, pairs.train.targets)
         else:
@@ -94,7 +97,7 @@ class S2STask(Task):
         for i in range(cursor, len(order)):
             yield self._batch(self.train_ids, order[i]), i + 1
 
-    def hidden_states(self, model: AttentionSeq2Seq, batch: PairBatch) -> tuple[Tensor, Tensor]:
+    def hidden_states(self, model: nn.Module, batch: PairBatch) -> tuple[Tensor, Tensor]:
         return target_rows(model, batch, pad_id(self.vocab))
 
     def position(self, cursor: int) -> dict[str, Any]:
@@ -104,7 +107,7 @@ class S2STask(Task):
         return int(position["batch"])
 
     # -- evaluation and display -------------------------------------------------------
-    def eval_hidden_states(self, model: AttentionSeq2Seq) -> Iterator[tuple[Tensor, Tensor]]:
+    def eval_hidden_states(self, model: nn.Module) -> Iterator[tuple[Tensor, Tensor]]:
         n, size = len(self.valid_ids[0]), self.config.eval_batch_size
         for lo in range(0, n, size):
             yield target_rows(model, self._batch(self.valid_ids, range(lo, min(n, lo + size))), pad_id(self.vocab))
@@ -127,8 +130,9 @@ class S2STask(Task):
         return [what, plan] + ([self.hierarchy.summary()] if self.hierarchy is not None else [])
 
 
-def target_rows(model: AttentionSeq2Seq, batch: PairBatch, pad: int) -> tuple[Tensor, Tensor]:
+def target_rows(model: nn.Module, batch: PairBatch, pad: int) -> tuple[Tensor, Tensor]:
     """``(hidden [M, d], targets [M])`` of the batch's real target words: padding rows are left out."""
+    assert batch.target_out is not None  # a training or dev batch has its titles
     hidden = model(batch.source, batch.source_lengths, batch.target_in)  # [T, B, d]
     real = batch.target_out != pad  # [T, B]
     return hidden[real], batch.target_out[real]  # [M, d], [M]

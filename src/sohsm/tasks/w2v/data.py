@@ -166,7 +166,7 @@ class EpochStream:
         words = self.stream[lo: lo + self.batch_words]
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, epoch, index])))
         kept = words[rng.random(words.shape[0]) < self.keep[words]] if self.sample > 0 else words
-        spans = rng.integers(1, self.window + 1, size=kept.shape[0])
+        spans = rng.integers(1, self.window + 1, size=len(kept))  # (1-D: len, which numpy's stubs type, not shape[0])
         if self.compiled:  # the same rows by a compiled loop (a tenth of the time)
             from sohsm.tasks.w2v.kernel import window_rows
 

@@ -117,7 +117,9 @@ class HandStep:
         self.update_rows = int(update_rows)
         self.cbow = model.architecture == "cbow"
         self.divide = self.cbow and model.exact_mean_gradient
-        self.pairs = binary_pairs(head)
+        pairs = binary_pairs(head)
+        assert pairs is not None  # trains_by_hand(head) holds
+        self.pairs = pairs
         self.offset = self.pairs.offset  # the pmi head's shifted scores
         self.row_cap = row_cap
         self._counts = torch.zeros(0, dtype=model.embedding.weight.dtype)  # kept across pieces (all zeros)
@@ -159,6 +161,7 @@ class HandStep:
                   "out_scale": out_scale.split(pair_sizes) if out_scale is not None else [None] * n_updates}
         if self.cbow:
             inputs, counts, offsets = batch.inputs, batch.counts, batch.offsets
+            assert counts is not None and offsets is not None  # a CBOW batch has them
             context_sizes = _group_sums(counts, per, n_updates)
             in_scale = self._scale(torch.repeat_interleave(update, counts, output_size=inputs.numel()), inputs,
                                    syn0.size(0))  # [C]
@@ -243,7 +246,9 @@ class CompiledStep:
         if not trains_by_hand(head):
             raise ValueError(f"head must be a binary tree or pmi with noise_per_row=True and no bias to be trained "
                              f"by the compiled loop, got {type(head).__name__}")
-        self.pairs = binary_pairs(head)
+        pairs = binary_pairs(head)
+        assert pairs is not None  # trains_by_hand(head) holds
+        self.pairs = pairs
         syn0, syn1 = model.embedding.weight, self.pairs.vectors
         for name, weight in (("model.embedding.weight", syn0), ("head.weight", syn1)):
             if weight.device.type != "cpu" or not weight.is_contiguous() or weight.dtype not in (torch.float32,
@@ -272,15 +277,16 @@ class CompiledStep:
         done, total = group["steps_done"], group["total_steps"]
         if self.cbow:
             inputs, offsets, counts = batch.inputs, batch.offsets, batch.counts
+            assert offsets is not None and counts is not None  # a CBOW batch has them
         else:
             inputs, offsets, counts = batch.inputs, torch.arange(rows), torch.ones(rows, dtype=torch.long)
         if self.tree is not None:  # every word's path, looked up by the row's target
             keys, nodes, labels, starts, lengths = batch.targets, *self.tree
         else:  # the rows' own pairs: the centre and its noise words, drawn as HandStep draws them
             keys = torch.arange(rows)
-            nodes, labels, lengths = self.pairs(batch.targets)
-            starts = _long(torch.cumsum(lengths, 0) - lengths)
-            nodes, labels, lengths = _long(nodes), labels.to(self.dtype).numpy(), _long(lengths)
+            pair_nodes, pair_labels, pair_lengths = self.pairs(batch.targets)
+            starts = _long(torch.cumsum(pair_lengths, 0) - pair_lengths)
+            nodes, labels, lengths = _long(pair_nodes), pair_labels.to(self.dtype).numpy(), _long(pair_lengths)
         loss = 0.0
         if rows:
             syn0, syn1 = self.model.embedding.weight, self.pairs.vectors

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 #: what a user runs to get this path
 INSTALL_HINT = "pip install 'sohsm[w2v]'"
 
-_compiled: Callable | None = None
+_compiled: Any = None  # a Numba dispatcher once compiled (numba is untyped): called, and its .signatures read
 
 #: LLVM's freedoms for the loop: reassociate sums (the dot products run in SIMD lanes, as BLAS's ``sdot`` that
 #: gensim calls), fuse multiply-adds, ignore the sign of zero and divide by multiplying with a reciprocal; not
@@ -193,7 +194,7 @@ def _window_rows(kept, spans, window, cbow, inputs, counts, targets):  # pragma:
     return used, rows
 
 
-_compiled_windows: Callable | None = None
+_compiled_windows: Any = None  # (as _compiled)
 
 
 def compilations() -> int:

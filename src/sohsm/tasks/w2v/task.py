@@ -78,6 +78,8 @@ class W2VTask(Task):
     corpus_fields = ("data.corpus",)
     unit = ("rows", "rows")
 
+    config: W2VConfig
+
     def __init__(self, config: W2VConfig, corpus: Corpus, device: torch.device) -> None:
         self.config, self.corpus, self.device = config, corpus, device
         self.data_name = f"corpus {corpus.name!r}"
@@ -130,8 +132,8 @@ class W2VTask(Task):
                               total_steps=self.config.epochs * self.epoch_length, rows=lambda: self.rows,
                               row_cap=self.config.row_cap)
 
-    def step_by_hand(self, model: Word2Vec, head: Head,
-                     optimizer: LinearDecaySGD) -> CompiledStep | HandStep | None:
+    def step_by_hand(self, model: nn.Module, head: Head,
+                     optimizer: torch.optim.Optimizer) -> CompiledStep | HandStep | None:
         """word2vec's hand-written update where ``fast_path`` is on, the head's loss splits into logistic decisions
         (:func:`~sohsm.heads.binary_pairs`: a binary tree, negative sampling) and the vectors are on the CPU: the
         compiled loop (:class:`~sohsm.tasks.w2v.fast.CompiledStep`) or the torch one
@@ -141,6 +143,10 @@ class W2VTask(Task):
             ValueError: ``kernel`` is ``"numba"`` and Numba cannot be imported.
         """
         kernel = self.kernel(head)
+        if kernel is None:
+            return None
+        # one process, no compile: the model and the optimizer that build() and build_optimizer() made
+        assert isinstance(model, Word2Vec) and isinstance(optimizer, LinearDecaySGD)
         if kernel == "numba":
             if not numba_available():
                 raise ValueError(f"kernel is 'numba' but numba cannot be imported: {INSTALL_HINT}, "
@@ -170,7 +176,7 @@ class W2VTask(Task):
             if batch.targets.numel():
                 yield _to(batch, self.device), index + 1
 
-    def hidden_states(self, model: Word2Vec, batch: W2VBatch) -> tuple[Tensor, Tensor]:
+    def hidden_states(self, model: nn.Module, batch: W2VBatch) -> tuple[Tensor, Tensor]:
         self.rows = batch.targets.numel()
         return model(batch), batch.targets  # [B, d], [B]
 
@@ -191,7 +197,7 @@ class W2VTask(Task):
         return int(position["piece"])
 
     # -- evaluation and display -------------------------------------------------------
-    def eval_hidden_states(self, model: Word2Vec) -> Iterator[tuple[Tensor, Tensor]]:
+    def eval_hidden_states(self, model: nn.Module) -> Iterator[tuple[Tensor, Tensor]]:
         m = self.config.model
         for batch in eval_examples(self.valid, m.architecture, m.window, self.config.data.eval_rows):
             batch = _to(batch, self.device)

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from sohsm.heads import ClusteredHead
+from sohsm.tasks.w2v.model import Word2Vec
 from sohsm.train.loading import LoadedRun, load_run
 
 #: export formats
@@ -71,6 +72,7 @@ def load_vectors(run_dir: str | os.PathLike[str], checkpoint: str = "last") -> W
         ValueError: not a run directory, no checkpoint, or not a word-embedding run's.
     """
     run = load_w2v_run(run_dir, checkpoint)
+    assert isinstance(run.model, Word2Vec)  # a word-embedding run's
     vocab = run.vocab
     weight = run.model.embedding.weight.detach().float()
     keep = [i for i, w in enumerate(vocab.itos) if i != vocab.unk_id]
@@ -186,8 +188,8 @@ def analogy_accuracy(vectors: WordVectors, path: str | os.PathLike[str], batch_s
     sections: dict[str, tuple[int, int]] = {}
     for name, questions in read_analogies(path):
         total += len(questions)
-        ids = [[vectors.index(w) for w in q] for q in questions]
-        ids = torch.tensor([q for q in ids if None not in q], dtype=torch.long).reshape(-1, 4)
+        found = [[vectors.index(w) for w in q] for q in questions]
+        ids = torch.tensor([q for q in found if None not in q], dtype=torch.long).reshape(-1, 4)
         right = 0
         for lo in range(0, ids.size(0), batch_size):
             q = ids[lo: lo + batch_size]  # [Q, 4]: a is to b as c is to d

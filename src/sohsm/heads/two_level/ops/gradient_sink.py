@@ -54,7 +54,7 @@ class GradientSink:
         grad = weight.grad
         fresh = grad is None
         regions = [(start, stop) for start, stop, _ in blocks]
-        if fresh:
+        if grad is None:  # (fresh)
             grad = buffer.fresh(weight, keep=frozenset(regions))
         elif grad.is_sparse or grad.shape != weight.shape:
             raise RuntimeError(f"weight.grad must be a dense tensor shaped like the weight {tuple(weight.shape)}, "

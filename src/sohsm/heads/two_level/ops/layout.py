@@ -8,9 +8,13 @@ one block. The head owns its layout (derived from its ``assignment``) and passes
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from sohsm.heads.two_level.word_bands import BandRows
 
 
 class ClusterLayout:
@@ -66,10 +70,10 @@ class ClusterLayout:
         #: ``[2, N]``: each word's cluster and its position there, read for a batch's targets in one gather
         self.cluster_and_position = torch.stack([assignment, self.position_of_word])
         self.retired = False
-        self.bands = None
+        self.bands: BandRows | None = None
         self.bands_version = -1
         #: ``(key, ScoredRows)``: where exact evaluation finds each row (:func:`~.log_prob.scored_rows`)
-        self.scored_rows = None
+        self.scored_rows: tuple | None = None
         self.serial = next(_SERIALS)
         self.rewrites = 0
 

@@ -107,11 +107,13 @@ class ClusterStatistics:
         # log P(c | h) of an empty cluster is -inf: floor it so that q stays finite
         samples = (cluster_log_probs[by_word] / _LN2).clamp(min=-1e4)
         if self.q_clusters is not None:  # the compact form: the same update of the rows it stands for
+            assert self.index is not None and self.values is not None and self.rest is not None
             dtype = self.values.dtype  # the products in q's dtype, as below: M == C is the dense q bit for bit
             compact_statistics.fold(self.index, self.values, self.rest, words, decay, inverse[by_word],
                                     samples.to(dtype) * weight.to(dtype)[:, None])
             return
         q = self.dense
+        assert q is not None  # the dense form (no q_clusters)
         q[words] *= decay.to(q.dtype)[:, None]
         q.index_add_(0, target[by_word], samples.to(q.dtype) * weight.to(q.dtype)[:, None])
 
@@ -124,6 +126,7 @@ class ClusterStatistics:
     def fold_on_device(self, target: Tensor, cluster_log_probs: Tensor, counts: Tensor) -> None:
         """:meth:`fold` with static shapes, reading nothing back (the dense ``q`` only): the sync-free path's."""
         self.require_dense()
+        assert self.dense is not None
         device_statistics.fold(self.dense, counts, self.counts_given, self.smoothing, self.shortlist, target,
                                cluster_log_probs)
 
@@ -155,12 +158,16 @@ class ClusterStatistics:
         head that takes over a trained layer knows each word's clusters from it, and a re-clustering from the
         uniform start would move every word its first steps did not show (compact: each word's top
         ``q_clusters`` kept, the rest at their mean)."""
-        q = q.to(self.device, (self.dense if self.q_clusters is None else self.values).dtype)
+        kept = self.dense if self.q_clusters is None else self.values
+        assert kept is not None  # the form q_clusters says
+        q = q.to(self.device, kept.dtype)
         if tuple(q.shape) != (q.size(0), self.learned) or (self.dense is not None and q.shape != self.dense.shape):
             raise ValueError(f"q must be [N, {self.learned}], got {tuple(q.shape)}")
         if self.q_clusters is None:
+            assert self.dense is not None
             self.dense.copy_(q)
             return
+        assert self.index is not None and self.values is not None and self.rest is not None
         values, index = q.topk(self.q_clusters, dim=1)
         self.index.copy_(index.to(self.index.dtype))
         self.values.copy_(values)
@@ -171,7 +178,9 @@ class ClusterStatistics:
         """The tensors of ``q`` by state-dict name: ``q`` (dense), or ``q_index``, ``q_values``, ``q_rest``; what
         waits is not folded in (the caller folds it first)."""
         if self.q_clusters is None:
+            assert self.dense is not None
             return {"q": self.dense}
+        assert self.index is not None and self.values is not None and self.rest is not None
         return {"q_index": self.index, "q_values": self.values, "q_rest": self.rest}
 
     def rows(self):

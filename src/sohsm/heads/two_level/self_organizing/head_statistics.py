@@ -29,7 +29,8 @@ def _user_stacklevel() -> int:
     """``stacklevel`` that makes a warning point at the first frame outside torch and the heads."""
     heads = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     inside = (os.path.dirname(torch.__file__), heads)
-    frame, level = inspect.currentframe().f_back, 1  # level 1: the function that warns (the public frame API)
+    here = inspect.currentframe()  # the public frame API (``None`` only on a Python without frames)
+    frame, level = (here.f_back if here is not None else None), 1  # level 1: the function that warns
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(inside):
         frame, level = frame.f_back, level + 1
     return level
@@ -54,18 +55,29 @@ class StatisticsHost(Protocol):
     def _corpus_counts(self) -> Tensor | None: ...
 
 
-if TYPE_CHECKING:  # the checker reads the head's attributes through the protocol; at run time a plain mixin
-    _Host = StatisticsHost
+if TYPE_CHECKING:  # for the checker the mixin is the kind of head it is mixed into; at run time a plain class
+    from sohsm.heads.base import SelfOrganizingHead as _Head
 else:
-    _Host = object
+    _Head = object
 
 
-class HeadStatistics(_Host):
+class HeadStatistics(_Head):
     """Mixin of :class:`~sohsm.heads.SelfOrganizedSoftmax`: its statistics as seen through the head (see the module).
 
     Its methods read of the head only what :class:`StatisticsHost` declares, besides each other
     (``tests/heads/two_level/test_host_protocols.py`` checks it).
     """
+
+    if TYPE_CHECKING:  # for the checker: StatisticsHost's members beyond a SelfOrganizingHead's, as the head has them
+        counts: Tensor
+        statistics: ClusterStatistics
+        schedule: ReclusterSchedule
+        ranks: RankGroup
+        _layout_cache: ClusterLayout | None
+        _optimizers: weakref.WeakKeyDictionary
+        _warned_unattached: bool
+
+        def _corpus_counts(self) -> Tensor | None: ...
 
     # -- a training batch ----------------------------------------------------------------------------------
     @torch.no_grad()

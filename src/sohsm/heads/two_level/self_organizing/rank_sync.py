@@ -83,9 +83,9 @@ class RankGroup:
                      else torch.zeros(0, n_clusters, dtype=torch.float32, device=device))
         world = dist.get_world_size(group)
         size = torch.tensor([target.numel()], device=device)
-        sizes = [torch.zeros_like(size) for _ in range(world)]
-        dist.all_gather(sizes, size, group=group)
-        sizes = [int(n) for n in sizes]
+        gathered = [torch.zeros_like(size) for _ in range(world)]
+        dist.all_gather(gathered, size, group=group)
+        sizes = [int(n) for n in gathered]
         width = max(sizes)
         if width == 0:
             return None
@@ -110,9 +110,11 @@ class RankGroup:
         """
         group = self.group
         if group is None:
+            assert assignment is not None  # one process: rank 0, which passes its own
             return assignment, fallback_words
         payload = torch.zeros(n_classes + 1, dtype=torch.long, device=device)
         if dist.get_rank(group) == 0:
+            assert assignment is not None  # rank 0 passes its Algorithm 1 result
             payload[:-1] = assignment
             payload[-1] = fallback_words
         dist.broadcast(payload, src=dist.get_global_rank(group, 0), group=group)

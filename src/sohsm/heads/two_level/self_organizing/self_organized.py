@@ -1,10 +1,8 @@
 """The self-organized hierarchical softmax (Shen, Tan, Pal and Courville 2017).
 
-A two-level softmax whose clusters are re-learned during training: an EM in
-which the M-step is ordinary gradient descent with the clusters fixed, and the
-E-step (every ``update_every`` optimizer steps) re-assigns words to clusters
-with the greedy Algorithm 1 from running statistics of the model's own cluster
-predictions.
+A two-level softmax whose clusters are re-learned during training: an EM in which the M-step is ordinary gradient
+descent with the clusters fixed, and the E-step (every ``update_every`` optimizer steps) re-assigns words to
+clusters with the greedy Algorithm 1 from running statistics of the model's own cluster predictions.
 
 This file holds the module: its options, its state, the E-step
 (:meth:`SelfOrganizedSoftmax.reassign`), the optimizer hook that runs it on schedule, freezing, and what a
@@ -73,9 +71,8 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
     Args:
         in_features: size ``d`` of a hidden state.
         n_classes: vocabulary size ``N``.
-        counts: ``[N]`` training-corpus counts ``f_w``. They order the words in
-            Algorithm 1 and set the smoothing ``lambda``. If ``None``, the head counts
-            the targets it sees while training and uses those counts.
+        counts: ``[N]`` training-corpus counts ``f_w``. They order the words in Algorithm 1 and set the smoothing
+            ``lambda``. If ``None``, the head counts the targets it sees while training and uses those counts.
         n_clusters: number of clusters. Default: ``ceil(sqrt(N))``.
         init: starting clusters, ``"random"`` (the paper) or ``"frequency"``.
         projection: the ReLU projections of Eq. 1. Default: ``False``: with them the
@@ -83,15 +80,13 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
             two ``d x d`` maps by about the learning rate; docs/results/lm.md, "What the paper prescribes,
             what we measured, what the default is"). ``True`` is the paper's Eq. 1.
         seed: seed of the random initial clusters.
-        shortlist: the ``S`` most frequent words (by ``counts``) each get a fixed
-            cluster of their own, scored in the root softmax beside the
-            ``n_clusters`` learned clusters, as adaptive softmax's head scores its
-            shortlist; the other ``N - S`` words are self-organised. A shortlist
-            word's probability is one softmax, not a product of two, and its
-            in-cluster step costs nothing. Default ``None``: ``ceil(sqrt(N))`` words
-            when ``counts`` are given (else none), chosen by measurement (a lower dev
-            perplexity on PTB than none, and no worse than a shortlist as large as
-            adaptive softmax's: docs/results/lm.md, "What was tried in this round").
+        shortlist: the ``S`` most frequent words (by ``counts``) each get a fixed cluster of their own, scored in
+            the root softmax beside the ``n_clusters`` learned clusters, as adaptive softmax's head scores its
+            shortlist; the other ``N - S`` words are self-organised. A shortlist word's probability is one softmax,
+            not a product of two, and its in-cluster step costs nothing. Default ``None``: ``ceil(sqrt(N))`` words
+            when ``counts`` are given (else none), chosen by measurement (a lower dev perplexity on PTB than none,
+            and no worse than a shortlist as large as adaptive softmax's: docs/results/lm.md,
+            "What was tried in this round").
             ``0`` is the paper's head (every word in a learned cluster).
         word_dim: in-cluster scores in ``word_dim`` dimensions (:class:`TwoLevelSoftmax`).
         div_value, cutoffs: differentiated dimensions: a word of frequency band ``i`` is scored in
@@ -120,11 +115,14 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
         ['change_rate', 'empty_clusters', 'fallback_words', 'moved_tf_mass', 'step']
 
     .. note::
-        When no cluster meets both constraints (possible when
-        ``n_clusters * freq_budget < 1``, i.e. for small vocabularies), a word goes
-        to the lightest cluster that still has room; :attr:`history` counts such
-        words as ``fallback_words``.
+        When no cluster meets both constraints (possible when ``n_clusters * freq_budget < 1``, i.e. for small
+        vocabularies), a word goes to the lightest cluster that still has room; :attr:`history` counts such words as
+        ``fallback_words``.
     """
+
+    # its buffers (register_buffer), declared for the checker (``counts`` by HeadStatistics)
+    steps: Tensor
+    tail_words: Tensor
 
     def __init__(
         self,
@@ -172,6 +170,7 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
             raise ValueError("shortlist needs the word counts (counts=...): they say which words are most frequent")
         assignment: Tensor | str = init
         if shortlist:
+            assert counts is not None  # (refused above without them)
             short, tail = _split_by_frequency(counts, shortlist)
             if init == "random":
                 tail_clusters = random_assignment(tail.numel(), n_clusters, torch.Generator().manual_seed(seed))
@@ -213,6 +212,7 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
         #: one dict per re-assignment: step, change_rate, moved_tf_mass, empty_clusters, fallback_words
         self.history: list[dict] = []
         self._warned_unattached = False
+        assert self._layout_cache is not None  # derived by the constructor above
         self._width = max(self.max_cluster_size, self._layout_cache.max_size)  # see _sync_free_width
 
     # -- what the parts own, read through the head ---------------------------------------------------------
@@ -256,6 +256,7 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
         step it never narrows (its ops keep their shapes across re-clusterings).
         """
         if not torch.compiler.is_compiling():
+            assert self._layout_cache is not None  # derived at construction
             width = max(self.max_cluster_size, self._layout_cache.max_size)
             # a static step keeps its shapes: the widest it has been (a captured step is captured once)
             self._width = max(self._width, width) if self._static else width
