@@ -89,7 +89,7 @@ def atomic_output(target: str | os.PathLike[str], mode: str = "wb", make_parents
         raise WriteError(error.errno, error.strerror, str(target)) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+        with os.fdopen(fd, mode) if "b" in mode else os.fdopen(fd, mode, encoding="utf-8") as handle:
             yield handle
             handle.flush()
             if durable:

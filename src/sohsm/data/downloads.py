@@ -11,11 +11,17 @@ import urllib.error
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from sohsm.data.errors import DataError
 
 _CHUNK = 1 << 20
+
+
+class BinarySink(Protocol):
+    """Where downloaded or extracted bytes go: a binary file, or a wrapper that hashes them on the way."""
+
+    def write(self, data: bytes, /) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,7 @@ class Source:
     crc32: int | None = None
 
 
-def download_to(url: str, handle: IO[bytes], *, desc: str, progress: bool, timeout: float) -> None:
+def download_to(url: str, handle: BinarySink, *, desc: str, progress: bool, timeout: float) -> None:
     """Stream ``url`` into an open binary file with pooch's HTTP downloader, a tqdm bar on stderr.
 
     Raises:
@@ -50,12 +56,13 @@ def download_to(url: str, handle: IO[bytes], *, desc: str, progress: bool, timeo
 
     # the bar shows once bytes flow (``delay``): a location that cannot be reached leaves no bar behind
     bar = (tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False, delay=0.2, file=sys.stderr)
-           if progress else False)
-    downloader = pooch.HTTPDownloader(progressbar=bar, timeout=timeout, headers={"User-Agent": "sohsm-data-fetch"})
+           if progress else None)
+    downloader = pooch.HTTPDownloader(progressbar=False if bar is None else bar, timeout=timeout,
+                                      headers={"User-Agent": "sohsm-data-fetch"})
     try:
         downloader(url, handle, None)
     finally:
-        if bar is not False:
+        if bar is not None:
             bar.close()
 
 
@@ -81,8 +88,9 @@ def download_failure(error: BaseException) -> str:
         if isinstance(err, (TimeoutError, socket.timeout)) or type(err).__name__ in ("ConnectTimeout", "ReadTimeout"):
             return "timed out"
         response = getattr(err, "response", None)
-        if getattr(response, "status_code", None) is not None:
-            return f"HTTP {response.status_code} {getattr(response, 'reason', '') or ''}".strip()
+        status = getattr(response, "status_code", None)
+        if status is not None:
+            return f"HTTP {status} {getattr(response, 'reason', '') or ''}".strip()
         if isinstance(err, urllib.error.HTTPError):
             return f"HTTP {err.code} {err.reason}"
         if "Name or service not known" in str(err) or "Failed to resolve" in str(err):
@@ -92,7 +100,7 @@ def download_failure(error: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _copy_limited(src: IO[bytes], dst: IO[bytes], limit: int | None) -> None:
+def _copy_limited(src: IO[bytes], dst: BinarySink, limit: int | None) -> None:
     remaining = limit
     while True:
         size = _CHUNK if remaining is None else min(_CHUNK, remaining)
@@ -113,7 +121,7 @@ def _member_matches(name: str, member: str) -> bool:
     return name == member or name.endswith("/" + member)
 
 
-def extract_member(archive: Path, source: Source, dst: IO[bytes]) -> None:
+def extract_member(archive: Path, source: Source, dst: BinarySink) -> None:
     """Copy ``source.member`` (first ``source.prefix_bytes`` bytes if set) from a zip or tar archive.
 
     Raises:
@@ -139,10 +147,10 @@ def extract_member(archive: Path, source: Source, dst: IO[bytes]) -> None:
         members = [m for m in tf.getmembers() if m.isfile() and _member_matches(m.name, source.member)]
         if not members:
             raise DataError(f"{source.url} has no member {source.member}")
-        src = tf.extractfile(members[0])
-        assert src is not None
-        with src:
-            _copy_limited(src, dst, source.prefix_bytes)
+        member = tf.extractfile(members[0])
+        assert member is not None  # a regular file, by the filter above
+        with member:
+            _copy_limited(member, dst, source.prefix_bytes)
 
 
 def download_errors() -> tuple[type[BaseException], ...]:

@@ -205,8 +205,10 @@ def load_corpus(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLik
         config = config or VocabConfig()
     if tokenizer is not None:
         config = VocabConfig()
-        if isinstance(tokenizer, str):
-            tokenizer = _trained_bpe(plan, bpe_size(tokenizer), cache, use_cache)
+        if isinstance(tokenizer, str):  # "bpe:SIZE": every other name was read into a Subwords above
+            size = bpe_size(tokenizer)
+            assert size is not None
+            tokenizer = _trained_bpe(plan, size, cache, use_cache)
     return _load(plan, config, cache, use_cache, tokenizer)
 
 

@@ -21,19 +21,24 @@ class BackendHost(Protocol):
     words: WordVectors
     _backend: str
     #: the layout as last derived (read while compiling)
-    _layout_cache: ClusterLayout
+    _layout_cache: ClusterLayout | None
 
 
-if TYPE_CHECKING:  # the checker reads the head's attributes through the protocol; at run time a plain mixin
-    _Host = BackendHost
+if TYPE_CHECKING:  # for the checker the mixin is the kind of head it is mixed into; at run time a plain class
+    from sohsm.heads.base import ClusteredHead as _Head
 else:
-    _Host = object
+    _Head = object
 
 
-class BackendChoice(_Host):
+class BackendChoice(_Head):
     """Mixin of :class:`~sohsm.heads.TwoLevelSoftmax`: its ``backend`` and the backend that runs where (see the
     module). ``tests/heads/two_level/test_host_protocols.py`` checks that it reads only what :class:`BackendHost`
     declares."""
+
+    if TYPE_CHECKING:  # for the checker: BackendHost's members, as the head defines them
+        words: WordVectors
+        _backend: str
+        _layout_cache: ClusterLayout | None
 
     @property
     def backend(self) -> str:
@@ -70,4 +75,5 @@ class BackendChoice(_Host):
 
     def _sync_free_width(self) -> int:
         """Static width of the sync-free path's logits: the largest cluster (fixed clusters)."""
+        assert self._layout_cache is not None  # derived in the head's constructor
         return self._layout_cache.max_size

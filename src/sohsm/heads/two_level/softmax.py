@@ -136,6 +136,11 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, BackendChoice, TiedWords, W
         tied to it reads them through :meth:`embed`.
     """
 
+    #: buffers (``band_of_word``: with bands only) and the bound word vectors, declared for the type checker
+    assignment: Tensor
+    band_of_word: Tensor
+    _bound_words: WordVectors
+
     def __init__(
         self,
         in_features: int,
@@ -164,14 +169,14 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, BackendChoice, TiedWords, W
         self.word_projection = nn.Linear(in_features, word_dim, bias=False) if word_dim is not None else None
         self.word_dim = in_features if word_dim is None else word_dim
         #: ``d -> d // div_value**i`` maps of the hidden state for bands 1, 2, ... (``None``: no bands)
-        self.band_projections = None
-        self.band_dims = None
+        self.band_projections: nn.ModuleList | None = None
+        self.band_dims: list[int] | None = None
         if bands is not None:
-            band_of_word, self.band_dims = bands
-            self.band_projections = nn.ModuleList(nn.Linear(in_features, dim, bias=False)
-                                                  for dim in self.band_dims[1:])
+            band_of_word, band_dims = bands
+            self.band_dims = band_dims
+            self.band_projections = nn.ModuleList(nn.Linear(in_features, dim, bias=False) for dim in band_dims[1:])
             self.register_buffer("band_of_word", band_of_word)
-            self.word_dim = sum(self.band_dims)
+            self.word_dim = sum(band_dims)
         self.cluster_weight = nn.Parameter(torch.empty(self.n_clusters, in_features))
         if not isinstance(cluster_bias, bool):
             raise ValueError(f"cluster_bias must be True or False, got {cluster_bias!r}")
@@ -184,7 +189,7 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, BackendChoice, TiedWords, W
             #: with bands, band ``i``'s word vectors ``[n_i, d_i]`` in slot order (:mod:`.word_bands`); no ``weight``
             self.band_weights = nn.ParameterList(
                 nn.Parameter(torch.empty(int(n), dim))
-                for n, dim in zip(torch.bincount(band_of_word, minlength=len(self.band_dims)).tolist(), self.band_dims))
+                for n, dim in zip(torch.bincount(band_of_word, minlength=len(band_dims)).tolist(), band_dims))
         self.register_buffer("assignment", assignment.clone())
         #: the word vectors' gradient buffers, band rows, reads and moves (:mod:`.word_vectors`)
         self.words = self._bind_words()
@@ -242,14 +247,15 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, BackendChoice, TiedWords, W
         (at construction, and every forward with ``broadcast_buffers=True``) copies rank 0's assignment in place,
         together with rank 0's weights at construction: the rows are then laid out for it."""
         layout = self._layout_cache
+        assert layout is not None  # derived in the constructor
         assignment = self.assignment
         if assignment._version != layout.version:
             if torch.equal(layout.cluster_of_slot[layout.slot_of_word], assignment):
                 layout.version = assignment._version
             else:
-                self._layout = ClusterLayout(assignment, self.n_clusters)
+                layout = self._layout = ClusterLayout(assignment, self.n_clusters)
                 self.words.invalidate()
-        return self._layout_cache
+        return layout
 
     @_layout.setter
     def _layout(self, layout: ClusterLayout) -> None:
@@ -280,7 +286,7 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, BackendChoice, TiedWords, W
         return (self._layout.serial, self._sync_free_width())
 
     def static_rewrites(self) -> int:  # noqa: D102 - Head's
-        return self._layout_cache.rewrites
+        return self._layout.rewrites
 
     def clusters(self) -> list[Tensor]:
         """Word ids of each cluster (ascending), one tensor per cluster; empty clusters give empty tensors."""
@@ -336,7 +342,7 @@ def _rebuild_layout_after_load(module: TwoLevelSoftmax, incompatible_keys) -> No
 
 def _split_a_widened_weight(module: TwoLevelSoftmax, state_dict: dict, prefix: str, *args) -> None:
     """A banded head's checkpoint from before each band had its own weight: its one widened weight split by band."""
-    if module.band_projections is not None:
+    if module.band_dims is not None:
         split_widened_weight(state_dict, prefix, module.n_clusters, module.band_dims)
 
 

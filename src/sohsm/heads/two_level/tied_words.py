@@ -32,16 +32,25 @@ class TyingHost(Protocol):
     def _check_word_vectors(self, weight: Tensor) -> None: ...
 
 
-if TYPE_CHECKING:  # the checker reads the head's attributes through the protocol; at run time a plain mixin
-    _Host = TyingHost
+if TYPE_CHECKING:  # for the checker the mixin is the kind of head it is mixed into; at run time a plain class
+    from sohsm.heads.base import ClusteredHead as _Head
 else:
-    _Host = object
+    _Head = object
 
 
-class TiedWords(_Host):
+class TiedWords(_Head):
     """Mixin of :class:`~sohsm.heads.TwoLevelSoftmax`: its word vectors read by id and written by id (see the
     module). ``tests/heads/two_level/test_host_protocols.py`` checks that it reads only what :class:`TyingHost`
     declares."""
+
+    if TYPE_CHECKING:  # for the checker: TyingHost's members beyond a ClusteredHead's, as the head defines them
+        word_dim: int
+        word_projection: nn.Linear | None
+        band_projections: nn.ModuleList | None
+        words: WordVectors
+        _layout: ClusterLayout
+
+        def backend_for(self, device: torch.device, compute: torch.dtype | None = None) -> BackendInfo: ...
 
     def word_vectors(self) -> Tensor:
         """``[N, d]`` output vectors ``U^V`` in word-id order (a copy; with bands ``[N, d + d/div + ...]``, each row
