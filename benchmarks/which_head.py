@@ -149,7 +149,8 @@ def ignored_revs() -> set[str]:
 def last_change(paths: tuple[str, ...]) -> str | None:
     """The last commit that changed any of ``paths``, but those of :data:`IGNORED_REVS` (None: no git history)."""
     skip = ignored_revs()
-    for commit in _git("log", "--format=%H", "--", *paths).stdout.split():
+    # a merge brings its parents' commits, each judged on its own: the merge itself is not a change
+    for commit in _git("log", "--no-merges", "--format=%H", "--", *paths).stdout.split():
         if commit not in skip:
             return commit
     return None
