@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 from _machine import command_line, machine, write_page  # noqa: E402
 from sohsm.clustering import default_n_clusters  # noqa: E402
 from sohsm.heads import build_head  # noqa: E402
-from sohsm.models.generate import generate  # noqa: E402
+from sohsm.models.generation import generate  # noqa: E402
 from sohsm.models.lstm_lm import LSTMLanguageModel  # noqa: E402
 
 DOCS = HERE.parent / "docs" / "benchmarks"

@@ -126,3 +126,11 @@ def test_generate_checks(model, head):
     with pytest.raises(ValueError, match="length must be an integer in \\[0, 100000\\]"):
         generate(model, head, torch.tensor([1]), 100_001)
     assert generate(model, head, torch.tensor([1]), 0).numel() == 0
+
+
+def test_the_generate_function_is_what_the_package_gives_after_its_module_was_imported():
+    """The function's module is named otherwise (``generation``): importing it never shadows the function."""
+    import sohsm.models.generation  # noqa: F401
+    from sohsm.models import generate as again
+
+    assert callable(again) and again is generate and not isinstance(again, type(sohsm))

@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from sohsm.data.subwords import Subwords
-from sohsm.models.generate import MAX_LENGTH, generate
+from sohsm.models.generation import MAX_LENGTH, generate
 from sohsm.models.lstm_lm import LSTMLanguageModel
 from sohsm.models.transformer_lm import TransformerLM
 from sohsm.tasks.lm.config import LMConfig
