@@ -248,17 +248,37 @@ def speed(tokenizer: str, runs: list[str], seconds: float, runs_dir: Path, resul
 BUDGET, SEEDS, LONGER = 500_000, (1, 2, 3), 1_500_000
 
 
+def _missing(budget_folder: Path) -> dict[str, list[int]]:
+    """Run name -> the seeds of :data:`SEEDS` not kept in ``budget_folder`` (runs with every seed kept left out)."""
+    missing = {name: [s for s in SEEDS if not (budget_folder / f"seed-{s}" / name / "test.json").exists()]
+               for name in RUNS}
+    return {name: seeds for name, seeds in missing.items() if seeds}
+
+
+def _full_pace(results: Path, tokenizer: str) -> str:
+    """How long the full softmax takes at the budget over ``tokenizer``: from a kept run's tokens/s, else from
+    ``speed.json``; empty where neither was measured."""
+    kept = [large_vocab_report.run_summary(p) for p in (results / tokenizer / f"tokens-{BUDGET}").glob(
+        f"seed-*/{REFERENCE}")]
+    rates = [run["tokens_per_s"] for run in kept if run and run["tokens_per_s"]]
+    where = f"its kept run{'s' * (len(rates) > 1)}"
+    if not rates:
+        speed = results / tokenizer / "speed.json"
+        measured = json.loads(speed.read_text())["runs"].get(REFERENCE) if speed.exists() else None
+        rates, where = ([measured["tokens_per_s"]], "`speed`") if measured else ([], "")
+    if not rates:
+        return ""
+    rate = sum(rates) / len(rates)
+    return (f" (the full softmax reads {rate:,.0f} tokens/s over {tokenizer} here, by {where}: "
+            f"{BUDGET / rate / 60:.0f} minutes a run)")
+
+
 def not_run(results: Path = RESULTS) -> list[str]:
     """What the page says was not run, from the kept runs, each with the command that would run it."""
     lines = ["## Not run yet", ""]
-    full = large_vocab_report.run_summary(results / "llama3" / f"tokens-{BUDGET}" / "seed-1" / REFERENCE)
-    pace = (f" (the full softmax's run read {full['tokens_per_s']:,.0f} tokens/s here: "
-            f"{BUDGET / full['tokens_per_s'] / 60:.0f} minutes for {BUDGET:,} tokens)" if full else "")
     for tokenizer in TOKENIZERS:
-        folder = results / tokenizer / f"tokens-{BUDGET}"
-        missing = {name: [s for s in SEEDS if not (folder / f"seed-{s}" / name / "test.json").exists()]
-                   for name in RUNS}
-        missing = {name: seeds for name, seeds in missing.items() if seeds}
+        missing = _missing(results / tokenizer / f"tokens-{BUDGET}")
+        pace = _full_pace(results, tokenizer) if REFERENCE in missing else ""
         if missing:
             lines.append(f"- **{tokenizer}, {BUDGET:,} tokens**: " + "; ".join(
                 f"`{name}` seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" for name, seeds in
@@ -278,10 +298,7 @@ def _lstm_not_run(results: Path) -> list[str]:
     """The LSTM 256's missing runs at the budget, for each tokenizer (every run and seed where none is kept)."""
     lines = []
     for tokenizer in TOKENIZERS:
-        folder = model_folder(results, tokenizer, "lstm256") / f"tokens-{BUDGET}"
-        missing = {name: [s for s in SEEDS if not (folder / f"seed-{s}" / name / "test.json").exists()]
-                   for name in RUNS}
-        missing = {name: seeds for name, seeds in missing.items() if seeds}
+        missing = _missing(model_folder(results, tokenizer, "lstm256") / f"tokens-{BUDGET}")
         command = (f"(`python benchmarks/large_vocab.py train --model lstm256 --tokenizer {tokenizer} --tokens "
                    f"{BUDGET} --seeds 1,2,3 --runs RUN`)")
         if len(missing) == len(RUNS) and all(len(s) == len(SEEDS) for s in missing.values()):
