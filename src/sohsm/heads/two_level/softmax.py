@@ -286,7 +286,9 @@ class TwoLevelSoftmax(TwoLevelScoring, ClusterMoves, BackendChoice, TiedWords, W
         return (self._layout.serial, self._sync_free_width())
 
     def static_rewrites(self) -> int:  # noqa: D102 - Head's
-        return self._layout.rewrites
+        layout = self._layout_cache  # as last derived: reading it must not derive a new one (a captured step's)
+        assert layout is not None  # derived in the constructor
+        return layout.rewrites
 
     def clusters(self) -> list[Tensor]:
         """Word ids of each cluster (ascending), one tensor per cluster; empty clusters give empty tensors."""
