@@ -243,24 +243,31 @@ def pretrained_tables() -> list[Table]:
 
 
 def large_vocab_tables() -> list[Table]:
+    """Each tokenizer's runs, a table per model and budget; README: the transformer's budget that every head ran (a
+    longer one for the leading heads, and the LSTM's runs: the table page)."""
     tables = []
     for tokenizer_dir in sorted(p for p in large_vocab.RESULTS.iterdir() if p.is_dir()):
-        speed = _large_vocab_speed(tokenizer_dir)
-        for budget in sorted(tokenizer_dir.glob("tokens-*"), key=lambda p: int(p.name.split("-")[1])):
-            seeds = sorted(int(p.name.split("-")[1]) for p in budget.glob("seed-*"))
-            summaries = {(n, s): large_vocab_report.run_summary(budget / f"seed-{s}" / n)
-                         for n in large_vocab.RUNS for s in seeds}
-            forms = _forms(large_vocab.RUNS, seeds, lambda n, s: (summaries[n, s] or {}).get("test_bpb"),
-                           lambda n: _command(*large_vocab.RUNS[n][:2], list(large_vocab.RUNS[n][2])),
-                           lambda n: large_vocab.RUNS[n][0], lambda n, s: summaries[n, s]["commit"])
-            tokens = int(budget.name.split("-")[1])
-            tables.append(Table(TOKENIZERS.get(tokenizer_dir.name, tokenizer_dir.name),
-                                f"WikiText-2, {tokens // 1000}k tokens", f"transformer 4 x 256, {tokens:,} tokens",
-                                "CPU", "test bits/byte",
-                                "large-vocab.md", forms, LOOP, speed=speed,
-                                # README: the budget every head ran; a longer one for the leading heads: the table page
-                                readme=tokens == large_vocab.BUDGET))
+        for model, (_, _, model_name, _) in large_vocab.MODELS.items():
+            folder = large_vocab.model_folder(large_vocab.RESULTS, tokenizer_dir.name, model)
+            speed = _large_vocab_speed(folder)
+            for budget in sorted(folder.glob("tokens-*"), key=lambda p: int(p.name.split("-")[1])):
+                tables.append(_large_vocab_table(tokenizer_dir.name, model, model_name, budget, speed))
     return tables
+
+
+def _large_vocab_table(tokenizer: str, model: str, model_name: str, budget: Path, speed: Speed | None) -> Table:
+    seeds = sorted(int(p.name.split("-")[1]) for p in budget.glob("seed-*"))
+    summaries = {(n, s): large_vocab_report.run_summary(budget / f"seed-{s}" / n)
+                 for n in large_vocab.RUNS for s in seeds}
+    forms = _forms(large_vocab.RUNS, seeds, lambda n, s: (summaries[n, s] or {}).get("test_bpb"),
+                   lambda n: _command(*large_vocab.RUNS[n][:2], list(large_vocab.RUNS[n][2])),
+                   lambda n: large_vocab.RUNS[n][0], lambda n, s: summaries[n, s]["commit"])
+    tokens = int(budget.name.split("-")[1])
+    transformer = model == "transformer"
+    situation = TOKENIZERS.get(tokenizer, tokenizer) + ("" if transformer else f", {model_name}")
+    return Table(situation, f"WikiText-2, {tokens // 1000}k tokens", f"{model_name}, {tokens:,} tokens", "CPU",
+                 "test bits/byte", "large-vocab.md", forms, LOOP, speed=speed,
+                 readme=transformer and tokens == large_vocab.BUDGET)
 
 
 def _large_vocab_speed(tokenizer_dir: Path) -> Speed | None:
