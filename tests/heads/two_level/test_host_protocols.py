@@ -1,40 +1,85 @@
-"""The two-level heads' parts own their state: the mixins read only what their host's Protocol declares, no
-attribute appears on a head after its constructor, and the statistics and the schedule work on tensors alone."""
+"""The two-level heads' parts own their state: the mixins read only what the head kind they are mixed into has and
+what their ``TYPE_CHECKING`` block declares of the head, no attribute appears on a head after its constructor, and
+the statistics and the schedule work on tensors alone."""
 from __future__ import annotations
 
 import ast
 import copy
 import inspect
 import math
+import textwrap
 
 import pytest
 import torch
 
 from sohsm.heads import Reclustering, SelfOrganizedSoftmax, TwoLevelSoftmax
+from sohsm.heads.base import ClusteredHead, SelfOrganizingHead
 from sohsm.heads.two_level import backend_choice, scoring, tied_words
 from sohsm.heads.two_level.self_organizing import head_statistics
 from sohsm.heads.two_level.self_organizing.cluster_statistics import ClusterStatistics
 from sohsm.heads.two_level.self_organizing.recluster_schedule import PAPER_K, ReclusterSchedule
 
 N, D = 40, 8
-MIXINS = [(scoring, "TwoLevelScoring", "ScoringHost"), (head_statistics, "HeadStatistics", "StatisticsHost"),
-          (backend_choice, "BackendChoice", "BackendHost"), (tied_words, "TiedWords", "TyingHost")]
+#: each mixin, with the head kind it is mixed into (its base for the checker)
+MIXINS = [(scoring, "TwoLevelScoring", ClusteredHead), (head_statistics, "HeadStatistics", SelfOrganizingHead),
+          (backend_choice, "BackendChoice", ClusteredHead), (tied_words, "TiedWords", ClusteredHead)]
 
 
-def _declared(protocol) -> set[str]:
-    return set(protocol.__annotations__) | {name for name, value in vars(protocol).items()
-                                            if callable(value) and not name.startswith("__")}
-
-
-@pytest.mark.parametrize(("module", "mixin", "protocol"), MIXINS)
-def test_a_mixin_reads_only_what_its_host_protocol_declares(module, mixin, protocol):
+def _class(module, mixin: str) -> ast.ClassDef:
     tree = ast.parse(inspect.getsource(module))
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == mixin)
-    own = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == mixin)
+
+
+def _names(body) -> set[str]:
+    """The names a class body's statements define: methods, annotated and assigned attributes."""
+    names = {n.name for n in body if isinstance(n, ast.FunctionDef)}
+    names |= {n.target.id for n in body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return names | {t.id for n in body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+
+
+def _checking_block(cls: ast.ClassDef) -> set[str]:
+    """What a class body's ``if TYPE_CHECKING:`` block declares (nothing where it has none)."""
+    return set().union(*(_names(n.body) for n in cls.body
+                         if isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING"))
+
+
+def _declared(module, mixin: str) -> set[str]:
+    """What the mixin's in-class ``if TYPE_CHECKING:`` block declares of the head."""
+    return _checking_block(_class(module, mixin))
+
+
+def _kind_members(kind: type) -> set[str]:
+    """What every head of ``kind`` has: its classes' members, annotations and ``TYPE_CHECKING`` declarations, and
+    what their constructors set on ``self``."""
+    members = set(dir(kind))
+    for cls in kind.__mro__:
+        members |= set(vars(cls).get("__annotations__", {}))
+        if not cls.__module__.startswith("sohsm"):
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        members |= _checking_block(tree.body[0])
+        for init in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "__init__"):
+            members |= {t.attr for n in ast.walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    return members
+
+
+@pytest.mark.parametrize(("module", "mixin", "kind"), MIXINS)
+def test_a_mixin_reads_only_its_head_kind_and_what_it_declares(module, mixin, kind):
+    cls = _class(module, mixin)
+    own = _names(cls.body)
     read = {n.attr for n in ast.walk(cls)
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"}
     assert read, mixin
-    assert read - own - _declared(getattr(module, protocol)) == set()
+    assert read - own - _declared(module, mixin) - _kind_members(kind) == set()
+
+
+def test_the_host_check_catches_a_member_no_one_declares():
+    """The check above can fail: a name neither the kind nor a block has is not among what they allow."""
+    allowed = _declared(tied_words, "TiedWords") | _kind_members(ClusteredHead)
+    assert "words" in allowed and "in_features" in allowed
+    assert "_layout_cache" not in allowed and "statistics" not in allowed
 
 
 def _heads():
@@ -45,11 +90,12 @@ def _heads():
     }
 
 
-@pytest.mark.parametrize(("module", "mixin", "protocol"), MIXINS)
-def test_the_heads_have_what_the_protocols_declare(module, mixin, protocol):
+@pytest.mark.parametrize(("module", "mixin", "kind"), MIXINS)
+def test_the_heads_have_what_the_mixins_declare(module, mixin, kind):
     for name, head in _heads().items():
         if isinstance(head, getattr(module, mixin)):
-            missing = [a for a in _declared(getattr(module, protocol)) if not hasattr(head, a)]
+            assert isinstance(head, kind), name
+            missing = [a for a in _declared(module, mixin) if not hasattr(head, a)]
             assert missing == [], (name, missing)
 
 

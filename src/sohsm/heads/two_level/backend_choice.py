@@ -3,26 +3,17 @@
 :class:`BackendChoice` is mixed into :class:`~sohsm.heads.TwoLevelSoftmax`: the ``backend`` setting, the backend
 that runs on a device in a dtype (:func:`~sohsm.heads.two_level.ops.select_backend`, the one registry of
 :mod:`sohsm.heads.two_level.ops.backends`), and what a whole-step graph asks of it (nothing read back to the host).
-What it reads of its host is declared in :class:`BackendHost`.
+What it reads of its host beyond a :class:`~sohsm.heads.base.ClusteredHead` is declared in the class body, under
+``TYPE_CHECKING``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import torch
 
 from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout, check_backend, select_backend
 from sohsm.heads.two_level.word_vectors import WordVectors
-
-
-class BackendHost(Protocol):
-    """What :class:`BackendChoice` reads of the head it is mixed into."""
-
-    words: WordVectors
-    _backend: str
-    #: the layout as last derived (read while compiling)
-    _layout_cache: ClusterLayout | None
-
 
 if TYPE_CHECKING:  # for the checker the mixin is the kind of head it is mixed into; at run time a plain class
     from sohsm.heads.base import ClusteredHead as _Head
@@ -32,10 +23,10 @@ else:
 
 class BackendChoice(_Head):
     """Mixin of :class:`~sohsm.heads.TwoLevelSoftmax`: its ``backend`` and the backend that runs where (see the
-    module). ``tests/heads/two_level/test_host_protocols.py`` checks that it reads only what :class:`BackendHost`
-    declares."""
+    module). ``tests/heads/two_level/test_host_protocols.py`` checks that it reads only what a ClusteredHead has
+    and its ``TYPE_CHECKING`` block declares."""
 
-    if TYPE_CHECKING:  # for the checker: BackendHost's members, as the head defines them
+    if TYPE_CHECKING:  # what it reads of the head beyond a ClusteredHead's (the host test reads this block)
         words: WordVectors
         _backend: str
         _layout_cache: ClusterLayout | None

@@ -4,12 +4,12 @@
 word vectors, layout, backend); this file holds what is computed from it: a training step's two parts
 (``forward``, ``score_parts``), exact ``log_prob``, and top-k by best-first search
 (:func:`~sohsm.heads.two_level.best_first.best_first_topk`) or with static shapes
-(:func:`~sohsm.heads.two_level.ops.topk.topk_in_clusters`). What it reads of its host is declared in
-:class:`ScoringHost`.
+(:func:`~sohsm.heads.two_level.ops.topk.topk_in_clusters`). What it reads of its host beyond a
+:class:`~sohsm.heads.base.ClusteredHead` is declared in the class body, under ``TYPE_CHECKING``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -32,35 +32,6 @@ from sohsm.heads.two_level.ops.topk import DEFAULT_CLUSTERS, DeviceTopK, topk_in
 from sohsm.heads.two_level.word_vectors import WordVectors
 from sohsm.lazy import outside_compile
 
-
-class ScoringHost(Protocol):
-    """What :class:`TwoLevelScoring` reads of the head it is mixed into (:class:`~sohsm.heads.TwoLevelSoftmax`)."""
-
-    in_features: int
-    n_clusters: int
-    training: bool
-    assignment: Tensor
-    cluster_weight: nn.Parameter
-    cluster_bias: nn.Parameter | None
-    projection: nn.Linear | None
-    word_projection: nn.Linear | None
-    band_projections: nn.ModuleList | None
-    words: WordVectors
-    dense_topk: bool
-    #: the layout checked against the assignment (a property), and as last derived (read while compiling)
-    _layout: ClusterLayout
-    _layout_cache: ClusterLayout
-
-    def _flatten_hidden(self, hidden: Tensor) -> Tensor: ...
-    def _check_inputs(self, hidden: Tensor, target: Tensor) -> tuple[Tensor, Tensor]: ...
-    def _check_k(self, k: int) -> int: ...
-    def _check_weight_is_whole(self) -> None: ...
-    def backend_for(self, device: torch.device, compute: torch.dtype | None = None) -> BackendInfo: ...
-    def _sync_free_width(self) -> int: ...
-    def _observe(self, target: Tensor, cluster_log_probs: Tensor) -> None: ...
-    def _observe_sync_free(self, target: Tensor, cluster_log_probs: Tensor) -> None: ...
-
-
 if TYPE_CHECKING:  # for the checker the mixin is the kind of head it is mixed into; at run time a plain class
     from sohsm.heads.base import ClusteredHead as _Head
 else:
@@ -70,14 +41,14 @@ else:
 class TwoLevelScoring(_Head):
     """Mixin of :class:`~sohsm.heads.TwoLevelSoftmax`: its forward pass, exact evaluation and top-k (see the module).
 
-    Its methods read of the head only what :class:`ScoringHost` declares, besides each other
-    (``tests/heads/two_level/test_host_protocols.py`` checks it).
+    Its methods read of the head only what a ClusteredHead has and its ``TYPE_CHECKING`` block declares, besides
+    each other (``tests/heads/two_level/test_host_protocols.py`` checks it).
     """
 
     #: whether :meth:`search_topk` finishes a row with a flat cluster distribution densely (``False``: always search)
     dense_topk: bool = True
 
-    if TYPE_CHECKING:  # for the checker: ScoringHost's members beyond a ClusteredHead's, as the head defines them
+    if TYPE_CHECKING:  # what it reads of the head beyond a ClusteredHead's (the host test reads this block)
         cluster_weight: nn.Parameter
         cluster_bias: nn.Parameter | None
         projection: nn.Linear | None

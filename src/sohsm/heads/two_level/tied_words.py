@@ -3,11 +3,12 @@
 :class:`TiedWords` is mixed into :class:`~sohsm.heads.TwoLevelSoftmax`, whose rows are grouped by cluster and move
 at every re-clustering: an input embedding tied to them reads them through :meth:`TiedWords.embed` (by word id,
 wherever the word's row is now), and vectors given in word-id order (a pretrained output layer) are written to the
-rows of their words' slots. What it reads of its host is declared in :class:`TyingHost`.
+rows of their words' slots. What it reads of its host beyond a
+:class:`~sohsm.heads.base.ClusteredHead` is declared in the class body, under ``TYPE_CHECKING``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -15,22 +16,6 @@ from torch import Tensor, nn
 from sohsm.heads.two_level.ops import BackendInfo, ClusterLayout
 from sohsm.heads.two_level.word_vectors import WordVectors
 from sohsm.heads.tying import HeadEmbedding
-
-
-class TyingHost(Protocol):
-    """What :class:`TiedWords` reads of the head it is mixed into."""
-
-    in_features: int
-    word_dim: int
-    word_projection: nn.Linear | None
-    band_projections: nn.ModuleList | None
-    words: WordVectors
-    #: the layout checked against the assignment (a property)
-    _layout: ClusterLayout
-
-    def backend_for(self, device: torch.device, compute: torch.dtype | None = None) -> BackendInfo: ...
-    def _check_word_vectors(self, weight: Tensor) -> None: ...
-
 
 if TYPE_CHECKING:  # for the checker the mixin is the kind of head it is mixed into; at run time a plain class
     from sohsm.heads.base import ClusteredHead as _Head
@@ -40,10 +25,10 @@ else:
 
 class TiedWords(_Head):
     """Mixin of :class:`~sohsm.heads.TwoLevelSoftmax`: its word vectors read by id and written by id (see the
-    module). ``tests/heads/two_level/test_host_protocols.py`` checks that it reads only what :class:`TyingHost`
-    declares."""
+    module). ``tests/heads/two_level/test_host_protocols.py`` checks that it reads only what a ClusteredHead has
+    and its ``TYPE_CHECKING`` block declares."""
 
-    if TYPE_CHECKING:  # for the checker: TyingHost's members beyond a ClusteredHead's, as the head defines them
+    if TYPE_CHECKING:  # what it reads of the head beyond a ClusteredHead's (the host test reads this block)
         word_dim: int
         word_projection: nn.Linear | None
         band_projections: nn.ModuleList | None

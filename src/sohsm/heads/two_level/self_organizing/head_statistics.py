@@ -6,7 +6,8 @@
 methods (``head.q``, ``head.update_statistics``, the training forward's hooks); the state is the head's
 :class:`~sohsm.heads.two_level.self_organizing.cluster_statistics.ClusterStatistics` (``q``, the waiting batches)
 and :class:`~sohsm.heads.two_level.self_organizing.recluster_schedule.ReclusterSchedule` (the tokens seen). What it
-reads of the head is declared in :class:`StatisticsHost`.
+reads of the head beyond a :class:`~sohsm.heads.base.SelfOrganizingHead` is declared in the class body, under
+``TYPE_CHECKING``.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import inspect
 import os
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -36,25 +37,6 @@ def _user_stacklevel() -> int:
     return level
 
 
-class StatisticsHost(Protocol):
-    """What :class:`HeadStatistics` reads of the head it is mixed into (:class:`~sohsm.heads.SelfOrganizedSoftmax`)."""
-
-    n_classes: int
-    n_clusters: int
-    assignment: Tensor
-    counts: Tensor
-    frozen: bool
-    update_every: int | None
-    statistics: ClusterStatistics
-    schedule: ReclusterSchedule
-    ranks: RankGroup
-    _layout_cache: ClusterLayout
-    _optimizers: weakref.WeakKeyDictionary
-    _warned_unattached: bool
-
-    def _corpus_counts(self) -> Tensor | None: ...
-
-
 if TYPE_CHECKING:  # for the checker the mixin is the kind of head it is mixed into; at run time a plain class
     from sohsm.heads.base import SelfOrganizingHead as _Head
 else:
@@ -64,11 +46,11 @@ else:
 class HeadStatistics(_Head):
     """Mixin of :class:`~sohsm.heads.SelfOrganizedSoftmax`: its statistics as seen through the head (see the module).
 
-    Its methods read of the head only what :class:`StatisticsHost` declares, besides each other
-    (``tests/heads/two_level/test_host_protocols.py`` checks it).
+    Its methods read of the head only what a SelfOrganizingHead has and its ``TYPE_CHECKING`` block declares, besides
+    each other (``tests/heads/two_level/test_host_protocols.py`` checks it).
     """
 
-    if TYPE_CHECKING:  # for the checker: StatisticsHost's members beyond a SelfOrganizingHead's, as the head has them
+    if TYPE_CHECKING:  # what it reads of the head beyond a SelfOrganizingHead's (the host test reads this block)
         counts: Tensor
         statistics: ClusterStatistics
         schedule: ReclusterSchedule
