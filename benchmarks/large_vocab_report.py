@@ -38,7 +38,9 @@ def run_summary(folder: Path) -> dict | None:
             "test_ppl_token": round(test["ppl"], 2),
             "tokens_per_s": round(trains[-1]["tokens"] / trains[-1]["elapsed_s"], 1) if trains else None,
             "train_peak_mib": meta["train_peak_rss_mib"], "eval_peak_mib": meta["eval_peak_rss_mib"],
-            "commit": meta["commit"], "unused": unused}
+            "commit": meta["commit"], "unused": unused,
+            "unused_cost_bpb": (round(unused["renormalized_gain_bits"] * test["tokens"] / test["text_bytes"], 5)
+                                if "renormalized_gain_bits" in unused else None)}
 
 
 def _mean(values: list[float]) -> float:
@@ -54,7 +56,21 @@ def summarise(seeds: dict[str, dict]) -> dict:
             "dev_bpb_mean": round(_mean([s["dev_bpb"] for s in seeds.values()]), 4),
             "tokens_per_s_mean": round(_mean([s["tokens_per_s"] for s in seeds.values() if s["tokens_per_s"]]
                                              or [0.0]), 1),
-            "unused_mass_mean": round(_mean([s["unused"]["unused_mass"] for s in seeds.values()]), 4)}
+            "unused_mass_mean": round(_mean([s["unused"]["unused_mass"] for s in seeds.values()]), 4),
+            "unused_cost": _unused_cost(seeds)}
+
+
+def _unused_cost(seeds: dict[str, dict]) -> dict | None:
+    """The mean bits per byte a run loses to its unused rows, over the seeds where it was measured (``None``: none)."""
+    costs = [s["unused_cost_bpb"] for s in seeds.values() if s.get("unused_cost_bpb") is not None]
+    return {"bpb_mean": round(_mean(costs), 4), "n": len(costs)} if costs else None
+
+
+def _cost_cell(run: dict) -> str:
+    cost = run["unused_cost"]
+    if cost is None:
+        return "–"
+    return f"{cost['bpb_mean']:.4f}" + (f" ({cost['n']} of {run['n']})" if cost["n"] < run["n"] else "")
 
 
 def compare(mine: dict, other: dict) -> dict:
@@ -161,12 +177,12 @@ def _budget_section(tokenizer: str, budget: int, budget_dir: Path, runs_order: l
              "--head HEAD [--head-option ...] --tie-weights|--no-tie-weights --seed SEED` (each run's exact command: "
              "its `run.json`)", "",
              "| run | test bits/byte, seed by seed | mean | spread | dev bits/byte | tokens/s | train peak MiB "
-             "| eval peak MiB | mass on unused rows | commits |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| eval peak MiB | mass on unused rows | its cost, bits/byte | commits |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name in runs_order:
         run = runs.get(name)
         if run is None:
-            lines.append(f"| {name} | not kept (yet) | | | | | | | | |")
+            lines.append(f"| {name} | not kept (yet) | | | | | | | | | |")
             continue
         seeds = run["seeds"]
         by_seed = ", ".join(f"s{seed} {row['test_bpb']:.4f}" for seed, row in seeds.items())
@@ -177,6 +193,7 @@ def _budget_section(tokenizer: str, budget: int, budget_dir: Path, runs_order: l
             f"{run['dev_bpb_mean']:.4f} | "
             f"{run['tokens_per_s_mean']:,.1f} | {_peak([r['train_peak_mib'] for r in seeds.values()])} | "
             f"{max(r['eval_peak_mib'] for r in seeds.values()):,} | {100 * run['unused_mass_mean']:.2f}% | "
+            f"{_cost_cell(run)} | "
             f"{', '.join(sorted({r['commit'] for r in seeds.values()}))} |")
     any_run = next(iter(runs.values()), None)
     if any_run:
@@ -186,7 +203,11 @@ def _budget_section(tokenizer: str, budget: int, budget_dir: Path, runs_order: l
                   f"{u['rows']:,} rows that the training split never uses "
                   f"({100 * u['uniform_share']:.2f}% of the rows: "
                   f"what a uniform distribution would give them), over the first {u['test_tokens']:,} test positions "
-                  "(`python benchmarks/unused_mass.py RUN --tokens 16384`), the mean over the seeds."]
+                  "(`python benchmarks/unused_mass.py RUN --tokens 16384`), the mean over the seeds. *Its cost*: the "
+                  "test bits per byte the head would save were that mass given to the used rows in proportion "
+                  "(`renormalized_gain_bits` of `unused.json`, over the same positions, times the test split's "
+                  "tokens per byte), the mean over the seeds measured (*k of n* where some runs predate the figure; "
+                  "*–*: none measured)."]
     if so:
         u = next(iter(so["seeds"].values()))["unused"]
         if "clusters" in u:

@@ -7,6 +7,11 @@ unused rows. For a head with clusters (the self-organized head, frequency binnin
 rows sit: how many clusters hold one, how many hold nothing else, the share of unused rows in those, and the mean
 mass on clusters of unused rows alone.
 
+It also says what that mass costs: *renormalized_gain_bits*, the bits per test token the head would save if the
+unused rows' mass went to the used rows in proportion (``-log2(1 - m)`` at each position whose target training
+uses, ``m`` that position's unused mass, averaged over all positions); ``targets_unused`` counts the positions whose
+target training never shows (left out of that sum: moving their mass away would cost there, not save).
+
 Usage::
 
     python benchmarks/unused_mass.py runs/large-vocab/llama3/tokens-500000/seed-1/self_organized-tied
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -42,23 +48,30 @@ def measure(run_dir: Path, tokens: int = 16384) -> dict:
         size = torch.bincount(assignment, minlength=n_clusters)
         holding = torch.bincount(assignment[unused], minlength=n_clusters)
         only_unused = (holding == size) & (size > 0)
-    mass = mass_only = 0.0
-    seen = 0
+    mass = mass_only = gain_bits = 0.0
+    seen = targets_unused = 0
     run.model.eval()
     run.head.eval()
     ids = corpus.test[:tokens]
-    unused_rows = unused.nonzero().squeeze(1)
+    unused_rows, used_rows = unused.nonzero().squeeze(1), (~unused).nonzero().squeeze(1)
     only_rows = only_unused[assignment].nonzero().squeeze(1) if clustered else None
     for hidden, target in stream_hidden_states(run.model, ids, run.config.eval_batch_size, run.config.bptt):
-        for rows in hidden.reshape(-1, hidden.size(-1)).split(ROWS):  # [ROWS, N] at a time: 200k rows x 4,096
-            probs = run.head.log_prob(rows).double().exp()            # positions would be 6.5 GB a copy
+        for rows, targets in zip(hidden.split(ROWS), target.split(ROWS)):  # [ROWS, N] at a time: 200k rows x
+            log_probs = run.head.log_prob(rows).double()                    # 4,096 positions: 6.5 GB a copy
+            probs = log_probs.exp()
             mass += float(probs.index_select(1, unused_rows).sum())
+            used_target = ~unused[targets.cpu()].to(probs.device)
+            targets_unused += int((~used_target).sum())
+            # -log2(1 - m) as -log2 of the used rows' own sum: exact where m is close to 1
+            on_used = torch.logsumexp(log_probs[used_target].index_select(1, used_rows), 1)
+            gain_bits += float(-on_used.sum()) / math.log(2)
             if clustered:
                 mass_only += float(probs.index_select(1, only_rows).sum())
         seen += target.numel()
     out = {"run": run_dir.name, "head": run.config.head.name, "rows": n, "unused_rows": int(unused.sum()),
            "test_tokens": seen, "unused_mass": mass / seen,
-           "uniform_share": int(unused.sum()) / n}
+           "uniform_share": int(unused.sum()) / n, "renormalized_gain_bits": gain_bits / seen,
+           "targets_unused": targets_unused}
     if clustered:
         out |= {"clusters": n_clusters, "clusters_holding_unused": int((holding > 0).sum()),
                 "clusters_of_unused_only": int(only_unused.sum()),
@@ -71,9 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", type=Path, nargs="+", help="run directories")
     parser.add_argument("--tokens", type=int, default=16384, help="test tokens read (default 16384)")
+    parser.add_argument("--write", type=Path, nargs="+", metavar="DIR",
+                        help="also write each run's figures to DIR/unused.json (one DIR per run, in order)")
     args = parser.parse_args(argv)
-    for run in args.runs:
-        print(json.dumps(measure(run, args.tokens)))
+    if args.write and len(args.write) != len(args.runs):
+        parser.error(f"--write names {len(args.write)} folders for {len(args.runs)} runs: one per run")
+    for i, run in enumerate(args.runs):
+        figures = measure(run, args.tokens)
+        print(json.dumps(figures), flush=True)
+        if args.write:
+            (args.write[i] / "unused.json").write_text(json.dumps(figures, indent=1) + "\n")
     return 0
 
 

@@ -1,6 +1,7 @@
 """benchmarks/large_vocab.py end to end on a small text with Llama 3's 128,256 rows: it trains, scores and keeps
 each run (peak memory, the unused rows' mass), skips kept ones, and its report's numbers are the kept files' own."""
 import json
+import math
 
 import pytest
 
@@ -8,6 +9,7 @@ from benchmark_scripts import load_script
 
 pytest.importorskip("quicktok")
 large_vocab = load_script("large_vocab")
+unused_mass = load_script("unused_mass")
 
 #: a tiny model in place of the protocol's
 TINY = ["--layers", "1", "--hidden-size", "16", "--attention-heads", "2", "--bptt", "8", "--batch-size", "4",
@@ -54,6 +56,34 @@ def test_train_keeps_each_run_and_the_report_reads_them(corpus, tmp_path):
     assert figures["self_organized-tied"]["seeds"]["1"]["test_bpb"] == round(test["bits_per_byte"], 4)
     assert f"{test['bits_per_byte']:.4f}" in text and "| full-tied | not kept (yet) |" in text
     assert "ahead of adaptive_20k-tied: **" in text and "**unmeasured** for quality" in text
+    # what the unused rows' mass costs, against a dense float64 reference: the bits saved by renormalizing over
+    # the used rows are the loss over the whole distribution minus the loss over the used rows renormalized
+    run_dir = tmp_path / "runs" / "llama3" / "tokens-320" / "seed-1" / "self_organized-tied"
+    assert unused["renormalized_gain_bits"] == pytest.approx(_reference_gain_bits(run_dir, 64), rel=1e-9, abs=1e-12)
+    assert unused["renormalized_gain_bits"] > 0 and unused["targets_unused"] == 0
+
+
+def _reference_gain_bits(run_dir, tokens: int) -> float:
+    """The bits per position a renormalization over the used rows saves, position by position in float64."""
+    import torch
+
+    from sohsm.tasks.lm import load_lm_corpus, stream_hidden_states
+    from sohsm.train import load_run
+
+    run = load_run(run_dir, "best")
+    ids = load_lm_corpus(run.config, run_dir=run_dir).test[:tokens]
+    used = torch.as_tensor(run.vocab.counts > 0)
+    run.model.eval()
+    saved, positions = 0.0, 0
+    with torch.no_grad():
+        for hidden, target in stream_hidden_states(run.model, ids, run.config.eval_batch_size, run.config.bptt):
+            log_p = run.head.log_prob(hidden).double()                           # [n, N]
+            whole = -log_p.gather(1, target[:, None]).squeeze(1) / math.log(2)  # bits, every row
+            on_used = torch.where(used, log_p, torch.full_like(log_p, -math.inf))
+            renormalized = -(on_used - torch.logsumexp(on_used, 1, keepdim=True)).gather(1, target[:, None]).squeeze(1)
+            saved += float((whole - renormalized / math.log(2))[used[target]].sum())
+            positions += target.numel()
+    return saved / positions
 
 
 def _run(*bpb: float) -> dict:
