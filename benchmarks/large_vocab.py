@@ -62,6 +62,8 @@ MODELS: dict[str, tuple[str, str, str, int]] = {"transformer": (PROTOCOL, "", "t
 #: softmax (about 65 MFLOP a token at 128k rows, each way) last
 RUNS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     "self_organized-tied": ("self_organized", True, ()),
+    # the words training never shows (count 0: most of the tokenizer's rows) in clusters of their own
+    "self_organized_apart-tied": ("self_organized", True, ("unseen_words=apart",)),
     # fairseq's large-vocabulary configurations: a head of 20,000 tokens, tails to 60,000 and the rest, factor 4
     "adaptive_20k-tied": ("adaptive", True, ("cutoffs=[20000,60000]",)),
     # the tuning protocol's adaptive softmax (fair_quality.py's adaptive_tuned-tied): cutoffs at 10% and 40% of N,

@@ -33,9 +33,7 @@ from torch import Tensor
 from sohsm.clustering import (
     default_max_cluster_size,
     default_n_clusters,
-    frequency_binning,
     greedy_assignment,
-    random_assignment,
 )
 from sohsm.clustering.deferred_acceptance import greedy_assignment_deferred
 from sohsm.heads.base import HeadMemory, SelfOrganizingHead, check_counts
@@ -47,6 +45,7 @@ from sohsm.heads.two_level.self_organizing.moved_words import give_cluster_means
 from sohsm.heads.two_level.self_organizing.rank_sync import RankGroup, is_zero_redundancy
 from sohsm.heads.two_level.self_organizing.recluster_schedule import ReclusterSchedule
 from sohsm.heads.two_level.self_organizing.reclustering import Reclustering
+from sohsm.heads.two_level.self_organizing.starting_clusters import starting_assignment
 from sohsm.heads.two_level.softmax import TwoLevelSoftmax
 
 
@@ -94,6 +93,9 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
         backend: how the in-cluster softmax is computed (:class:`TwoLevelSoftmax`): ``"auto"`` (default)
             the sync-free Triton kernels on CUDA, the per-cluster kernel on the CPU.
         cluster_bias: a bias per cluster in the cluster softmax (:class:`TwoLevelSoftmax`; off by default).
+        unseen_words: where the words of count 0 go (:mod:`.starting_clusters`): ``"spread"`` (default) as any
+            word, ``"apart"`` in clusters of their own, beyond ``n_clusters``, that Algorithm 1 leaves to them
+            (needs ``counts``).
         reclustering: when and how the words are re-assigned (Algorithm 1's limits ``gamma`` and ``freq_budget``,
             the schedule ``update_every``, ``reclusters_per_epoch``, ``first_update``, ``update_growth``, the
             statistics' ``smoothing`` and ``q_clusters``, the ``solver``, freezing and moved words' vectors): a
@@ -123,6 +125,7 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
     # its buffers (register_buffer), declared for the checker (``counts`` by HeadStatistics)
     steps: Tensor
     tail_words: Tensor
+    seen_words: Tensor | None
 
     def __init__(
         self,
@@ -140,6 +143,7 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
         cutoffs: Sequence[int] | None = None,
         backend: str = "auto",
         cluster_bias: bool = False,
+        unseen_words: str = "spread",
         reclustering: Reclustering | None = None,
     ) -> None:
         if reclustering is None:
@@ -168,24 +172,20 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
             raise ValueError("init='frequency' needs the word counts (counts=...)")
         if shortlist and counts is None:
             raise ValueError("shortlist needs the word counts (counts=...): they say which words are most frequent")
-        assignment: Tensor | str = init
-        if shortlist:
-            assert counts is not None  # (refused above without them)
-            short, tail = _split_by_frequency(counts, shortlist)
-            if init == "random":
-                tail_clusters = random_assignment(tail.numel(), n_clusters, torch.Generator().manual_seed(seed))
-            else:
-                tail_clusters = frequency_binning(counts[tail], n_clusters)
-            assignment = torch.empty(n_classes, dtype=torch.long)
-            assignment[short] = torch.arange(shortlist)
-            assignment[tail] = tail_clusters + shortlist
+        assignment, tail, apart = starting_assignment(counts, n_classes, n_clusters, shortlist, init, seed,
+                                                      unseen_words, max_size)
+        n_clusters += apart.reserved if apart else 0
         super().__init__(in_features, n_classes, assignment=assignment, n_clusters=shortlist + n_clusters,
                          counts=counts, projection=projection, seed=seed, word_dim=word_dim, div_value=div_value,
                          cutoffs=cutoffs, backend=backend, cluster_bias=cluster_bias)
-        self.shortlist = shortlist
-        if shortlist:
+        self.shortlist, self.unseen_words = shortlist, unseen_words
+        if tail is not None:
             #: ``[N - S]`` the words Algorithm 1 places (every word but the shortlist)
             self.register_buffer("tail_words", tail, persistent=False)
+        #: ``unseen_words="apart"``: the last ``reserved_clusters`` (beyond ``n_clusters``) hold the words of count 0
+        #: alone; Algorithm 1 places the ``seen_words`` (``[S]`` ids) over the others
+        self.reserved_clusters = apart.reserved if apart else 0
+        self.register_buffer("seen_words", apart.seen if apart else None, persistent=False)
         #: the re-clustering options, one group, read whole by the E-step, the statistics and the schedule
         self.reclustering = reclustering
         #: Algorithm 1's limit on a cluster's words (``gamma * sqrt(N)``)
@@ -356,11 +356,14 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
         solve = greedy_assignment if sequential else greedy_assignment_deferred
         if self.ranks.leads():
             q = self.statistics.rows()  # compact: read a block of dense rows at a time
-            if self.shortlist:  # the shortlist words keep their own clusters; the rest share the learned ones
-                s, tail = self.shortlist, self.tail_words
+            if self.shortlist or self.reserved_clusters:  # the shortlist and unseen words keep their clusters
+                s = self.shortlist
+                tail = self.seen_words if self.seen_words is not None else self.tail_words
                 q = q.take(tail) if compact else q[tail]
                 if not sequential and compact:
                     q = q.dense()  # the deferred solver reads whole columns: the rows are built at once
+                if self.reserved_clusters:  # the seen words over the clusters the unseen ones leave
+                    q = (q if isinstance(q, Tensor) else q.dense())[:, :q.shape[1] - self.reserved_clusters]
                 q = self._with_stay_margin(q, self.assignment[tail] - s)
                 result = solve(q, tf[tail.to(tf.device)], self.max_cluster_size, options.freq_budget)
                 assignment = self.assignment.clone()
@@ -430,14 +433,9 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
             + (f", update_growth={options.update_growth}" if options.update_growth != 1.0 else "")
             + (f", first_update={options.first_update}" if options.first_update is not None else "")
             + (f", shortlist={self.shortlist}" if self.shortlist else "")
+            + (f", unseen_words=apart ({self.reserved_clusters} clusters)" if self.unseen_words == "apart" else "")
             + (f", q_clusters={options.q_clusters}" if options.q_clusters is not None else "")
         )
-
-
-def _split_by_frequency(counts: Tensor, shortlist: int) -> tuple[Tensor, Tensor]:
-    """``(the shortlist most frequent words, the rest)``, each in descending count (ties: lower id first)."""
-    order = torch.sort(counts.to(torch.float64), descending=True, stable=True).indices
-    return order[:shortlist], order[shortlist:]
 
 
 @register_head("self_organized", builds=SelfOrganizedSoftmax, defaults=run_defaults.self_organized_defaults,
