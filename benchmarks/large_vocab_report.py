@@ -19,6 +19,8 @@ from pathlib import Path
 #: at this many times its training tokens/s, and ahead of these runs at equal tokens
 WITHIN, FASTER, AHEAD_OF = 0.01, 5.0, ("adaptive_20k-tied", "adaptive_tuned-tied", "importance_sampling-untied")
 SELF_ORGANIZED, REFERENCE = "self_organized-tied", "full-tied"
+#: the self-organized head's variants, each set against its default (not a target: what the option does)
+VARIANTS = {"self_organized_apart-tied": "the unseen words apart (`--head-option unseen_words=apart`)"}
 
 
 def _records(folder: Path) -> list[dict]:
@@ -141,6 +143,14 @@ def _verdict(entry: dict, speed: dict | None) -> list[str]:
         word = {"ahead": "met: ahead", "behind": "missed: behind", "level": "level (neither met nor missed)",
                 "one seed": ("ahead" if c["k"] else "behind") + " on one seed (no spread yet: neither met nor missed)"}
         lines.append(f"- ahead of {other}: **{word[c['verdict']]}**: {_gap_text(c, so, runs[other])}.")
+    for variant, what in VARIANTS.items():
+        if runs.get(variant) is not None:
+            c = entry.setdefault("variants", {})[variant] = compare(runs[variant], so)  # the variant / default
+            word = {"ahead": "lower", "behind": "higher", "level": "level",
+                    "one seed": ("lower" if c["k"] else "higher") + " on one seed"}[c["verdict"]]
+            lines.append(f"- the self-organized head with {what}, against the default: **{word}**: "
+                         + _gap_text(c, runs[variant], so).replace("the self-organized head's", "the variant's")
+                         .replace("lower on", "the variant lower on") + ".")
     return lines
 
 
