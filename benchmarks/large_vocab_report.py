@@ -20,7 +20,8 @@ from pathlib import Path
 WITHIN, FASTER, AHEAD_OF = 0.01, 5.0, ("adaptive_20k-tied", "adaptive_tuned-tied", "importance_sampling-untied")
 SELF_ORGANIZED, REFERENCE = "self_organized-tied", "full-tied"
 #: the self-organized head's variants, each set against its default (not a target: what the option does)
-VARIANTS = {"self_organized_apart-tied": "the unseen words apart (`--head-option unseen_words=apart`)"}
+VARIANTS = {"self_organized_spread-tied": "the unseen words spread over the clusters (`--head-option "
+                                          "unseen_words=spread`, the default before `unseen_words=apart`)"}
 
 
 def _records(folder: Path) -> list[dict]:

@@ -152,6 +152,11 @@ class Vocabulary:
         return cls.from_counts(Counter(tokens), min_count=min_count, max_size=max_size, unk=unk, eos=eos)
 
     # -- lookups --------------------------------------------------------------------
+    @property
+    def unseen(self) -> int:
+        """How many entries the training split never shows (count 0: a tokenizer's rows the corpus does not use)."""
+        return int((self.counts == 0).sum())
+
     def __len__(self) -> int:
         return len(self.itos)
 

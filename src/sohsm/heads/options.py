@@ -44,6 +44,8 @@ class HeadSetting:
         n_words: the vocabulary's size (``n_classes``).
         subwords: whether the vocabulary is a subword tokenizer's rather than words.
         device: the type of device the run trains on (``"cpu"``, ``"cuda"``, ...).
+        unseen_words: how many of the words the training split never shows (count 0: the rows of a tokenizer's
+            vocabulary that the corpus does not use).
     """
 
     model: str
@@ -52,6 +54,7 @@ class HeadSetting:
     n_words: int
     subwords: bool = False
     device: str = "cpu"
+    unseen_words: int = 0
 
 
 class HeadDefaults(NamedTuple):

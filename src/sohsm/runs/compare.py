@@ -175,7 +175,8 @@ def _completed(run: PlannedRun, corpora: dict[tuple, Any]) -> PlannedRun:
     """The run (checked) with the head options its vocabulary settles (:func:`with_vocabulary_options`), as ``lm
     train`` would write them: a folder is compared with, and trained from, that."""
     run.config.validate()
-    config, _ = with_vocabulary_options(run.config, len(_corpus(run.config, corpora).vocab))
+    vocab = _corpus(run.config, corpora).vocab
+    config, _ = with_vocabulary_options(run.config, len(vocab), vocab.unseen)
     return PlannedRun(run.name, config)
 
 

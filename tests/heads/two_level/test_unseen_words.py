@@ -36,11 +36,12 @@ def _check_apart(head: SelfOrganizedSoftmax, counts: torch.Tensor, n_clusters: i
     """The reserved clusters hold the unseen words alone; ``bounded``: no cluster over Algorithm 1's size limit
     (initial frequency bins are not bounded, with the unseen words apart or not)."""
     seen, first = counts > 0, head.n_clusters - head.reserved_clusters
+    unseen = ~seen & (head.assignment >= head.shortlist)  # a small corpus's shortlist can hold unseen words too
     assert head.n_clusters == head.shortlist + n_clusters + head.reserved_clusters
-    assert head.reserved_clusters == math.ceil(int((~seen).sum()) / head.max_cluster_size)
+    assert head.reserved_clusters == math.ceil(int(unseen.sum()) / head.max_cluster_size)
     assert not bool((head.assignment[seen] >= first).any()), "a seen word in a reserved cluster"
-    assert bool((head.assignment[~seen] >= first).all()), "an unseen word among the seen ones"
-    reserved_sizes = torch.bincount(head.assignment[~seen] - first)
+    assert bool((head.assignment[unseen] >= first).all()), "an unseen word among the seen ones"
+    reserved_sizes = torch.bincount(head.assignment[unseen] - first)
     assert int(reserved_sizes.max()) <= head.max_cluster_size and int(reserved_sizes.min()) > 0
     if bounded:
         assert int(torch.bincount(head.assignment).max()) <= head.max_cluster_size
@@ -133,3 +134,15 @@ def test_apart_leaves_less_mass_on_the_unseen_words():
                 probs = head.log_prob(direction[target] + 0.5 * torch.randn(1000, D, generator=data)).exp()
                 mass[unseen_words] = float(probs[:, counts == 0].sum(1).mean())
         assert mass["apart"] < 0.5 * mass["spread"], (seed, mass)
+
+
+@pytest.mark.parametrize("seen", [10, 60])  # every seen word in the shortlist; fewer seen words than clusters
+def test_a_small_corpus_over_a_large_vocabulary(seen):
+    counts = torch.zeros(N, dtype=torch.long)
+    counts[torch.randperm(N, generator=torch.Generator().manual_seed(0))[:seen]] = torch.arange(seen, 0, -1)
+    torch.manual_seed(0)
+    head = SelfOrganizedSoftmax(D, N, counts=counts, unseen_words="apart", shortlist=20,
+                                reclustering=Reclustering(update_every=3))
+    _train(head, counts, steps=6)
+    assert len(head.history) == 2
+    _check_apart(head, counts, head.n_clusters - head.shortlist - head.reserved_clusters)

@@ -108,3 +108,22 @@ def test_the_vocabulary_bands_only_a_tied_lstm_s_self_organized_head_over_words(
     assert options(**{"head.options": {"gamma": 2.0}}) == {"div_value": 4}
     assert options(**{"model.hidden_size": 16, "model.emb_size": 16}) == {"div_value": 4}  # bands of 16, 4 and 1
     assert options(**{"model.hidden_size": 15, "model.emb_size": 15}) == {}  # the rarest band would have none
+
+
+def test_a_vocabulary_with_unseen_words_keeps_them_apart_in_the_self_organized_head():
+    """``unseen_words=apart`` where the vocabulary holds words of count 0 (a tokenizer's unused rows), for the
+    self-organized head alone; none where every word is seen, or where the run's options choose."""
+    from sohsm.tasks.lm.config import vocabulary_defaults, vocabulary_head_options
+    from sohsm.train import apply_overrides
+
+    def config(**overrides):
+        base = {"data.corpus": "wikitext-2", "data.tokenizer": "llama3", "head.name": "self_organized",
+                "model.architecture": "transformer"}
+        return apply_overrides(TrainConfig(), {**base, **overrides})
+
+    assert vocabulary_head_options(config(), 128_256, 100_816) == {"unseen_words": "apart"}
+    assert "100,816 of 128,256" in vocabulary_defaults(config(), 128_256, 100_816).reason
+    assert vocabulary_head_options(config(), 128_256, 0) == {}
+    assert vocabulary_head_options(config(), 128_256) == {}
+    assert vocabulary_head_options(config(**{"head.options": {"unseen_words": "spread"}}), 128_256, 100_816) == {}
+    assert vocabulary_head_options(config(**{"head.name": "two_level_frequency"}), 128_256, 100_816) == {}

@@ -135,28 +135,29 @@ def ties_by_default(overrides: typing.Mapping[str, typing.Any]) -> bool:
     return HeadSpec.of(name, options, check=False).tying_refusal(hidden) is None
 
 
-def vocabulary_defaults(config: LMConfig, n_words: int) -> HeadDefaults:
-    """The head options a new run takes from its model and its vocabulary of ``n_words`` entries where its own
-    leave them open, and why: the head's own defaults for that setting (:meth:`~sohsm.heads.HeadSpec.settle`;
-    the self-organized head of a tied LSTM over 20,000 words or more scores rarer words in fewer dimensions)."""
+def vocabulary_defaults(config: LMConfig, n_words: int, unseen_words: int = 0) -> HeadDefaults:
+    """The head options a new run takes from its model and its vocabulary of ``n_words`` entries (``unseen_words``
+    of them never in the training split) where its own leave them open, and why: the head's own defaults for that
+    setting (:meth:`~sohsm.heads.HeadSpec.settle`; the self-organized head of a tied LSTM over 20,000 words or more
+    scores rarer words in fewer dimensions)."""
     from sohsm.heads import HeadSetting  # the registry: imports torch
 
     model = config.model
     setting = HeadSetting(model=model.architecture, hidden_size=model.hidden_size, tied=model.tie_weights,
                           n_words=n_words, subwords=config.data.tokenizer is not None,
-                          device=str(config.device).split(":")[0])
+                          device=str(config.device).split(":")[0], unseen_words=unseen_words)
     return config.head.spec(check=False).settle(setting)[1]
 
 
-def vocabulary_head_options(config: LMConfig, n_words: int) -> dict[str, typing.Any]:
+def vocabulary_head_options(config: LMConfig, n_words: int, unseen_words: int = 0) -> dict[str, typing.Any]:
     """The options of :func:`vocabulary_defaults` alone."""
-    return vocabulary_defaults(config, n_words).options
+    return vocabulary_defaults(config, n_words, unseen_words).options
 
 
-def with_vocabulary_options(config: LMConfig, n_words: int) -> tuple[LMConfig, HeadDefaults]:
+def with_vocabulary_options(config: LMConfig, n_words: int, unseen_words: int = 0) -> tuple[LMConfig, HeadDefaults]:
     """``(config with the options of :func:`vocabulary_defaults` added, those defaults)``: what a new run over
     ``n_words`` words is written and built with (a copy where any are added; ``config`` itself is not changed)."""
-    added = vocabulary_defaults(config, n_words)
+    added = vocabulary_defaults(config, n_words, unseen_words)
     if not added.options:
         return config, added
     head = dataclasses.replace(config.head, options={**config.head.options, **added.options})

@@ -83,7 +83,8 @@ class LMTask(Task):
         """The run's config with the head options its model and vocabulary settle (:func:`with_vocabulary_options`:
         the head's own defaults, e.g. ``div_value=4`` for a tied LSTM's self-organized head over 20,000 words or
         more), kept in its ``config.json``."""
-        self.config, self.vocabulary_options = with_vocabulary_options(self.config, len(self.vocab))
+        self.config, self.vocabulary_options = with_vocabulary_options(self.config, len(self.vocab),
+                                                                       self.vocab.unseen)
         return self.config
 
     @classmethod

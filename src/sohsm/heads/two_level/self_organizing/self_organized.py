@@ -356,9 +356,10 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
         solve = greedy_assignment if sequential else greedy_assignment_deferred
         if self.ranks.leads():
             q = self.statistics.rows()  # compact: read a block of dense rows at a time
-            if self.shortlist or self.reserved_clusters:  # the shortlist and unseen words keep their clusters
-                s = self.shortlist
-                tail = self.seen_words if self.seen_words is not None else self.tail_words
+            if self.seen_words is not None and not self.seen_words.numel():  # every seen word in the shortlist
+                assignment, result = self.assignment, None
+            elif self.shortlist or self.reserved_clusters:  # the shortlist and unseen words keep their clusters
+                s, tail = self.shortlist, (self.seen_words if self.seen_words is not None else self.tail_words)
                 q = q.take(tail) if compact else q[tail]
                 if not sequential and compact:
                     q = q.dense()  # the deferred solver reads whole columns: the rows are built at once
@@ -374,7 +375,7 @@ class SelfOrganizedSoftmax(HeadStatistics, TwoLevelSoftmax, SelfOrganizingHead):
                 q = self._with_stay_margin(q, self.assignment)
                 result = solve(q, tf, self.max_cluster_size, options.freq_budget)
                 assignment = result.assignment
-            fallback_words = int(result.fallback_words)
+            fallback_words = int(result.fallback_words) if result is not None else 0
         else:
             assignment, fallback_words = None, 0
         assignment, fallback_words = self.broadcast_assignment(assignment, fallback_words)

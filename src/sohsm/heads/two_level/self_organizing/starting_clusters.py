@@ -74,10 +74,14 @@ def starting_assignment(counts: Tensor | None, n_classes: int, n_clusters: int, 
     short, tail = split_by_frequency(counts, shortlist)
     apart = plan_apart(counts, tail, max_size) if unseen_words == "apart" else None
     placed = tail if apart is None else apart.seen
-    if init == "random":
-        clusters = random_assignment(placed.numel(), n_clusters, torch.Generator().manual_seed(seed))
+    # fewer words than clusters (the unseen words apart, on a small corpus): the clusters past them start empty
+    over = min(n_clusters, placed.numel())
+    if not over:
+        clusters = torch.empty(0, dtype=torch.long)
+    elif init == "random":
+        clusters = random_assignment(placed.numel(), over, torch.Generator().manual_seed(seed))
     else:
-        clusters = frequency_binning(counts[placed], n_clusters)
+        clusters = frequency_binning(counts[placed], over)
     assignment = torch.empty(n_classes, dtype=torch.long)
     assignment[short] = torch.arange(shortlist)
     assignment[placed] = clusters + shortlist
