@@ -73,12 +73,13 @@ def test_the_solvers_agree_with_the_unseen_words_apart():
     assert torch.equal(*assignments)
 
 
-def test_apart_changes_nothing_where_every_word_is_seen():
+@pytest.mark.parametrize("shortlist", [None, 0])
+def test_apart_changes_nothing_where_every_word_is_seen(shortlist):
     counts = _counts(unseen=0)
     heads = []
     for unseen_words in ("spread", "apart"):
         torch.manual_seed(0)
-        heads.append(SelfOrganizedSoftmax(D, N, counts=counts, unseen_words=unseen_words,
+        heads.append(SelfOrganizedSoftmax(D, N, counts=counts, unseen_words=unseen_words, shortlist=shortlist,
                                           reclustering=Reclustering(update_every=3)))
         _train(heads[-1], counts, steps=6)
     spread, apart = heads

@@ -68,9 +68,10 @@ def starting_assignment(counts: Tensor | None, n_classes: int, n_clusters: int, 
         raise ValueError(f"unseen_words must be one of {UNSEEN_WORDS}, got {unseen_words!r}")
     if unseen_words == "apart" and counts is None:
         raise ValueError("unseen_words='apart' needs the word counts (counts=...): they say which words are unseen")
-    if not shortlist and unseen_words == "spread":
-        return init, None, None
-    assert counts is not None  # a shortlist is refused without them
+    nothing_apart = unseen_words == "spread" or (counts is not None and not bool((counts == 0).any()))
+    if not shortlist and nothing_apart:
+        return init, None, None  # every word self-organised as the two-level head starts them
+    assert counts is not None  # a shortlist and "apart" are refused without them
     short, tail = split_by_frequency(counts, shortlist)
     apart = plan_apart(counts, tail, max_size) if unseen_words == "apart" else None
     placed = tail if apart is None else apart.seen
