@@ -262,8 +262,10 @@ def report(results: Path, output: Path, runs_order: list[str], protocol_title: s
              "`quicktok-v1` wheel (`pip install 'sohsm[tokenizers]'`). **The head has every row of the tokenizer**",
              "though WikiText-2's training split uses about 27,000 of them: the case of a model trained with that",
              "tokenizer. Bits per byte (loss in bits / UTF-8 bytes of the split's text) take every row's probability",
-             "mass: a head that gives unused rows mass pays for it. Every run of a table reads the same number of",
-             "training tokens." + ("" if not others else " The sections named " + " or ".join(
+             "mass: a head that gives unused rows mass pays for it. The self-organized head's default keeps the",
+             "tokens training never shows in clusters of their own (`unseen_words=apart`, a run default from",
+             "76f9f74); `self_organized_spread-tied` places them as any other token, as the runs before it did.",
+             "Every run of a table reads the same number of training tokens." + ("" if not others else " The sections named " + " or ".join(
                  f"*{name}*" for name, _ in others.values()) + " train that model instead of the transformer "
                  "(`python benchmarks/large_vocab.py train --model ...`), with the same heads and budgets."),
              "",
