@@ -265,7 +265,8 @@ def report(results: Path, output: Path, runs_order: list[str], protocol_title: s
              "mass: a head that gives unused rows mass pays for it. The self-organized head's default keeps the",
              "tokens training never shows in clusters of their own (`unseen_words=apart`, a run default from",
              "76f9f74); `self_organized_spread-tied` places them as any other token, as the runs before it did.",
-             "Every run of a table reads the same number of training tokens." + ("" if not others else " The sections named " + " or ".join(
+             "Every run of a table reads the same number of training tokens."
+             + ("" if not others else " The sections named " + " or ".join(
                  f"*{name}*" for name, _ in others.values()) + " train that model instead of the transformer "
                  "(`python benchmarks/large_vocab.py train --model ...`), with the same heads and budgets."),
              "",
