@@ -243,19 +243,23 @@ def pretrained_tables() -> list[Table]:
 
 
 def large_vocab_tables() -> list[Table]:
-    """Each tokenizer's runs, a table per model and budget; README: the transformer's budget that every head ran (a
-    longer one for the leading heads, and the LSTM's runs: the table page)."""
+    """Each tokenizer's runs, a table per model and budget; README: the transformer's largest budget that every head
+    ran (:func:`large_vocab.readme_budget`; the longer one of the leading heads, and the LSTM's runs: the table
+    page)."""
     tables = []
     for tokenizer_dir in sorted(p for p in large_vocab.RESULTS.iterdir() if p.is_dir()):
         for model, (_, _, model_name, _) in large_vocab.MODELS.items():
             folder = large_vocab.model_folder(large_vocab.RESULTS, tokenizer_dir.name, model)
             speed = _large_vocab_speed(folder)
+            readme = large_vocab.readme_budget(folder) if model == "transformer" else None
             for budget in sorted(folder.glob("tokens-*"), key=lambda p: int(p.name.split("-")[1])):
-                tables.append(_large_vocab_table(tokenizer_dir.name, model, model_name, budget, speed))
+                tables.append(_large_vocab_table(tokenizer_dir.name, model, model_name, budget, speed,
+                                                 budget.name == f"tokens-{readme}"))
     return tables
 
 
-def _large_vocab_table(tokenizer: str, model: str, model_name: str, budget: Path, speed: Speed | None) -> Table:
+def _large_vocab_table(tokenizer: str, model: str, model_name: str, budget: Path, speed: Speed | None,
+                       readme: bool) -> Table:
     seeds = sorted(int(p.name.split("-")[1]) for p in budget.glob("seed-*"))
     summaries = {(n, s): large_vocab_report.run_summary(budget / f"seed-{s}" / n)
                  for n in large_vocab.RUNS for s in seeds}
@@ -267,7 +271,7 @@ def _large_vocab_table(tokenizer: str, model: str, model_name: str, budget: Path
     situation = TOKENIZERS.get(tokenizer, tokenizer) + ("" if transformer else f", {model_name}")
     return Table(situation, f"WikiText-2, {tokens // 1000}k tokens", f"{model_name}, {tokens:,} tokens", "CPU",
                  "test bits/byte", "large-vocab.md", forms, LOOP, speed=speed,
-                 readme=transformer and tokens == large_vocab.BUDGET)
+                 readme=readme)
 
 
 def _large_vocab_speed(tokenizer_dir: Path) -> Speed | None:

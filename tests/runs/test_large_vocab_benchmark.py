@@ -141,3 +141,41 @@ def test_a_variant_of_the_head_is_set_against_its_default():
     assert variant["verdict"] == "behind" and variant["k"] == 0 and variant["gap_pct"] > 0  # the variant's / default's
     line = next(x for x in lines if "unseen_words=spread" in x)
     assert "against the default: **higher**" in line and "the variant lower on 0 of 3 seeds" in line
+
+
+def _keep(folder, tokens: int, seed: int, name: str) -> None:
+    run = folder / f"tokens-{tokens}" / f"seed-{seed}" / name
+    run.mkdir(parents=True)
+    (run / "test.json").write_text("{}")
+
+
+def test_readme_reads_the_largest_budget_that_every_head_ran(tmp_path):
+    every_head = ["self_organized-tied", "adaptive_20k-tied", "importance_sampling-untied",
+                  "two_level_frequency-tied", "full-tied"]
+    assert large_vocab.readme_budget(tmp_path) is None
+    for name in every_head:
+        _keep(tmp_path, 500, 1, name)
+    _keep(tmp_path, 1500, 1, "self_organized-tied")
+    _keep(tmp_path, 1500, 1, "adaptive_20k-tied")
+    assert large_vocab.readme_budget(tmp_path) == 500  # the longer budget lacks heads
+    for name in every_head[:-1]:
+        _keep(tmp_path, 1000, 2, name)
+    assert large_vocab.readme_budget(tmp_path) == 500  # no full softmax at 1,000 yet
+    (tmp_path / "tokens-1000" / "seed-1" / "full-tied").mkdir(parents=True)  # a run begun, not kept
+    assert large_vocab.readme_budget(tmp_path) == 500
+    _keep(tmp_path, 1000, 3, "full-tied")
+    assert large_vocab.readme_budget(tmp_path) == 1000  # one seed a head is enough; the spread variant not needed
+
+
+def test_the_protocol_budget_s_missing_runs_are_listed(tmp_path):
+    folder = tmp_path / "llama3" / f"tokens-{large_vocab.PROTOCOL_TOKENS}"
+    for name in large_vocab.RUNS:
+        for seed in large_vocab.SEEDS:
+            if name != "full-tied":
+                _keep(tmp_path / "llama3", large_vocab.PROTOCOL_TOKENS, seed, name)
+    assert folder.exists()
+    lines = "\n".join(large_vocab._protocol_not_run(tmp_path))
+    assert "llama3**: `full-tied` seeds 1, 2 (" in lines  # two seeds of the full softmax, not three
+    assert "o200k**: no run yet" in lines
+    _keep(tmp_path / "llama3", large_vocab.PROTOCOL_TOKENS, 1, "full-tied")
+    assert "llama3**: `full-tied` seed 2 (" in "\n".join(large_vocab._protocol_not_run(tmp_path))
