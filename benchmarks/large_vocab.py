@@ -172,7 +172,8 @@ def train(tokenizer: str, tokens: int, seeds: list[int], runs: list[str], runs_d
             if mass is None:
                 failed += 1
                 continue
-            kept_runs.keep(run, kept, {"test": test})
+            # test.json marks a run as kept, so it comes last: a run cut off here is evaluated again, never half kept
+            kept.mkdir(parents=True, exist_ok=True)
             (kept / "valid.json").write_text(json.dumps({**evals[-1], "from": "metrics.jsonl"}, indent=1) + "\n")
             (kept / "unused.json").write_text(json.dumps(mass, indent=1) + "\n")
             (kept / "run.json").write_text(json.dumps(
@@ -180,6 +181,7 @@ def train(tokenizer: str, tokens: int, seeds: list[int], runs: list[str], runs_d
                  "train_peak_rss_mib": round(train_peak),
                  "train_wall_s": round(train_wall), "eval_peak_rss_mib": round(eval_peak),
                  "eval_wall_s": round(eval_wall)}, indent=1) + "\n")
+            kept_runs.keep(run, kept, {"test": test})
             print(f"  test {test['bits_per_byte']:.4f} bits per byte, unused mass {mass['unused_mass']:.4f}",
                   flush=True)
     return 1 if failed else 0
