@@ -135,6 +135,7 @@ def test_the_lstm_s_runs_are_kept_apart_and_reported_in_their_own_sections(corpu
 def test_a_run_cut_off_while_it_is_kept_is_not_taken_for_kept(corpus, tmp_path, monkeypatch):
     results, runs = tmp_path / "results", ["self_organized-tied"]
     kept = results / "llama3" / "tokens-320" / "seed-1" / "self_organized-tied"
+    commit = large_vocab._commit
 
     def cut_off():
         raise KeyboardInterrupt
@@ -144,9 +145,7 @@ def test_a_run_cut_off_while_it_is_kept_is_not_taken_for_kept(corpus, tmp_path, 
         large_vocab.train("llama3", 320, [1], runs, tmp_path / "runs", results=results, mass_tokens=64,
                           corpus=str(corpus), extra=TINY)
     assert not (kept / "test.json").exists()  # so the next call evaluates it again instead of skipping it
-    monkeypatch.undo()
-    monkeypatch.setenv("SOHSM_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(large_vocab, "_commit", commit)
     assert large_vocab.train("llama3", 320, [1], runs, tmp_path / "runs", results=results, mass_tokens=64,
                              corpus=str(corpus), extra=TINY) == 0
     assert {p.name for p in kept.iterdir()} >= {"run.json", "test.json", "unused.json", "valid.json"}
