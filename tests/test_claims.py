@@ -1,8 +1,9 @@
 """The figures README's "Which head to pick" and docs/results/which-head.md quote are those of the pages they link,
 and the generated result pages are what their scripts write from the committed runs: a page and its quotes cannot
 drift apart. (README's section and its long form, docs/results/which-head-table.md, are written by
-benchmarks/which_head.py: tests/test_which_head.py compares them with what the script writes. README's rows are still
-read here as quotes of the table page they link.)
+benchmarks/which_head.py: tests/test_which_head.py compares them with what the script writes, where the history is
+there to tell a stale run by. README's rows are read here as quotes of the table page they link, figure by figure,
+and each row as its section's verdict: pick or level names, runner-up, gap, k of n, spread, seeds, commit, state.)
 
 A quoting text is split into units: a paragraph, a list item (a nested one is a unit of its own), a table row, a
 heading; fenced code (commands) is left out. A figure is a number with one decimal point as printed (104.07, 2.28 of
@@ -242,6 +243,184 @@ def test_hand_measured_figures_are_their_pages():
         fast, slow = sorted(measured["tokens_per_s"].values(), reverse=True)[:2]
         assert f"{fast / slow:.2f}x" in page, f"{MEASURED} {name}: {fast / slow:.2f}x is not on {measured['page']}"
         assert f"commit {measured['commit']}" in table, f"which-head-table.md: no commit {measured['commit']} ({name})"
+
+
+# ---- README's rows against the table page's sections they link ---------------------------------------------------
+#
+# A row is the short form of the section its first cell links: the pick or the forms level with the top, the runner-up,
+# the gap, its k of n and its spread are the section's verdict; its seeds, commit and state are those of the section's
+# rows. The figure check above reads only the numbers (a k of n, a name, a sign or a state word could change and
+# pass), and tests/test_which_head.py needs the history: this holds wherever the two committed texts are.
+
+TABLE_PAGE = DOCS / "results" / "which-head-table.md"
+ROW = re.compile(r"^\| \[[^\]]*\]\(docs/results/which-head-table\.md#([\w-]+)\) \| (.*) \| (.*) \| (.*) \|$")
+GAP = re.compile(r"^(?:`([^`]+)`: )?([+-]\d+\.\d+%) \((?:(\d+ of \d+)|one seed)\), (?:spread (\d+\.\d+%)|no spread)$")
+SEEDS = re.compile(r"^(\d+) seeds?, (?:.+, )?([0-9a-f]{7,40}), (current|stale|unknown)$")
+SPEED_ROW = re.compile(r"^speed: (.+)$")
+STATUS = re.compile(r"^\*\*(Pick|Level|One seed|One form|Quality unmeasured)\*\*")
+
+
+def table_sections(text: str) -> dict[str, list[str]]:
+    """The table page's sections by their heading's anchor: their lines, the heading left out."""
+    which_head = load_script("which_head")
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = sections.setdefault(which_head.slug(line[3:]), [])
+        elif current is not None:
+            current.append(line)
+    return sections
+
+
+def _verdict(lines: list[str]) -> tuple[str, dict]:
+    """A section's verdict paragraph (one line) and what it says: status, pick, named forms, runner-up, gap, k of n,
+    spread."""
+    paragraph = "\n".join(lines).strip().split("\n\n")[0].replace("\n", " ")
+    status = STATUS.match(paragraph)
+    said = {"status": status.group(1) if status else None}
+    if said["status"] == "Pick":
+        said["pick"] = re.match(r"\*\*Pick\*\* (.+?): [+-]\d", paragraph).group(1)
+    if said["status"] == "Level":
+        said["named"] = re.findall(r"`([^`]+)`", paragraph.split(" (the top", 1)[0])
+    if said["status"] == "One seed":
+        said["named"] = re.findall(r"lowest `([^`]+)`", paragraph)
+    runner = re.search(r"(?:the runner-up|against) `([^`]+)`", paragraph)
+    gap, k_of_n = re.search(r"[+-]\d+\.\d+%", paragraph), re.search(r"(\d+ of \d+) seeds", paragraph)
+    spread = re.search(r"spread(?: of)? (\d+\.\d+%)", paragraph)
+    said.update(runner=runner and runner.group(1), gap=gap and gap.group(), k_of_n=k_of_n and k_of_n.group(1),
+                spread=spread and spread.group(1))
+    return paragraph, said
+
+
+def _forms(lines: list[str]) -> dict[str, list[str]]:
+    """A section's table rows by form label: their cells."""
+    rows = {}
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        label = re.match(r"`([^`]+)`", cells[0]) if line.startswith("| `") else None
+        if label:
+            rows[label.group(1)] = cells
+    return rows
+
+
+def _state(states: set[str]) -> str:
+    """The one word for rows' "changed since" words: stale where one is, else unknown where one is, else current."""
+    return "stale" if "stale" in states else "unknown" if "unknown" in states else "current"
+
+
+def row_problems(section: str, page: str) -> list[str]:
+    """Where a row of README's ``section`` is not the verdict of the table ``page``'s section it links."""
+    sections, problems = table_sections(page), []
+    for line in section.splitlines():
+        if not line.startswith("| ["):
+            continue
+        row = ROW.match(line)
+        if not row or row.group(1) not in sections:
+            problems.append(f"README row links no section of which-head-table.md: «{line}»")
+            continue
+        anchor, pick, gap, measured = row.groups()
+        lines = sections[anchor]
+        paragraph, said = _verdict(lines)
+        wrong = lambda what, have, want: problems.append(  # noqa: E731
+            f"README row #{anchor}: {what} {have!r}, its section says {want!r}")
+        if pick == "unmeasured":                                # on a GPU: the section lists what was measured
+            text = " ".join(lines)
+            speed = re.search(r"commit (\w+): (\w+)", text)
+            quality = re.search(r"Quality: (.*?)\. A speed", text)
+            linked = [a.lstrip("#") for a in LINK.findall(quality.group(1))] if quality else []
+            states = {form[8].split(":")[0] for a in linked for form in _forms(sections.get(a, [])).values()}
+            want = f"speed: {speed.group(2)} ({speed.group(1)})" if speed else None
+            if gap != want:
+                wrong("speed", gap, want)
+            if measured != f"quality: {len(linked)} rows, {_state(states)}":
+                wrong("quality", measured, f"{len(linked)} rows, {_state(states)}")
+            continue
+        if pick == "quality unmeasured":
+            fastest = SPEED_ROW.match(gap)
+            speed_line = next((s for s in lines if s.startswith("Speed, ")), "")
+            speed_line = " ".join(s for s in lines[lines.index(speed_line):] if s) if speed_line else ""
+            if said["status"] != "Quality unmeasured":
+                wrong("status", "quality unmeasured", said["status"])
+            if not fastest or f"The fastest: {fastest.group(1)}, one measurement each; " not in speed_line:
+                wrong("speed", gap, speed_line)
+            commit, word = (["", ""] + measured.split(", "))[-2:]
+            if not re.search(rf"commit [^;]*\b{re.escape(commit)}\b", speed_line) or \
+                    f"one measurement each; {word}" not in speed_line:
+                wrong("speed's commit and state", measured, speed_line)
+            continue
+        status, named = "Pick", []
+        if pick.startswith("level: "):
+            status, named = "Level", re.findall(r"`([^`]+)`", pick)
+        elif pick.startswith("none, one seed; lowest "):
+            status, named = "One seed", re.findall(r"`([^`]+)`", pick)
+        elif pick.endswith(" alone"):
+            status = "One form"
+        if said["status"] != status:
+            wrong("status", status, said["status"])
+        if status == "Pick" and pick != said.get("pick"):
+            wrong("pick", pick, said.get("pick"))
+        if named and named != said.get("named"):
+            wrong("forms", named, said.get("named"))
+        parts = GAP.match(gap)
+        if gap != "–" and not parts:
+            problems.append(f"README row #{anchor}: the gap «{gap}» does not read as one")
+        elif parts:
+            runner = parts.group(1) or (named[1] if status == "Level" and len(named) > 1 else None)
+            for what, have in (("runner-up", runner), ("gap", parts.group(2)), ("k of n", parts.group(3)),
+                               ("spread", parts.group(4))):
+                key = what.replace("-", "_").replace(" ", "_").replace("runner_up", "runner")
+                if have != said[key]:
+                    wrong(what, have, said[key])
+        forms = _forms(lines)
+        cells = SEEDS.match(measured)
+        if not cells or not forms:
+            problems.append(f"README row #{anchor}: «{measured}» does not read as seeds, commit and state")
+            continue
+        top = next(iter(forms.values()))
+        compared = [top] + [forms[n] for n in dict.fromkeys([*named, said["runner"]]) if n in forms and forms[n] != top]
+        seeds, commit, word = cells.groups()
+        if int(seeds) != len(top[2].split(", ")):
+            wrong("seeds", seeds, top[2])
+        if not any(commit in form[7].split(", ") for form in compared):
+            wrong("commit", commit, [form[7] for form in compared])
+        if word != _state({form[8].split(":")[0] for form in compared}):
+            wrong("state", word, _state({form[8].split(":")[0] for form in compared}))
+    return problems
+
+
+def row_mutations(section: str, page: str):
+    """README's rows with one thing changed each: a figure, sign or k of n, a name (swapped for another form of its
+    section), the seeds, or the state word."""
+    sections = table_sections(page)
+    for line in section.splitlines():
+        row = ROW.match(line)
+        if not row:
+            continue
+        for what, changed in mutations(line):
+            yield what, section.replace(line, changed, 1)
+        labels = list(_forms(sections.get(row.group(1), [])))
+        for name in dict.fromkeys(re.findall(r"`([^`]+)`", line.split(" | ", 1)[1])):
+            for other in [label for label in labels if label != name][:2]:
+                yield f"{name} -> {other}", section.replace(line, line.replace(f"`{name}`", f"`{other}`"), 1)
+        for old, new in (("current |", "stale |"), ("stale |", "current |"), (" seeds, ", "0 seeds, ")):
+            if old in line:
+                yield f"{old} -> {new}", section.replace(line, line.replace(old, new, 1), 1)
+
+
+def test_readme_rows_are_the_verdicts_of_the_sections_they_link():
+    problems = row_problems(_section(), TABLE_PAGE.read_text())
+    assert not problems, "\n".join(problems)
+
+
+def test_any_changed_figure_name_k_of_n_seeds_or_state_of_a_readme_row_fails():
+    """What the figure check let pass (a k of n, a runner-up's name, -0.16% for -0.17% where -0.17% is elsewhere on
+    the page): each change to a row must make the row check fail."""
+    section, page = _section(), TABLE_PAGE.read_text()
+    changes = list(row_mutations(section, page))
+    assert len(changes) >= 100, "the rows' figures and names were not found"
+    passed = [what for what, changed in changes if not row_problems(changed, page)]
+    assert not passed, f"these changes of README's rows pass the row check: {passed}"
 
 
 # ---- which-head.md's tables, row by row from the same named figures (its prose keeps the check above) ------------
