@@ -162,10 +162,10 @@ def test_a_variant_of_the_head_is_set_against_its_default():
     assert "against the default: **higher**" in line and "the variant lower on 0 of 3 seeds" in line
 
 
-def _keep(folder, tokens: int, seed: int, name: str) -> None:
+def _keep(folder, tokens: int, seed: int, name: str, bpb: float = 2.0) -> None:
     run = folder / f"tokens-{tokens}" / f"seed-{seed}" / name
     run.mkdir(parents=True)
-    (run / "test.json").write_text("{}")
+    (run / "test.json").write_text(json.dumps({"bits_per_byte": bpb}))
 
 
 def test_readme_reads_the_largest_budget_that_every_head_ran(tmp_path):
@@ -198,3 +198,21 @@ def test_the_protocol_budget_s_missing_runs_are_listed(tmp_path):
     assert "o200k**: no run yet" in lines
     _keep(tmp_path / "llama3", large_vocab.PROTOCOL_TOKENS, 1, "full-tied")
     assert "llama3**: `full-tied` seed 2 (" in "\n".join(large_vocab._protocol_not_run(tmp_path))
+
+
+def test_the_longer_protocol_budget_is_for_the_two_heads_lowest_at_the_protocol_s(tmp_path):
+    """Which two: the lowest mean test bits per byte over their kept seeds, so a head that overtakes changes them."""
+    llama3 = tmp_path / "llama3"
+    means = {"self_organized-tied": (1.74, 1.75), "adaptive_20k-tied": (1.76, 1.71), "full-tied": (1.70,),
+             "two_level_frequency-tied": (1.80, 1.81)}
+    for name, bpbs in means.items():
+        for seed, bpb in enumerate(bpbs, 1):
+            _keep(llama3, large_vocab.PROTOCOL_TOKENS, seed, name, bpb)
+    assert large_vocab.leading(llama3 / f"tokens-{large_vocab.PROTOCOL_TOKENS}") == ["full-tied", "adaptive_20k-tied"]
+    assert not large_vocab._protocol_longer_not_run(tmp_path / "none")
+    _keep(llama3, large_vocab.PROTOCOL_LONGER, 2, "adaptive_20k-tied")
+    _keep(llama3, large_vocab.PROTOCOL_LONGER, 1, "self_organized-tied")       # not a leader: not listed
+    lines = large_vocab._protocol_longer_not_run(tmp_path)
+    assert len(lines) == 1 and "llama3, the two lowest at 1,000,000: `full-tied`, `adaptive_20k-tied`" in lines[0]
+    assert "): `full-tied` seeds 1, 2, 3; `adaptive_20k-tied` seeds 1, 3 (" in lines[0]
+    assert "self_organized" not in lines[0]
