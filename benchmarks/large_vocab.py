@@ -18,7 +18,8 @@ an epoch evaluates once, at its end), ``test.json``, ``unused.json`` and ``run.j
 memory of training and evaluation, wall time) -- never checkpoints. Run it again to continue: kept runs are skipped,
 interrupted ones resumed from their last checkpoint (every 100,000 tokens or so).
 
-``report`` writes ``docs/results/large-vocab.md`` and ``large-vocab.json`` from the kept files alone.
+``report`` writes ``docs/results/large-vocab.md``, ``large-vocab.json`` and the plot beside them,
+``large-vocab.png``, from the kept files alone.
 
 Usage::
 

@@ -24,6 +24,10 @@ VARIANTS = {"self_organized_spread-tied": "the unseen words spread over the clus
                                           "unseen_words=spread`, the default before `unseen_words=apart`)"}
 
 
+#: the plot, beside the page whatever the page's name (so a page written elsewhere reads the same)
+PLOT = "large-vocab.png"
+
+
 def _records(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
@@ -273,6 +277,7 @@ def report(results: Path, output: Path, runs_order: list[str], protocol_title: s
              "One thread per run on a 2-core CPU, two runs side by side (and at times a third job): tokens/s are a",
              "guide. The speed tables' runs were measured one after another by the same command.",
              ""]
+    intro = len(lines)
     figures: dict = {}
     for tokenizer_dir in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
         tokenizer = tokenizer_dir.name
@@ -283,7 +288,60 @@ def report(results: Path, output: Path, runs_order: list[str], protocol_title: s
                 named[folder] = {}
                 lines += _model_sections(f"{tokenizer}, {name}", tokenizer_dir / folder, runs_order, other_settings,
                                          named[folder])
+    if plot(figures, output.parent / PLOT):
+        lines[intro:intro] = [f"![test bits per byte against training tokens]({PLOT})", "",
+                        "The plot: the transformer's runs over each tokenizer kept at two budgets or more, the mean "
+                        "test bits per byte (left) and each run's over the self-organized head's, seed by seed over "
+                        "the seeds both kept (right: above 0, the head is lower), against training tokens. The "
+                        "tables below hold every figure.", ""]
     text = "\n".join(lines).rstrip() + "\n"
     output.write_text(text)
     output.with_suffix(".json").write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
     return text
+
+
+def _curves(named: dict) -> dict[str, list[tuple[int, float, float | None]]]:
+    """Run -> (training tokens, mean test bits per byte, its bits per byte over the self-organized head's in %, seed
+    by seed; None for the head itself or with no seed in common) at each budget it was kept."""
+    curves: dict[str, list] = {}
+    for key in sorted((k for k in named if k.startswith("tokens-")), key=lambda k: int(k.split("-")[1])):
+        entry = named[key]
+        for name, run in entry["runs"].items():
+            c = entry["comparisons"].get(name, {})
+            over = None if not c.get("n") else 100 * (1 / (1 + c["gap_pct"] / 100) - 1)
+            curves.setdefault(name, []).append((int(key.split("-")[1]), run["test_bpb_mean"], over))
+    return curves
+
+
+def plot(figures: dict, path: Path) -> bool:
+    """Test bits per byte and the gap to the self-organized head against training tokens, a row of two panels for
+    each tokenizer whose transformer runs were kept at two budgets or more; False (nothing written) where none was."""
+    shown = {t: _curves(named) for t, named in figures.items()}
+    shown = {t: c for t, c in shown.items() if len({b for points in c.values() for b, _, _ in points}) > 1}
+    if not shown:
+        path.unlink(missing_ok=True)
+        return False
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(10, 3.6 * len(shown)))
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(len(shown), 2, squeeze=False)
+    for (tokenizer, curves), (left, right) in zip(shown.items(), axes):
+        for name, points in curves.items():
+            budgets = [b / 1e6 for b, _, _ in points]
+            line, = left.plot(budgets, [bpb for _, bpb, _ in points], marker="o", label=name)
+            gaps = [(b / 1e6, over) for b, _, over in points if over is not None]
+            if gaps:
+                right.plot(*zip(*gaps), marker="o", color=line.get_color(), label=name)
+        right.axhline(0, color="black", linewidth=0.8)
+        left.set_ylabel(f"{tokenizer}: test bits/byte (mean)")
+        right.set_ylabel("over the self-organized head (%)")
+        for ax in (left, right):
+            ax.set_xlabel("training tokens (millions)")
+            ax.grid(True, alpha=0.3)
+        left.legend(fontsize=7)
+    figure.suptitle("Transformer 4 x 256 over WikiText-2, every row of the tokenizer in the head")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100, metadata={"Software": None})
+    return True

@@ -216,3 +216,22 @@ def test_the_longer_protocol_budget_is_for_the_two_heads_lowest_at_the_protocol_
     assert len(lines) == 1 and "llama3, the two lowest at 1,000,000: `full-tied`, `adaptive_20k-tied`" in lines[0]
     assert "): `full-tied` seeds 1, 2, 3; `adaptive_20k-tied` seeds 1, 3 (" in lines[0]
     assert "self_organized" not in lines[0]
+
+
+def test_the_plot_draws_each_run_at_every_budget_kept_and_its_gap_to_the_head(tmp_path):
+    """The right panel's points are each run's bits per byte over the head's (+1% where the head is 1% lower by the
+    comparison's gap); a tokenizer with one budget is not drawn, and with none at two budgets nothing is written."""
+    report = large_vocab.large_vocab_report
+    so, other = _run(1.00, 1.02), _run(1.01, 1.03)
+    entry = {"runs": {"self_organized-tied": so, "adaptive_20k-tied": other},
+             "comparisons": {"adaptive_20k-tied": report.compare(so, other)}}
+    curves = report._curves({"tokens-1000": entry, "tokens-500": {"runs": {"full-tied": other}, "comparisons": {}},
+                             "speed": {}})
+    gap = entry["comparisons"]["adaptive_20k-tied"]["gap_pct"]
+    assert [b for b, _, _ in curves["adaptive_20k-tied"]] == [1000]
+    assert curves["adaptive_20k-tied"][0][2] == pytest.approx(100 * (1 / (1 + gap / 100) - 1))
+    assert 0.5 < curves["adaptive_20k-tied"][0][2] < 1.5 and curves["self_organized-tied"][0][2] is None
+    assert curves["full-tied"] == [(500, other["test_bpb_mean"], None)]  # no head at that budget: no gap
+    path = tmp_path / "page.png"
+    assert report.plot({"llama3": {"tokens-1000": entry, "tokens-500": entry}}, path) and path.stat().st_size > 1000
+    assert not report.plot({"llama3": {"tokens-1000": entry}}, path) and not path.exists()
