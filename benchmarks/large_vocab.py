@@ -364,7 +364,20 @@ def _protocol_not_run(results: Path) -> list[str]:
             lines.append(f"- **The protocol's {PROTOCOL_TOKENS:,} tokens, {tokenizer}**: " + "; ".join(
                 f"`{name}` seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" for name, seeds in
                 missing.items()) + f" {command}.")
+    hours = {t: h for t in TOKENIZERS if (h := _reference_hours(results / t / f"tokens-{PROTOCOL_TOKENS}"))}
+    if hours:
+        lines.append(f"- **Two seeds of `{REFERENCE}`** at the protocol's {PROTOCOL_TOKENS:,} tokens, not three, as "
+                     "the issue allows where one run takes hours: " + ", ".join(
+                         f"{t}'s took {h:.1f} hours a run here" for t, h in hours.items())
+                     + " (training and test evaluation: the kept runs' `run.json`, the mean).")
     return lines
+
+
+def _reference_hours(folder: Path) -> float | None:
+    """The mean wall time, in hours, of a kept :data:`REFERENCE` run's training and test evaluation in ``folder``."""
+    walls = [meta["train_wall_s"] + meta["eval_wall_s"] for run in folder.glob(f"seed-*/{REFERENCE}")
+             if (run / "test.json").exists() and (meta := json.loads((run / "run.json").read_text()))]
+    return sum(walls) / len(walls) / 3600 if walls else None
 
 
 def _lstm_not_run(results: Path) -> list[str]:

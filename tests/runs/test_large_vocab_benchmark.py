@@ -196,8 +196,12 @@ def test_the_protocol_budget_s_missing_runs_are_listed(tmp_path):
     lines = "\n".join(large_vocab._protocol_not_run(tmp_path))
     assert "llama3**: `full-tied` seeds 1, 2 (" in lines  # two seeds of the full softmax, not three
     assert "o200k**: no run yet" in lines
+    assert "Two seeds" not in lines  # no full softmax kept yet: no time to say
     _keep(tmp_path / "llama3", large_vocab.PROTOCOL_TOKENS, 1, "full-tied")
-    assert "llama3**: `full-tied` seed 2 (" in "\n".join(large_vocab._protocol_not_run(tmp_path))
+    (folder / "seed-1" / "full-tied" / "run.json").write_text(json.dumps({"train_wall_s": 5000, "eval_wall_s": 400}))
+    lines = "\n".join(large_vocab._protocol_not_run(tmp_path))
+    assert "llama3**: `full-tied` seed 2 (" in lines
+    assert "not three, as the issue allows where one run takes hours: llama3's took 1.5 hours a run here" in lines
 
 
 def test_the_longer_protocol_budget_is_for_the_two_heads_lowest_at_the_protocol_s(tmp_path):
