@@ -335,8 +335,10 @@ def plot(figures: dict, path: Path) -> bool:
             if gaps:
                 right.plot(*zip(*gaps), marker="o", color=line.get_color(), label=name)
         right.axhline(0, color="black", linewidth=0.8)
+        right.set_yscale("symlog", linthresh=2, linscale=2)   # linear within 2%, where the close heads are
+        right.set_yticks([0, 0.5, 1, 1.5, 2, 5, 10], ["0", "0.5", "1", "1.5", "2", "5", "10"])
         left.set_ylabel(f"{tokenizer}: test bits/byte (mean)")
-        right.set_ylabel("over the self-organized head (%)")
+        right.set_ylabel("over the self-organized head (%, log past 2)")
         for ax in (left, right):
             ax.set_xlabel("training tokens (millions)")
             ax.grid(True, alpha=0.3)
