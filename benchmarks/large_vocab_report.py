@@ -328,15 +328,19 @@ def plot(figures: dict, path: Path) -> bool:
     FigureCanvasAgg(figure)
     axes = figure.subplots(len(shown), 2, squeeze=False)
     for (tokenizer, curves), (left, right) in zip(shown.items(), axes):
+        drawn = [0.0]
         for name, points in curves.items():
             budgets = [b / 1e6 for b, _, _ in points]
             line, = left.plot(budgets, [bpb for _, bpb, _ in points], marker="o", label=name)
             gaps = [(b / 1e6, over) for b, _, over in points if over is not None]
             if gaps:
                 right.plot(*zip(*gaps), marker="o", color=line.get_color(), label=name)
+                drawn += [over for _, over in gaps]
         right.axhline(0, color="black", linewidth=0.8)
         right.set_yscale("symlog", linthresh=2, linscale=2)   # linear within 2%, where the close heads are
-        right.set_yticks([0, 0.5, 1, 1.5, 2, 5, 10], ["0", "0.5", "1", "1.5", "2", "5", "10"])
+        ticks = [v for v in (-10, -5, -2, -1, -0.5, 0, 0.5, 1, 1.5, 2, 5, 10, 20)
+                 if min(drawn) - 0.01 <= v <= max(drawn) + 2]               # none that would widen the view
+        right.set_yticks(ticks, [f"{v:g}" for v in ticks])
         left.set_ylabel(f"{tokenizer}: test bits/byte (mean)")
         right.set_ylabel("over the self-organized head (%, log past 2)")
         for ax in (left, right):
