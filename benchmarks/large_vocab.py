@@ -302,9 +302,8 @@ def not_run(results: Path = RESULTS) -> list[str]:
         missing = _missing(results / tokenizer / f"tokens-{BUDGET}")
         pace = _full_pace(results, tokenizer) if REFERENCE in missing else ""
         if missing:
-            lines.append(f"- **{tokenizer}, {BUDGET:,} tokens**: " + "; ".join(
-                f"`{name}` seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" for name, seeds in
-                missing.items()) + f" (`python benchmarks/large_vocab.py train --tokenizer {tokenizer} --tokens "
+            lines.append(f"- **{tokenizer}, {BUDGET:,} tokens**: " + _listed(missing)
+                         + f" (`python benchmarks/large_vocab.py train --tokenizer {tokenizer} --tokens "
                 f"{BUDGET} --seeds 1,2,3 --runs RUN`){pace}.")
     longer = results / "llama3" / f"tokens-{LONGER}"
     kept = sorted(p.parent.name + "/" + p.name for p in longer.glob("seed-*/*") if (p / "test.json").exists())
@@ -326,6 +325,12 @@ def leading(folder: Path, count: int = 2) -> list[str]:
     return sorted(means, key=means.get)[:count]
 
 
+def _listed(missing: dict[str, list[int]]) -> str:
+    """Runs and their seeds not kept, as the page lists them: ```full-tied` seeds 1, 2; ...``."""
+    return "; ".join(f"`{name}` seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
+                     for name, seeds in missing.items())
+
+
 def _protocol_longer_not_run(results: Path) -> list[str]:
     """Three times the protocol's budget (:data:`PROTOCOL_LONGER`) for the two runs that lead at the protocol's:
     the seeds of theirs not kept, each tokenizer where the protocol's budget has runs."""
@@ -339,9 +344,8 @@ def _protocol_longer_not_run(results: Path) -> list[str]:
         missing = {n: absent[n] for n in leaders if n in absent}
         if missing:
             lines.append(f"- **Three times the protocol's budget** ({PROTOCOL_LONGER:,} tokens, {tokenizer}, the two "
-                         f"lowest at {PROTOCOL_TOKENS:,}: {', '.join(f'`{n}`' for n in leaders)}): " + "; ".join(
-                             f"`{name}` seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
-                             for name, seeds in missing.items())
+                         f"lowest at {PROTOCOL_TOKENS:,}: {', '.join(f'`{n}`' for n in leaders)}): "
+                         + _listed(missing)
                          + f" (`python benchmarks/large_vocab.py train --tokenizer {tokenizer} --tokens "
                          f"{PROTOCOL_LONGER} --seeds 1,2,3 --runs RUN`).")
     return lines
@@ -361,9 +365,8 @@ def _protocol_not_run(results: Path) -> list[str]:
         if not folder.exists():
             lines.append(f"- **The protocol's {PROTOCOL_TOKENS:,} tokens, {tokenizer}**: no run yet {command}.")
         elif missing:
-            lines.append(f"- **The protocol's {PROTOCOL_TOKENS:,} tokens, {tokenizer}**: " + "; ".join(
-                f"`{name}` seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" for name, seeds in
-                missing.items()) + f" {command}.")
+            lines.append(f"- **The protocol's {PROTOCOL_TOKENS:,} tokens, {tokenizer}**: " + _listed(missing)
+                         + f" {command}.")
     hours = {t: h for t in TOKENIZERS if (h := _reference_hours(results / t / f"tokens-{PROTOCOL_TOKENS}"))}
     if hours:
         lines.append(f"- **Two seeds of `{REFERENCE}`** at the protocol's {PROTOCOL_TOKENS:,} tokens, not three, as "
@@ -390,9 +393,8 @@ def _lstm_not_run(results: Path) -> list[str]:
         if len(missing) == len(RUNS) and all(len(s) == len(SEEDS) for s in missing.values()):
             lines.append(f"- **The tied LSTM 256, {tokenizer}**: no run yet {command}.")
         elif missing:
-            lines.append(f"- **The tied LSTM 256, {tokenizer}, {BUDGET:,} tokens**: " + "; ".join(
-                f"`{name}` seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" for name, seeds in
-                missing.items()) + f" {command}.")
+            lines.append(f"- **The tied LSTM 256, {tokenizer}, {BUDGET:,} tokens**: " + _listed(missing)
+                         + f" {command}.")
     return lines
 
 

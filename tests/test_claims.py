@@ -273,9 +273,8 @@ def table_sections(text: str) -> dict[str, list[str]]:
     return sections
 
 
-def _verdict(lines: list[str]) -> tuple[str, dict]:
-    """A section's verdict paragraph (one line) and what it says: status, pick, named forms, runner-up, gap, k of n,
-    spread."""
+def _verdict(lines: list[str]) -> dict:
+    """What a section's verdict paragraph says: status, pick, named forms, runner-up, gap, k of n, spread."""
     paragraph = "\n".join(lines).strip().split("\n\n")[0].replace("\n", " ")
     status = STATUS.match(paragraph)
     said = {"status": status.group(1) if status else None}
@@ -290,7 +289,7 @@ def _verdict(lines: list[str]) -> tuple[str, dict]:
     spread = re.search(r"spread(?: of)? (\d+\.\d+%)", paragraph)
     said.update(runner=runner and runner.group(1), gap=gap and gap.group(), k_of_n=k_of_n and k_of_n.group(1),
                 spread=spread and spread.group(1))
-    return paragraph, said
+    return said
 
 
 def _forms(lines: list[str]) -> dict[str, list[str]]:
@@ -321,7 +320,7 @@ def row_problems(section: str, page: str) -> list[str]:
             continue
         anchor, pick, gap, measured = row.groups()
         lines = sections[anchor]
-        paragraph, said = _verdict(lines)
+        said = _verdict(lines)
         wrong = lambda what, have, want: problems.append(  # noqa: E731
             f"README row #{anchor}: {what} {have!r}, its section says {want!r}")
         if pick == "unmeasured":                                # on a GPU: the section lists what was measured
