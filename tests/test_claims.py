@@ -9,9 +9,12 @@ A quoting text is split into units: a paragraph, a list item (a nested one is a 
 heading; fenced code (commands) is left out. A figure is a number with one decimal point as printed (104.07, 2.28 of
 "2.28%", 1.17 of "1.17x", 1,907.63), its sign left out; numbers with two or more points (versions such as 2.11.0) and
 numbers glued to a letter before them (v0.3) are not figures. Every figure of a unit must be a figure of at least one
-docs/*.md page that the unit links (relative links resolved from the quoting file's folder, anchors dropped); a unit
-with figures and no such link fails.
+docs/*.md page that the unit links (relative links resolved from the quoting file's folder); a link with an anchor
+gives only its heading's section (to the next heading of its level or above), so a figure said of one table cannot
+be found in another, and an anchor with no such heading fails. A "k of n" of a unit's prose (not of a table row:
+tables are read row by row below) must be in what its links give too. A unit with figures and no such link fails.
 """
+import functools
 import json
 import re
 import sys
@@ -32,6 +35,7 @@ NUMBER = re.compile(r"\d(?:[\d,.]*\d)?")            # a run of digits, commas an
 LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 LIST_ITEM = re.compile(r"\s*(?:[-*+]|\d+[.)])\s")
 FENCE = re.compile(r"\s*(```|~~~)")
+K_OF_N = re.compile(r"\b\d+ of \d+\b")                # "3 of 3" (seeds), as the pages print it
 
 
 def figures(text: str, glued: bool = False) -> list[str]:
@@ -78,17 +82,41 @@ def units(text: str) -> list[str]:
     return found
 
 
-def linked_pages(unit: str, folder: Path) -> list[Path]:
-    """The docs/*.md pages ``unit`` links, resolved from ``folder`` (the quoting file's)."""
+def linked_pages(unit: str, folder: Path) -> list[tuple[Path, str]]:
+    """The docs/*.md pages ``unit`` links, resolved from ``folder`` (the quoting file's), each with its anchor."""
     pages = []
     for target in LINK.findall(unit):
-        path = target.split("#", 1)[0]
+        path, _, anchor = target.partition("#")
         if not path or "://" in path or path.startswith("mailto:"):
             continue
         page = (folder / path).resolve()
-        if page.suffix == ".md" and page.is_relative_to(DOCS.resolve()) and page not in pages:
-            pages.append(page)
+        if page.suffix == ".md" and page.is_relative_to(DOCS.resolve()) and (page, anchor) not in pages:
+            pages.append((page, anchor))
     return pages
+
+
+@functools.cache
+def _slug():
+    return load_script("which_head").slug
+
+
+def heading_section(text: str, anchor: str) -> str | None:
+    """What of markdown ``text`` lies under the heading GitHub anchors ``anchor``, to the next heading of its level
+    or above (fenced code holds no heading); None where no heading has that anchor."""
+    lines, start, level, fenced, seen = text.splitlines(), None, 0, False, {}
+    for number, line in enumerate(lines):
+        if FENCE.match(line):
+            fenced = not fenced
+        heading = None if fenced else re.match(r"(#+)\s+(.*)", line)
+        if heading is None:
+            continue
+        if start is not None and len(heading.group(1)) <= level:
+            return "\n".join(lines[start:number])
+        slug = _slug()(heading.group(2).strip())            # GitHub's: the second "Speed" is speed-1
+        slug, seen[slug] = (f"{slug}-{seen[slug]}" if slug in seen else slug), seen.get(slug, 0) + 1
+        if start is None and slug == anchor:
+            start, level = number, len(heading.group(1))
+    return None if start is None else "\n".join(lines[start:])
 
 
 def unquoted(text: str, folder: Path, name: str) -> list[str]:
@@ -97,24 +125,28 @@ def unquoted(text: str, folder: Path, name: str) -> list[str]:
     for unit in units(text):
         shown = LINK.sub(lambda m: m.group(0).split("](", 1)[0] + "]", unit)   # a link's target holds no figure
         wanted = figures(shown)
-        if not wanted:
+        counts = [] if unit.startswith("|") else K_OF_N.findall(shown)
+        if not wanted and not counts:
             continue
         start = " ".join(unit.split()[:8])
         pages = linked_pages(unit, folder)
         if not pages:
-            problems.append(f"{name}: «{start} ...» quotes {', '.join(wanted)} and links no docs/*.md page")
+            problems.append(f"{name}: «{start} ...» quotes {', '.join(wanted + counts)} and links no docs/*.md page")
             continue
-        have = set()
-        for page in pages:
+        have: set[str] = set()
+        for page, anchor in pages:
             if page not in cache:
-                cache[page] = set(figures(page.read_text(), glued=True)) if page.is_file() else None
+                cache[page] = page.read_text() if page.is_file() else None
+            given = cache[page] if cache[page] is None or not anchor else heading_section(cache[page], anchor)
             if cache[page] is None:
                 problems.append(f"{name}: «{start} ...» links {page.relative_to(ROOT)}, which does not exist")
+            elif given is None:
+                problems.append(f"{name}: «{start} ...» links {page.relative_to(ROOT)}#{anchor}, no such heading")
             else:
-                have |= cache[page]
-        for figure in wanted:
+                have |= set(figures(given, glued=True)) | set(K_OF_N.findall(given))
+        for figure in wanted + counts:
             if figure not in have:
-                named = ", ".join(str(p.relative_to(ROOT)) for p in pages)
+                named = ", ".join(str(p.relative_to(ROOT)) + (f"#{a}" if a else "") for p, a in pages)
                 problems.append(f"{name}: «{start} ...» quotes {figure}, found in none of {named}")
     return problems
 
@@ -148,19 +180,27 @@ def test_every_figure_of_readme_is_quoted_from_a_page_it_links():
 def test_the_check_finds_a_figure_its_page_lacks_and_a_figure_with_no_link(tmp_path, monkeypatch):
     docs = tmp_path / "docs"
     (docs / "results").mkdir(parents=True)
-    (docs / "results" / "fair.md").write_text("| run | 104.07 / 98.10 |\n\n- full-tied: -0.23% (t -0.27, p 0.813)\n")
+    (docs / "results" / "fair.md").write_text(
+        "# Fair\n\n| run | 104.07 / 98.10 |\n\n- full-tied: -0.23% (t -0.27, p 0.813), lower on 2 of 3\n\n"
+        "## One, at 1M\n\n-0.43%, lower on 3 of 3\n\n```bash\n# Two\n```\n\n### Deeper\n\n0.21%\n\n"
+        "## Two\n\n0.44%, 1 of 3\n\n## Speed\n\n1.5x\n\n## Speed\n\n1.34x\n")
     monkeypatch.setattr(sys.modules[__name__], "DOCS", docs)
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    text = ("The head scored 104.07, level (0.23%, [fair](results/fair.md#x)); torch 2.11.0, v0.3 and `1e5e578`.\n\n"
+    text = ("The head scored 104.07, level (0.23%, [fair](results/fair.md#fair)); torch 2.11.0, v0.3 and `1e5e578`.\n\n"
             "- It was 2.28% lower\n  ([fair.md](results/fair.md)).\n"
             "  - nested, 104.07 and no link\n\n"
             "| row | 98.10 | [page](results/fair.md) |\n"
             "| row | 0.81 | [page](results/fair.md) |\n\n"
             "```bash\nsohsm lm train --lr 0.35\n```\n\n"
             "See [the missing page](results/none.md): 1.5x.\n\n"
-            "p 0.81 [fair](https://example.org/fair.md)\n")
+            "p 0.81 [fair](https://example.org/fair.md)\n\n"
+            "At 1M lower on 3 of 3 by 0.43%, spread 0.21% ([one](results/fair.md#one-at-1m)).\n\n"
+            "At 1M lower on 1 of 3 by 0.44% ([one](results/fair.md#one-at-1m)).\n\n"
+            "| at 1M | 0.44% | 1 of 3 | [one](results/fair.md#one-at-1m) |\n\n"
+            "Lower on 2 of 3 and 1 of 3 ([fair](results/fair.md)), 1.34x ([speed](results/fair.md#speed-1)).\n\n"
+            "1.5x ([speed](results/fair.md#speed-2)).\n")
     problems = unquoted(text, docs, "quoting.md")
-    fair, none = "docs/results/fair.md", "docs/results/none.md"
+    fair, none, one = "docs/results/fair.md", "docs/results/none.md", "docs/results/fair.md#one-at-1m"
     assert problems == [
         f"quoting.md: «- It was 2.28% lower ([fair.md](results/fair.md)). ...» quotes 2.28, found in none of {fair}",
         "quoting.md: «- nested, 104.07 and no link ...» quotes 104.07 and links no docs/*.md page",
@@ -168,6 +208,11 @@ def test_the_check_finds_a_figure_its_page_lacks_and_a_figure_with_no_link(tmp_p
         f"quoting.md: «See [the missing page](results/none.md): 1.5x. ...» links {none}, which does not exist",
         f"quoting.md: «See [the missing page](results/none.md): 1.5x. ...» quotes 1.5, found in none of {none}",
         "quoting.md: «p 0.81 [fair](https://example.org/fair.md) ...» quotes 0.81 and links no docs/*.md page",
+        f"quoting.md: «At 1M lower on 1 of 3 by ...» quotes 0.44, found in none of {one}",
+        f"quoting.md: «At 1M lower on 1 of 3 by ...» quotes 1 of 3, found in none of {one}",
+        f"quoting.md: «| at 1M | 0.44% | 1 of ...» quotes 0.44, found in none of {one}",
+        f"quoting.md: «1.5x ([speed](results/fair.md#speed-2)). ...» links {fair}#speed-2, no such heading",
+        f"quoting.md: «1.5x ([speed](results/fair.md#speed-2)). ...» quotes 1.5, found in none of {fair}#speed-2",
     ]
 
 
@@ -184,10 +229,10 @@ def test_readme_section_runs_to_the_next_second_level_heading():
 # of hand-written pages that the script reads from docs/benchmarks/measured.json.
 
 FAIR, SUBWORD, MEASURED = "docs/results/fair.json", "docs/results/subword.json", "docs/benchmarks/measured.json"
+LARGE_VOCAB_JSON = "docs/results/large-vocab.json"
 #: a figure as the section prints it, with its sign (a number with one point, not glued to a letter before it), and
 #: a "k of n"
 SIGNED = re.compile(r"[+-]?\d(?:[\d,.]*\d)?")
-K_OF_N = re.compile(r"\b\d+ of \d+\b")
 
 
 def quoted_spans(section: str) -> list[tuple[int, int, str]]:
@@ -451,6 +496,43 @@ PROMISE_ROWS = [("`two_level_frequency` (frequency binning)", "two_level_frequen
                 ("`self_organized`", "self_organized"), ("`full`", "full"),
                 ("`adaptive` (tied: adaptive input)", "adaptive")]
 
+#: the large-vocabulary table: its tokenizers and models as the first cell names them, the peers in the order of rows
+LARGE_VOCAB, LARGE_VOCAB_MODELS = {"llama3": "Llama 3", "o200k": "o200k"}, {"": "transformer", "lstm256": "LSTM 256"}
+LARGE_VOCAB_ANCHORS = {"llama3": "llama-3s-128k", "o200k": "o200ks-200k"}   # which-head-table.md's sections
+LARGE_VOCAB_PEERS = {
+    "full-tied": "full softmax", "adaptive_20k-tied": "adaptive softmax, 20k head",
+    "adaptive_tuned-tied": "adaptive softmax, tuned", "importance_sampling-untied": "importance sampling",
+    "two_level_frequency-tied": "frequency binning", "self_organized_spread-tied": "itself, unused spread"}
+LARGE_VOCAB_HEADER = ("| vocabulary, model, tokens | against | the head | its | difference | lower on | spread | "
+                      "by the rule | source |")
+
+
+def large_vocab_rows() -> list[str]:
+    """Every comparison of large-vocab.json as a row: the head's mean and the peer's (each over its seeds), the gap
+    over the seeds both ran, its k of n, the seed-by-seed ratios' spread and the rule's verdict."""
+    data, rows = json.loads((ROOT / LARGE_VOCAB_JSON).read_text()), []
+    for tokenizer, name in LARGE_VOCAB.items():
+        for model, label in LARGE_VOCAB_MODELS.items():
+            tables = data[tokenizer].get(model, {}) if model else data[tokenizer]
+            for budget in sorted((key for key in tables if key.startswith("tokens-")), key=lambda k: int(k[7:])):
+                table = tables[budget]
+                if "comparisons" not in table:
+                    continue
+                assert set(table["comparisons"]) <= set(LARGE_VOCAB_PEERS), f"a peer unlabelled: {table['comparisons']}"
+                head = table["runs"]["self_organized-tied"]["test_bpb_mean"]
+                for peer, label_of_peer in LARGE_VOCAB_PEERS.items():
+                    if peer not in table["comparisons"]:
+                        continue
+                    gap = table["comparisons"][peer]
+                    spread = "–" if gap["spread_pct"] is None else f"{gap['spread_pct']:.2f}%"
+                    anchor = (f"{LARGE_VOCAB_ANCHORS[tokenizer]}-vocabulary{'-lstm-256' if model else ''}-wikitext-2-"
+                              f"{int(budget[7:]) // 1000}k-tokens")
+                    rows.append(f"| {name}, {label}, {int(budget[7:]):,} | {label_of_peer} | {head:.4f} | "
+                                f"{table['runs'][peer]['test_bpb_mean']:.4f} | {gap['gap_pct']:+.2f}% | "
+                                f"{gap['k']} of {gap['n']} | {spread} | {gap['verdict']} | "
+                                f"[the table](which-head-table.md#{anchor}) |")
+    return rows
+
 
 def which_head_tables() -> dict[str, list[str]]:
     """which-head.md's three tables as they must read, row by row (a table by its header), from the named figures:
@@ -480,13 +562,15 @@ def which_head_tables() -> dict[str, list[str]]:
     promise = [f"| {first} | {cell(runs[head + '-tied']['mean_test'])} | {cell(runs[head + '-untied']['mean_test'])} | "
                "[fair.md](fair.md) |" for first, head in PROMISE_ROWS]
     return {"| corpus | default | against, tied | its | difference | lower on | source |": lstm,
+            LARGE_VOCAB_HEADER: large_vocab_rows(),
             "| head | 8k BPE tokens | 32k BPE tokens | source |": bits, "| head | tied | untied | source |": promise}
 
 
-def table_problems(text: str) -> list[str]:
-    """Where a table of which-head.md ``text`` is not what its named figures make it: one line a row."""
+def table_problems(text: str, tables: dict[str, list[str]] | None = None) -> list[str]:
+    """Where a table of which-head.md ``text`` is not what its named figures make it (``tables``: which_head_tables(),
+    read once by a caller that asks many times): one line a row."""
     lines, problems = text.splitlines(), []
-    for header, rows in which_head_tables().items():
+    for header, rows in (tables or which_head_tables()).items():
         if header not in lines:
             problems.append(f"which-head.md: no table headed {header}")
             continue
@@ -512,6 +596,28 @@ def test_any_changed_figure_sign_or_k_of_n_of_which_head_md_tables_fails():
     assert len(changes) >= 2 * len(tables)
     passed = [what for what, changed in changes if not table_problems(changed)]
     assert not passed, f"these changes of which-head.md's tables pass the check: {passed}"
+
+
+def test_any_changed_figure_or_k_of_n_of_which_head_md_large_vocabularies_fails():
+    """The section that quotes the large-vocabulary runs: its table is their data (above) and each figure and k of n
+    of its prose is on the section of a page its links name, so none can change and pass. (A sign in prose is not
+    read: the figure check leaves signs out.)"""
+    text = WHICH_HEAD.read_text()
+    section = heading_section(text, "large-vocabularies-128k-and-200k-tokens")
+    assert section, "which-head.md has no section on large vocabularies"
+    checked, passed = 0, []
+    tables = {LARGE_VOCAB_HEADER: which_head_tables()[LARGE_VOCAB_HEADER]}
+    assert not table_problems(section, tables)
+    for what, changed in mutations(section):
+        at = next(i for i, (a, b) in enumerate(zip(section, changed)) if a != b)
+        old, new = what.split(" -> ")
+        if old.lstrip("+-") == new.lstrip("+-") and not section[section.rfind("\n", 0, at) + 1:].startswith("|"):
+            continue
+        checked += 1
+        if not unquoted(changed, WHICH_HEAD.parent, "which-head.md") and not table_problems(changed, tables):
+            passed.append(what)
+    assert checked >= 2 * len(large_vocab_rows())
+    assert not passed, f"these changes of which-head.md's large vocabularies pass the check: {passed}"
 
 
 # ---- the generated pages, written again from the committed runs --------------------------------------------------
