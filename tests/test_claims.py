@@ -228,8 +228,7 @@ def test_readme_section_runs_to_the_next_second_level_heading():
 # figure, sign, k of n and name). What this file keeps of it: the words, the spans a mutation changes, and the speeds
 # of hand-written pages that the script reads from docs/benchmarks/measured.json.
 
-FAIR, SUBWORD, MEASURED = "docs/results/fair.json", "docs/results/subword.json", "docs/benchmarks/measured.json"
-LARGE_VOCAB_JSON = "docs/results/large-vocab.json"
+MEASURED = "docs/benchmarks/measured.json"
 #: a figure as the section prints it, with its sign (a number with one point, not glued to a letter before it), and
 #: a "k of n"
 SIGNED = re.compile(r"[+-]?\d(?:[\d,.]*\d)?")
@@ -468,109 +467,16 @@ def test_any_changed_figure_name_k_of_n_seeds_or_state_of_a_readme_row_fails():
 
 
 # ---- which-head.md's tables, row by row from the same named figures (its prose keeps the check above) ------------
-
-WIKITEXT_2, TEXT8 = "WikiText-2 (33k words: `div_value=4`)", "text8 prefix (50k words: `div_value=4`)"
-#: the six-epoch LSTM table: (first cell, protocol, the default's run, the peer's label, the peer's run, metric)
-LSTM_ROWS = [
-    ("Penn Treebank (10k words: every word at d)", "lstm256-ptb", "self_organized-tied", "full softmax", "full-tied"),
-    ("Penn Treebank", "lstm256-ptb", "self_organized-tied", "frequency binning", "two_level_frequency-tied"),
-    ("Penn Treebank", "lstm256-ptb", "self_organized-tied", "adaptive softmax", "adaptive-tied"),
-    ("Penn Treebank", "lstm256-ptb", "self_organized-tied", "adaptive softmax, tuned", "adaptive_tuned-tied"),
-    (WIKITEXT_2, "lstm256-wikitext-2", "self_organized_div4-tied", "adaptive softmax", "adaptive-tied"),
-    ("WikiText-2, seed 1 only", "lstm256-wikitext-2", "self_organized_div4-tied", "adaptive softmax, tuned",
-     "adaptive_tuned-tied"),
-    ("WikiText-2", "lstm256-wikitext-2", "self_organized_div4-tied", "frequency binning", "two_level_frequency-tied"),
-    ("WikiText-2", "lstm256-wikitext-2", "self_organized_div4-tied", "itself, every word at d", "self_organized-tied"),
-    ("WikiText-2, H200 (4a2cbe9, 283908c)", "lstm256-wikitext-2-cuda", "self_organized_div4-tied", "full softmax",
-     "full-tied"),
-    (TEXT8, "lstm256-text8", "self_organized_div4-tied", "adaptive softmax", "adaptive-tied"),
-    ("text8 prefix", "lstm256-text8", "self_organized_div4-tied", "frequency binning", "two_level_frequency-tied"),
-    ("text8 prefix", "lstm256-text8", "self_organized_div4-tied", "itself, every word at d", "self_organized-tied"),
-    ("text8 prefix, H200 (4a2cbe9, 283908c)", "lstm256-text8-cuda", "self_organized_div4-tied", "full softmax",
-     "full-tied"),
-]
-#: the subword table: (first cell, run) over 8k and 32k BPE tokens; the fraction-of-an-epoch table: (first cell, head)
-SUBWORD_ROWS = [("`two_level_frequency`", "two_level_frequency-tied"), ("`self_organized`", "self_organized-tied"),
-                ("`full`", "full-tied"), ("`adaptive` (tied through adaptive input)", "adaptive-tied")]
-PROMISE_ROWS = [("`two_level_frequency` (frequency binning)", "two_level_frequency"),
-                ("`self_organized`", "self_organized"), ("`full`", "full"),
-                ("`adaptive` (tied: adaptive input)", "adaptive")]
-
-#: the large-vocabulary table: its tokenizers and models as the first cell names them, the peers in the order of rows
-LARGE_VOCAB, LARGE_VOCAB_MODELS = {"llama3": "Llama 3", "o200k": "o200k"}, {"": "transformer", "lstm256": "LSTM 256"}
-LARGE_VOCAB_ANCHORS = {"llama3": "llama-3s-128k", "o200k": "o200ks-200k"}   # which-head-table.md's sections
-LARGE_VOCAB_PEERS = {
-    "full-tied": "full softmax", "adaptive_20k-tied": "adaptive softmax, 20k head",
-    "adaptive_tuned-tied": "adaptive softmax, tuned", "importance_sampling-untied": "importance sampling",
-    "two_level_frequency-tied": "frequency binning", "self_organized_spread-tied": "itself, unused spread"}
-LARGE_VOCAB_HEADER = ("| vocabulary, model, tokens | against | the head | its | difference | lower on | spread | "
-                      "by the rule | source |")
-
-
-def large_vocab_rows() -> list[str]:
-    """Every comparison of large-vocab.json as a row: the head's mean and the peer's (each over its seeds), the gap
-    over the seeds both ran, its k of n, the seed-by-seed ratios' spread and the rule's verdict."""
-    data, rows = json.loads((ROOT / LARGE_VOCAB_JSON).read_text()), []
-    for tokenizer, name in LARGE_VOCAB.items():
-        for model, label in LARGE_VOCAB_MODELS.items():
-            tables = data[tokenizer].get(model, {}) if model else data[tokenizer]
-            for budget in sorted((key for key in tables if key.startswith("tokens-")), key=lambda k: int(k[7:])):
-                table = tables[budget]
-                if "comparisons" not in table:
-                    continue
-                assert set(table["comparisons"]) <= set(LARGE_VOCAB_PEERS), f"a peer unlabelled: {table['comparisons']}"
-                head = table["runs"]["self_organized-tied"]["test_bpb_mean"]
-                for peer, label_of_peer in LARGE_VOCAB_PEERS.items():
-                    if peer not in table["comparisons"]:
-                        continue
-                    gap = table["comparisons"][peer]
-                    spread = "–" if gap["spread_pct"] is None else f"{gap['spread_pct']:.2f}%"
-                    anchor = (f"{LARGE_VOCAB_ANCHORS[tokenizer]}-vocabulary{'-lstm-256' if model else ''}-wikitext-2-"
-                              f"{int(budget[7:]) // 1000}k-tokens")
-                    rows.append(f"| {name}, {label}, {int(budget[7:]):,} | {label_of_peer} | {head:.4f} | "
-                                f"{table['runs'][peer]['test_bpb_mean']:.4f} | {gap['gap_pct']:+.2f}% | "
-                                f"{gap['k']} of {gap['n']} | {spread} | {gap['verdict']} | "
-                                f"[the table](which-head-table.md#{anchor}) |")
-    return rows
-
-
-def which_head_tables() -> dict[str, list[str]]:
-    """which-head.md's three tables as they must read, row by row (a table by its header), from the named figures:
-    each mean over the seeds its difference pairs (fair.md's mean where those are all its seeds), the difference with
-    its sign and its k of n."""
-    fair = json.loads((ROOT / FAIR).read_text())
-    subword = json.loads((ROOT / SUBWORD).read_text())
-    lstm = []
-    for first, protocol, default, label, peer in LSTM_ROWS:
-        table = fair[protocol]
-        metric = "dev" if protocol.startswith("lstm256-text8") else "test"
-        pair = table["pairs"][f"{default} vs {peer}"][metric]
-        seeds = sorted(set(table["runs"][default]["seeds"]) & set(table["runs"][peer]["seeds"]))
-        def mean(run: str) -> float:  # the page's mean where the pair has all the run's seeds
-            row = table["runs"][run]
-            if seeds == sorted(row["seeds"]):
-                return row[f"mean_{metric}"]
-            return sum(row["seeds"][s][metric] for s in seeds) / len(seeds)
-        lstm.append(f"| {first} | {mean(default):.2f} | {label} | {mean(peer):.2f} | {pair['mean_pct']:+.2f}% | "
-                    f"{pair['lower']} of {pair['seeds']} | [fair.md](fair.md) |")
-    bits = [f"| {first} | " + " | ".join(f"{subword[size]['runs'][run]['mean_test_bpb']:.4f}"
-                                         for size in ("bpe:8000", "bpe:32000"))
-            + " | [subword.md](subword.md) |" for first, run in SUBWORD_ROWS]
-    runs = fair["promise"]["runs"]
-    best = min(runs[f"{head}-{tying}"]["mean_test"] for _, head in PROMISE_ROWS for tying in ("tied", "untied"))
-    cell = lambda value: f"**{value:.2f}**" if value == best else f"{value:.2f}"  # noqa: E731
-    promise = [f"| {first} | {cell(runs[head + '-tied']['mean_test'])} | {cell(runs[head + '-untied']['mean_test'])} | "
-               "[fair.md](fair.md) |" for first, head in PROMISE_ROWS]
-    return {"| corpus | default | against, tied | its | difference | lower on | source |": lstm,
-            LARGE_VOCAB_HEADER: large_vocab_rows(),
-            "| head | 8k BPE tokens | 32k BPE tokens | source |": bits, "| head | tied | untied | source |": promise}
+#: the rows as they must read: benchmarks/which_head_md.py computes them from the JSON (and writes them)
+WHICH_HEAD_MD = load_script("which_head_md")
+LARGE_VOCAB_HEADER = WHICH_HEAD_MD.LARGE_VOCAB_HEADER
 
 
 def table_problems(text: str, tables: dict[str, list[str]] | None = None) -> list[str]:
-    """Where a table of which-head.md ``text`` is not what its named figures make it (``tables``: which_head_tables(),
-    read once by a caller that asks many times): one line a row."""
+    """Where a table of which-head.md ``text`` is not what its named figures make it (``tables``: which_head_md's
+    tables, read once by a caller that asks many times): one line a row."""
     lines, problems = text.splitlines(), []
-    for header, rows in (tables or which_head_tables()).items():
+    for header, rows in (tables or WHICH_HEAD_MD.which_head_tables()).items():
         if header not in lines:
             problems.append(f"which-head.md: no table headed {header}")
             continue
@@ -585,12 +491,24 @@ def table_problems(text: str, tables: dict[str, list[str]] | None = None) -> lis
 
 def test_which_head_md_tables_are_their_data():
     problems = table_problems(WHICH_HEAD.read_text())
-    assert not problems, "\n".join(problems)
+    assert not problems, "\n".join(problems) + "\n(python benchmarks/which_head_md.py writes them)"
+
+
+def test_the_writer_restores_a_changed_a_missing_and_an_extra_row_and_leaves_the_prose():
+    text, tables = WHICH_HEAD.read_text(), WHICH_HEAD_MD.which_head_tables()
+    first, last = tables[LARGE_VOCAB_HEADER][0], tables[LARGE_VOCAB_HEADER][-1]
+    promise = tables["| head | tied | untied | source |"][-1]
+    damaged = (text.replace(first, first.replace(" | ", " | 9", 1), 1).replace(last + "\n", "", 1)
+               .replace(promise + "\n", promise + "\n| extra |\n", 1))
+    assert len(table_problems(damaged, tables)) >= 3
+    assert WHICH_HEAD_MD.write_tables(damaged, tables) == text
+    with pytest.raises(SystemExit, match="no table headed"):
+        WHICH_HEAD_MD.write_tables(text.replace(LARGE_VOCAB_HEADER, "| a table renamed |"), tables)
 
 
 def test_any_changed_figure_sign_or_k_of_n_of_which_head_md_tables_fails():
     text = WHICH_HEAD.read_text()
-    tables = [line for header, rows in which_head_tables().items() for line in rows]
+    tables = [line for header, rows in WHICH_HEAD_MD.which_head_tables().items() for line in rows]
     changes = [(what, changed) for row in tables for what, changed_row in mutations(row)
                for changed in [text.replace(row, changed_row, 1)]]
     assert len(changes) >= 2 * len(tables)
@@ -606,7 +524,7 @@ def test_any_changed_figure_or_k_of_n_of_which_head_md_large_vocabularies_fails(
     section = heading_section(text, "large-vocabularies-128k-and-200k-tokens")
     assert section, "which-head.md has no section on large vocabularies"
     checked, passed = 0, []
-    tables = {LARGE_VOCAB_HEADER: which_head_tables()[LARGE_VOCAB_HEADER]}
+    tables = {LARGE_VOCAB_HEADER: WHICH_HEAD_MD.which_head_tables()[LARGE_VOCAB_HEADER]}
     assert not table_problems(section, tables)
     for what, changed in mutations(section):
         at = next(i for i, (a, b) in enumerate(zip(section, changed)) if a != b)
@@ -616,7 +534,7 @@ def test_any_changed_figure_or_k_of_n_of_which_head_md_large_vocabularies_fails(
         checked += 1
         if not unquoted(changed, WHICH_HEAD.parent, "which-head.md") and not table_problems(changed, tables):
             passed.append(what)
-    assert checked >= 2 * len(large_vocab_rows())
+    assert checked >= 2 * len(WHICH_HEAD_MD.large_vocab_rows())
     assert not passed, f"these changes of which-head.md's large vocabularies pass the check: {passed}"
 
 
