@@ -121,7 +121,9 @@ def heading_section(text: str, anchor: str) -> str | None:
 
 def unquoted(text: str, folder: Path, name: str) -> list[str]:
     """What in ``text`` (of the file ``name``, in ``folder``) is not quoted from a page it links: one line each."""
-    problems, cache = [], {}
+    problems: list[str] = []
+    texts: dict[Path, str | None] = {}
+    given: dict[tuple[Path, str], set[str] | None] = {}
     for unit in units(text):
         shown = LINK.sub(lambda m: m.group(0).split("](", 1)[0] + "]", unit)   # a link's target holds no figure
         wanted = figures(shown)
@@ -135,15 +137,18 @@ def unquoted(text: str, folder: Path, name: str) -> list[str]:
             continue
         have: set[str] = set()
         for page, anchor in pages:
-            if page not in cache:
-                cache[page] = page.read_text() if page.is_file() else None
-            given = cache[page] if cache[page] is None or not anchor else heading_section(cache[page], anchor)
-            if cache[page] is None:
+            if page not in texts:
+                texts[page] = page.read_text() if page.is_file() else None
+            if (page, anchor) not in given:   # what a page, or its anchored section, quotes: read once a call
+                section = texts[page] if texts[page] is None or not anchor else heading_section(texts[page], anchor)
+                given[page, anchor] = (None if section is None
+                                       else set(figures(section, glued=True)) | set(K_OF_N.findall(section)))
+            if texts[page] is None:
                 problems.append(f"{name}: «{start} ...» links {page.relative_to(ROOT)}, which does not exist")
-            elif given is None:
+            elif given[page, anchor] is None:
                 problems.append(f"{name}: «{start} ...» links {page.relative_to(ROOT)}#{anchor}, no such heading")
             else:
-                have |= set(figures(given, glued=True)) | set(K_OF_N.findall(given))
+                have |= given[page, anchor]
         for figure in wanted + counts:
             if figure not in have:
                 named = ", ".join(str(p.relative_to(ROOT)) + (f"#{a}" if a else "") for p, a in pages)
