@@ -25,7 +25,8 @@ FAIR, SUBWORD = "docs/results/fair.json", "docs/results/subword.json"
 LARGE_VOCAB_JSON = "docs/results/large-vocab.json"
 
 WIKITEXT_2, TEXT8 = "WikiText-2 (33k words: `div_value=4`)", "text8 prefix (50k words: `div_value=4`)"
-#: the six-epoch LSTM table: (first cell, protocol, the default's run, the peer's label, the peer's run, metric)
+#: the six-epoch LSTM table: (first cell, protocol, the default's run, the peer's label, the peer's run); the metric
+#: is dev on text8, test elsewhere
 LSTM_ROWS = [
     ("Penn Treebank (10k words: every word at d)", "lstm256-ptb", "self_organized-tied", "full softmax", "full-tied"),
     ("Penn Treebank", "lstm256-ptb", "self_organized-tied", "frequency binning", "two_level_frequency-tied"),
@@ -90,7 +91,7 @@ def large_vocab_rows() -> list[str]:
 
 
 def which_head_tables() -> dict[str, list[str]]:
-    """which-head.md's three tables as they must read, row by row (a table by its header), from the named figures:
+    """which-head.md's four tables as they must read, row by row (a table by its header), from the named figures:
     each mean over the seeds its difference pairs (fair.md's mean where those are all its seeds), the difference with
     its sign and its k of n."""
     fair = json.loads((ROOT / FAIR).read_text())
